@@ -1,0 +1,3 @@
+from aiptrain.cli import main
+
+main()

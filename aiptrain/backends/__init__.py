@@ -1,0 +1,56 @@
+"""Backends turn a LaunchPlan into running replicas and report on them.
+
+The supervisor and the CLI talk to this small interface only; `docker` is the one
+backend today (one engine), and a Swarm or process backend fits the same shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Iterator, Protocol
+
+from aiptrain.planning import LaunchPlan
+
+CREATED, RUNNING, EXITED, MISSING = "created", "running", "exited", "missing"
+
+
+@dataclass(frozen=True)
+class ReplicaObservation:
+    """What the engine says about one replica right now."""
+
+    task_name: str
+    task_type: str
+    task_index: int
+    status: str  # created | running | exited | missing
+    exit_code: int | None = None
+    finished_at: datetime | None = None
+    container_id: str | None = None
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    time: str  # RFC 3339 with nanoseconds, as the engine stamps it
+    stream: str  # stdout | stderr
+    text: str  # one line, without its newline
+
+
+class Backend(Protocol):
+    def check_ready(self, plan: LaunchPlan) -> None:
+        """Raise EnvironmentNotReady if the plan cannot run here (no engine, image, GPU)."""
+
+    def launch(self, plan: LaunchPlan) -> None:
+        """Start every replica of the plan; on failure remove what was created and raise."""
+
+    def observe(self, job_id: str) -> list[ReplicaObservation]: ...
+
+    def restart(self, job_id: str, task_name: str) -> None: ...
+
+    def stop(self, job_id: str, task_names: list[str] | None = None) -> None: ...
+
+    def remove(self, job_id: str) -> None:
+        """Remove every container and the network of the job; nothing if there are none."""
+
+    def follow_logs(self, container_id: str, since: str | None) -> Iterator[LogChunk]: ...
+
+    def job_ids_with_resources(self) -> set[str]: ...

@@ -1,0 +1,162 @@
+"""Turn `jobs submit training` flags and a `--config` file into a Job, the way gcloud does.
+
+Merge rule (gcloud's BuildTrainingJob): the config file is the base, the positional
+JOB always sets jobId, `--labels` replaces labels, and every flag that was given
+overrides the matching field. `args` after `--` override the config's args only
+when there are some, so a config-file `args:` list is not wiped by an empty `--`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiptrain.errors import ValidationError
+from aiptrain.model import AcceleratorConfig, Job, ReplicaConfig, TrainingInput
+
+
+@dataclass
+class SubmitFlags:
+    """The flags of `jobs submit training` as given (None = not given)."""
+
+    job_id: str
+    config: str | None = None
+    job_dir: str | None = None
+    labels: dict[str, str] | None = None
+    module_name: str | None = None
+    package_path: str | None = None
+    packages: list[str] = field(default_factory=list)
+    staging_bucket: str | None = None
+    region: str | None = None
+    scale_tier: str | None = None
+    runtime_version: str | None = None
+    python_version: str | None = None
+    master_machine_type: str | None = None
+    master_accelerator: str | None = None
+    master_image_uri: str | None = None
+    worker_machine_type: str | None = None
+    worker_count: int | None = None
+    worker_accelerator: str | None = None
+    worker_image_uri: str | None = None
+    parameter_server_machine_type: str | None = None
+    parameter_server_count: int | None = None
+    parameter_server_accelerator: str | None = None
+    parameter_server_image_uri: str | None = None
+    use_chief_in_tf_config: bool | None = None
+    service_account: str | None = None
+    enable_web_access: bool = False
+    user_args: list[str] = field(default_factory=list)
+
+
+def pydantic_error_line(error: Any, source: str) -> str:
+    """One line out of a pydantic ValidationError: `source: trainingInput.workerCount: message`."""
+    first = error.errors()[0]
+    location = ".".join(str(part) for part in first["loc"])
+    more = len(error.errors()) - 1
+    suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    return f"{source}: {location}: {first['msg']}{suffix}."
+
+
+def load_config(path: str) -> Job:
+    """Read a gcloud `--config` YAML/JSON file (a Job resource) with yaml.safe_load."""
+    import yaml
+    from pydantic import ValidationError as PydanticError
+
+    config_path = Path(path).expanduser()
+    try:
+        data = yaml.safe_load(config_path.read_text())
+    except FileNotFoundError:
+        raise ValidationError(f"--config file [{path}] does not exist.") from None
+    except OSError as exc:
+        raise ValidationError(f"--config file [{path}] cannot be read: {exc.strerror}.") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ValidationError(f"--config file [{path}] is not valid YAML{where}: fix the syntax.") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ValidationError(
+            f"--config file [{path}] must hold a Job resource (a mapping with a `trainingInput:` key)."
+        )
+    try:
+        return Job.model_validate(data)
+    except PydanticError as exc:
+        raise ValidationError(pydantic_error_line(exc, f"Invalid --config file [{path}]")) from None
+
+
+def parse_accelerator(value: str, flag: str) -> AcceleratorConfig:
+    """`type=nvidia-tesla-t4,count=2` -> AcceleratorConfig(type=NVIDIA_TESLA_T4, count=2)."""
+    parts: dict[str, str] = {}
+    for item in value.split(","):
+        key, sep, val = item.partition("=")
+        if not sep or key.strip() not in ("type", "count"):
+            raise ValidationError(f"Invalid {flag} [{value}]: write it as `type=nvidia-tesla-t4,count=1`.")
+        parts[key.strip()] = val.strip()
+    if "type" not in parts or "count" not in parts:
+        raise ValidationError(f"{flag} needs both keys: `type=nvidia-tesla-t4,count=1`.")
+    try:
+        count = int(parts["count"])
+    except ValueError:
+        raise ValidationError(f"Invalid {flag} count [{parts['count']}]: give a whole number.") from None
+    if count <= 0:
+        raise ValidationError("The count of the accelerator must be greater than 0.")
+    return AcceleratorConfig(type=parts["type"].upper().replace("-", "_"), count=count)
+
+
+def _override_replica(
+    ti: TrainingInput, config_field: str, image_uri: str | None, accelerator: str | None, flag: str
+) -> None:
+    if not image_uri and not accelerator:
+        return
+    config = getattr(ti, config_field) or ReplicaConfig()
+    if image_uri:
+        config.image_uri = image_uri
+    if accelerator:
+        config.accelerator_config = parse_accelerator(accelerator, flag)
+    setattr(ti, config_field, config)
+
+
+def build_job(flags: SubmitFlags) -> Job:
+    """The Job the flags describe, merged over the `--config` file. No validation of meaning here."""
+    job = load_config(flags.config) if flags.config else Job()
+    job.job_id = flags.job_id
+    if flags.labels is not None:
+        job.labels = flags.labels
+    ti = job.training_input
+
+    simple = {
+        "python_module": flags.module_name,
+        "region": flags.region,
+        "job_dir": flags.job_dir,
+        "scale_tier": flags.scale_tier,
+        "runtime_version": flags.runtime_version,
+        "python_version": flags.python_version,
+        "service_account": flags.service_account,
+        "master_type": flags.master_machine_type,
+        "worker_type": flags.worker_machine_type,
+        "worker_count": flags.worker_count,
+        "parameter_server_type": flags.parameter_server_machine_type,
+        "parameter_server_count": flags.parameter_server_count,
+        "use_chief_in_tf_config": flags.use_chief_in_tf_config,
+        "enable_web_access": flags.enable_web_access or None,
+        "args": flags.user_args or None,
+    }
+    updates = {name: value for name, value in simple.items() if value is not None}
+    try:
+        ti = TrainingInput.model_validate({**ti.model_dump(exclude_none=True), **updates})
+    except Exception as exc:  # pydantic's ValidationError; imported lazily above
+        raise ValidationError(pydantic_error_line(exc, "Invalid flags")) from None
+
+    _override_replica(ti, "master_config", flags.master_image_uri, flags.master_accelerator, "--master-accelerator")
+    _override_replica(ti, "worker_config", flags.worker_image_uri, flags.worker_accelerator, "--worker-accelerator")
+    _override_replica(
+        ti,
+        "parameter_server_config",
+        flags.parameter_server_image_uri,
+        flags.parameter_server_accelerator,
+        "--parameter-server-accelerator",
+    )
+    job.training_input = ti
+    return job

@@ -1,0 +1,42 @@
+"""Errors the CLI turns into one line on stderr and a documented exit status.
+
+Exit statuses (also in the README):
+  0  success
+  1  the job failed or was cancelled (when the command waited on it)
+  2  usage or validation error: nothing was created
+  3  the environment is not ready (no Docker engine, runtime image not built, bucket unreachable)
+  4  aiptrain itself failed (a bug, or Docker refused something it should not have)
+  130 interrupted with Ctrl-C
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_JOB_FAILED = 1
+EXIT_USAGE = 2
+EXIT_ENVIRONMENT = 3
+EXIT_INTERNAL = 4
+EXIT_INTERRUPTED = 130
+
+
+class AiptrainError(Exception):
+    """An error with a message meant for the user, one line naming the problem and the fix."""
+
+    exit_code = EXIT_INTERNAL
+
+
+class ValidationError(AiptrainError):
+    """Bad input from the user: flags, config file, package, job ID."""
+
+    exit_code = EXIT_USAGE
+
+
+class JobNotFound(ValidationError):
+    def __init__(self, job_id: str):
+        super().__init__(f"Job [{job_id}] not found; `aiptrain jobs list` shows the jobs that exist.")
+
+
+class EnvironmentNotReady(AiptrainError):
+    """Something outside aiptrain is missing: the Docker engine, an image, a bucket."""
+
+    exit_code = EXIT_ENVIRONMENT

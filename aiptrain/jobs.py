@@ -1,0 +1,317 @@
+"""What the `jobs` commands do, below the CLI: submit, reconcile, cancel, read.
+
+Submit order matters for "nothing half-created": every check that needs no side
+effect runs first; then the job's lock is taken and its row recorded (which
+reserves the ID atomically against concurrent submits); then the package is built
+and staged; any rejection after that point undoes the row, staged objects and
+scratch files before the error is shown. Once replicas start, the job is real:
+later failures are recorded on the job, not undone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiptrain.config import SubmitFlags, build_job
+from aiptrain.errors import AiptrainError, JobNotFound, ValidationError
+from aiptrain.logs import JobLogWriter
+from aiptrain.model import Job, State
+from aiptrain.ownership import JobLock
+from aiptrain.planning import LaunchPlan, PlanInputs, plan
+from aiptrain.settings import Settings
+from aiptrain.store import JobStore, duplicate_job
+from aiptrain.storage import is_gcs, local_path
+from aiptrain.topology import Replica, replicas_for
+from aiptrain.validation import (
+    parse_duration_seconds,
+    validate_job_id,
+    validate_labels,
+    validate_module_name,
+    validate_package_path,
+)
+
+NOBODY = "65534:65534"
+DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
+
+
+@dataclass
+class Submission:
+    """A validated job and everything submit derived from the flags."""
+
+    job: Job
+    replicas: list[Replica]
+    package_path: Path | None
+    local_packages: list[Path]
+    remote_packages: list[str]
+    runtime_image: str | None
+    job_dir_mount: str | None
+    staging_bucket: str | None = None
+
+
+def replica_user() -> str:
+    """Replicas run as the calling user, or as nobody when that is root."""
+    uid, gid = os.getuid(), os.getgid()
+    return NOBODY if uid == 0 else f"{uid}:{gid}"
+
+
+def _local_job_dir(job_dir: str) -> str:
+    path = Path(local_path(job_dir))
+    for socket in DOCKER_SOCKETS:
+        if Path(socket).resolve().is_relative_to(path):
+            raise ValidationError(
+                f"--job-dir [{job_dir}] would expose the Docker socket to the replicas: use a dedicated directory."
+            )
+    if path.exists() and not path.is_dir():
+        raise ValidationError(f"--job-dir [{job_dir}] exists and is not a directory: choose a directory.")
+    return str(path)
+
+
+def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
+    """Everything about a submission that can be checked without side effects."""
+    validate_job_id(flags.job_id)
+    job = build_job(flags)
+    ti = job.training_input
+    if flags.labels:
+        validate_labels(flags.labels)
+    if ti.master_config and ti.master_config.image_uri and ti.runtime_version:
+        raise ValidationError("Only one of --master-image-uri, --runtime-version can be set.")
+    for config in (ti.master_config, ti.worker_config, ti.parameter_server_config, ti.evaluator_config):
+        if config and (config.container_command or config.container_args) and not ti.uses_custom_container:
+            raise ValidationError(
+                "containerCommand and containerArgs need a custom container: set --master-image-uri."
+            )
+    if not ti.region:
+        ti.region = os.environ.get("CLOUDSDK_COMPUTE_REGION", "us-central1")
+    if ti.scheduling and ti.scheduling.max_running_time:
+        parse_duration_seconds(ti.scheduling.max_running_time, "scheduling.maxRunningTime")
+    replicas = replicas_for(ti)
+
+    package_path = validate_package_path(flags.package_path) if flags.package_path else None
+    local_packages, remote_packages = _split_packages(flags.packages)
+    runtime_image = None
+    if not ti.uses_custom_container:
+        if not package_path and not local_packages and not remote_packages and not ti.package_uris:
+            raise ValidationError(
+                "If `--package-path` is not specified, at least one Python package must be specified via `--packages`."
+            )
+        if not ti.python_module:
+            raise ValidationError("--module-name is required: name the module to run, e.g. `trainer.task`.")
+        validate_module_name(ti.python_module)
+        from aiptrain.runtimes import runtime
+
+        ti.runtime_version = ti.runtime_version or settings.default_runtime_version
+        runtime_image = runtime(ti.runtime_version).image
+
+    job_dir_mount = None
+    if ti.job_dir and not is_gcs(ti.job_dir):
+        job_dir_mount = ti.job_dir = _local_job_dir(ti.job_dir)
+    return Submission(
+        job, replicas, package_path, local_packages, remote_packages, runtime_image, job_dir_mount,
+        flags.staging_bucket or settings.default_bucket or None,
+    )
+
+
+def _split_packages(packages: list[str]) -> tuple[list[Path], list[str]]:
+    local, remote = [], []
+    for entry in packages:
+        if is_gcs(entry):
+            remote.append(entry)
+            continue
+        path = Path(entry).expanduser()
+        if not path.is_file():
+            raise ValidationError(f"--packages entry [{entry}] is not a file: give a path to a .tar.gz or .whl.")
+        local.append(path.resolve())
+    names = [p.name for p in local] + [u.rsplit("/", 1)[-1] for u in remote]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValidationError(f"Cannot upload multiple packages with the same filename: [{', '.join(duplicates)}]")
+    return local, remote
+
+
+def plan_inputs(submission: Submission, package_dir: Path | None, package_files: list[str]) -> PlanInputs:
+    return PlanInputs(
+        runtime_image=submission.runtime_image,
+        package_files=tuple(package_files),
+        package_dir=str(package_dir) if package_dir else None,
+        job_dir_mount=submission.job_dir_mount,
+        user=replica_user(),
+        host_cpus=os.cpu_count() or 1,
+        host_memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+    )
+
+
+def dry_run_plan(submission: Submission) -> LaunchPlan:
+    """The plan submit would launch, built without the bucket, the store or Docker.
+    The sdist is built in a temporary directory to learn its file name."""
+    files = [p.name for p in submission.local_packages] + [u.rsplit("/", 1)[-1] for u in submission.remote_packages]
+    if submission.package_path:
+        from aiptrain.packaging import build_sdist
+
+        with tempfile.TemporaryDirectory() as tmp:
+            files.append(build_sdist(submission.package_path, Path(tmp)).path.name)
+    return plan(submission.job, submission.replicas, plan_inputs(submission, Path("<job work dir>/packages"), files))
+
+
+class Submitter:
+    """Carries one submission from validated flags to running replicas."""
+
+    def __init__(self, settings: Settings, store: JobStore, backend):
+        self.settings = settings
+        self.store = store
+        self.backend = backend
+
+    def submit(self, submission: Submission) -> Job:
+        job = submission.job
+        self.settings.ensure_dirs()
+        if self.store.exists(job.job_id):
+            raise duplicate_job(job.job_id)
+        lock = JobLock.try_acquire(self.settings.job_lock_path(job.job_id))
+        if lock is None:
+            raise duplicate_job(job.job_id)  # another process is submitting this very ID
+        try:
+            job = self.store.create(job)
+            log = JobLogWriter(self.settings.job_log_path(job.job_id))
+            log.service("Validating job requirements...")
+            launch_plan = self._stage_and_plan(submission, job)
+            log.service("Job creation request has been successfully validated.")
+            log.service(f"Job {job.job_id} is queued.")
+            self.store.transition(job.job_id, State.PREPARING, [State.QUEUED])
+            log.service("Waiting for job to be provisioned.")
+            try:
+                self.backend.launch(launch_plan)
+            except AiptrainError as exc:
+                log.service(str(exc), "ERROR")
+                self.store.transition(job.job_id, State.FAILED, [State.PREPARING, State.CANCELLING], str(exc))
+                raise
+            self.store.transition(job.job_id, State.RUNNING, [State.PREPARING])
+            log.service("Waiting for training program to start.")
+            log.close()
+            from aiptrain import supervisor
+
+            supervisor.spawn(job.job_id, lock, self.settings)
+        finally:
+            lock.release()
+        return self.store.get(job.job_id)
+
+    def _stage_and_plan(self, submission: Submission, job: Job) -> LaunchPlan:
+        """Package, stage, fetch and plan; on any error leave no trace of the job."""
+        from aiptrain import staging
+
+        staged = None
+        created_job_dir = None
+        work_dir = self.settings.job_work_dir(job.job_id)
+        try:
+            if submission.job_dir_mount:
+                created_job_dir = self._ensure_job_dir(Path(submission.job_dir_mount))
+            files = list(submission.local_packages)
+            with tempfile.TemporaryDirectory(prefix="aiptrain-build-") as build_dir:
+                if submission.package_path:
+                    from aiptrain.packaging import build_sdist
+
+                    files.append(build_sdist(submission.package_path, Path(build_dir)).path)
+                ti = job.training_input
+                bucket_url, prefix = staging.staging_target(
+                    job.job_id, submission.staging_bucket, ti.job_dir, str(self.settings.bucket_root)
+                )
+                staged = staging.stage(files, bucket_url, prefix)
+            ti.package_uris = submission.remote_packages + staged.uris
+            self.store.update_resource(job)
+            package_files = staging.fetch(ti.package_uris, work_dir / "packages")
+            launch_plan = plan(job, submission.replicas, plan_inputs(submission, work_dir / "packages", package_files))
+            self.backend.check_ready(launch_plan)
+            return launch_plan
+        except BaseException:
+            if staged is not None:
+                staged.discard()
+            if created_job_dir is not None:
+                shutil.rmtree(created_job_dir, ignore_errors=True)
+            shutil.rmtree(work_dir, ignore_errors=True)
+            self.settings.job_log_path(job.job_id).unlink(missing_ok=True)
+            self.store.delete(job.job_id)
+            raise
+
+    @staticmethod
+    def _ensure_job_dir(path: Path) -> Path | None:
+        """Create the job dir if needed (returned, so it can be undone). When aiptrain runs
+        as root, replicas run as nobody: a job dir created here is handed to nobody."""
+        created = None
+        if not path.exists():
+            missing = path
+            while not missing.parent.exists():
+                missing = missing.parent
+            path.mkdir(parents=True)
+            created = missing
+        if os.getuid() == 0 and created is not None:
+            os.chown(path, 65534, 65534)
+        return created
+
+
+# -- reconciling orphans -------------------------------------------------------------------
+
+
+def reconcile(job_id: str, settings: Settings, store: JobStore, backend_factory) -> None:
+    """If the job is active but nobody drives it, take over: restart supervision for a
+    launched job, or clean up a submission that died before launch."""
+    job = store.get(job_id)
+    if job is None or job.state.is_terminal:
+        return
+    lock = JobLock.try_acquire(settings.job_lock_path(job_id))
+    if lock is None:
+        return  # its submitter or supervisor is alive
+    try:
+        job = store.get(job_id)
+        if job.state.is_terminal:
+            return
+        if job.state in (State.QUEUED, State.PREPARING):
+            backend_factory().remove(job_id)
+            shutil.rmtree(settings.job_work_dir(job_id), ignore_errors=True)
+            message = "The job's submission was interrupted before all replicas started."
+            JobLogWriter(settings.job_log_path(job_id)).service(message, "ERROR")
+            store.transition(job_id, State.FAILED, [State.QUEUED, State.PREPARING], error_message=message)
+            return
+        from aiptrain import supervisor
+
+        supervisor.spawn(job_id, lock, settings)
+    finally:
+        lock.release()
+
+
+def reconcile_all(settings: Settings, store: JobStore, backend_factory) -> None:
+    for job_id in store.active_job_ids():
+        reconcile(job_id, settings, store, backend_factory)
+
+
+def get_job(job_id: str, settings: Settings, store: JobStore, backend_factory) -> Job:
+    reconcile(job_id, settings, store, backend_factory)
+    job = store.get(job_id)
+    if job is None:
+        raise JobNotFound(job_id)
+    return job
+
+
+def wait_until_done(job_id: str, settings: Settings, store: JobStore, backend_factory, timeout: float | None = None) -> Job:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        job = get_job(job_id, settings, store, backend_factory)
+        if job.state.is_terminal or (deadline is not None and time.monotonic() > deadline):
+            return job
+        time.sleep(0.1)
+
+
+def cancel(job_id: str, settings: Settings, store: JobStore, backend_factory, timeout: float = 60) -> Job:
+    """Ask for cancellation and wait (up to `timeout`) until the supervisor has torn down."""
+    job = get_job(job_id, settings, store, backend_factory)
+    if job.state.is_terminal:
+        return job
+    store.transition(
+        job_id,
+        State.CANCELLING,
+        [State.QUEUED, State.PREPARING, State.RUNNING],
+        error_message="Job cancelled by the user.",
+    )
+    return wait_until_done(job_id, settings, store, backend_factory, timeout)

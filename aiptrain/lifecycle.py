@@ -1,0 +1,80 @@
+"""What the replicas' states mean for the job: one pure rule, table-tested.
+
+- Cancel intent beats everything: the job ends CANCELLED, whatever the exit codes.
+- The master decides: when it exits 0 the job SUCCEEDED; the others are then stopped
+  (parameter servers never exit by themselves).
+- A replica killed by a signal (exit 130, 137 or 143, the codes AI Platform and
+  Kubeflow treat as retryable) is restarted in place, up to `max_restarts` times.
+- Any other non-zero exit, a replica over its restart budget, or a replica whose
+  container vanished fails the job; the earliest such failure is the one reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from aiptrain.backends import EXITED, MISSING, ReplicaObservation
+from aiptrain.model import State
+
+RETRYABLE_EXIT_CODES = frozenset({130, 137, 143})
+MASTER_TASK = "master-replica-0"
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: State | None = None  # the terminal state to end in; None keeps the job running
+    error_message: str | None = None
+    failed_task: str | None = None  # whose log tail belongs in the error message
+    restart: tuple[str, ...] = ()  # task names to start again
+
+
+def replica_label(task_name: str) -> str:
+    """`worker-replica-1` -> `worker 1`, the form AI Platform's error messages use."""
+    task_type, _, index = task_name.partition("-replica-")
+    return f"{task_type} {index}"
+
+
+def failure_message(task_name: str, exit_code: int | None, restarts: int = 0) -> str:
+    if exit_code is None:
+        return f"The replica {replica_label(task_name)} disappeared: its container was removed."
+    message = f"The replica {replica_label(task_name)} exited with a non-zero status of {exit_code}."
+    if restarts:
+        message += f" It had been restarted {restarts} time{'s' if restarts > 1 else ''} already."
+    return message
+
+
+_EPOCH = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def decide(
+    expected_tasks: list[str],
+    observations: list[ReplicaObservation],
+    restarts: dict[str, int],
+    max_restarts: int,
+    cancel_requested: bool = False,
+) -> Decision:
+    if cancel_requested:
+        return Decision(State.CANCELLED)
+    seen = {o.task_name: o for o in observations}
+    master = seen.get(MASTER_TASK)
+    if master and master.status == EXITED and master.exit_code == 0:
+        return Decision(State.SUCCEEDED)
+
+    failures: list[tuple[datetime, str, int | None]] = []
+    to_restart = []
+    for task in expected_tasks:
+        observed = seen.get(task)
+        if observed is None or observed.status == MISSING:
+            failures.append((_EPOCH, task, None))
+            continue
+        if observed.status != EXITED or observed.exit_code == 0:
+            continue
+        if observed.exit_code in RETRYABLE_EXIT_CODES and restarts.get(task, 0) < max_restarts:
+            to_restart.append(task)
+        else:
+            failures.append((observed.finished_at or _EPOCH, task, observed.exit_code))
+    if failures:
+        _, task, code = min(failures, key=lambda f: (f[0], expected_tasks.index(f[1])))
+        return Decision(State.FAILED, failure_message(task, code, restarts.get(task, 0)), task)
+    return Decision(restart=tuple(to_restart))

@@ -1,0 +1,127 @@
+"""Job logs: one JSON-lines file per job, written by the supervisor (replica output)
+and by submit (service messages), read by any number of `stream-logs` readers.
+
+The file outlives the containers, so logs of finished jobs stay readable, replica
+restarts need no re-attaching by readers, and readers never touch Docker. Lines are
+printed in gcloud's format: severity, local timestamp, task name, trial ID and
+message, separated by tabs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterator
+
+SERVICE = "service"
+
+# Severity prefixes that Python logging, absl/TensorFlow C++ and glog put on stderr lines.
+_PY_LOGGING = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL)[:\s]")
+_ABSL = re.compile(r"([IWEF])\d{4} \d\d:\d\d:\d\d")
+_TF_CPP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([IWEF]) ")
+_LETTER = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    time: str  # RFC 3339 in UTC
+    task: str  # master-replica-0, worker-replica-1, service
+    severity: str
+    message: str
+    trial: str = ""
+
+
+def severity_of(stream: str, text: str) -> str:
+    """stdout is INFO (print); stderr keeps a level it names, else ERROR."""
+    if stream == "stdout":
+        return "INFO"
+    for pattern in (_PY_LOGGING, _ABSL, _TF_CPP):
+        match = pattern.match(text)
+        if match:
+            return _LETTER.get(match.group(1), match.group(1))
+    return "ERROR"
+
+
+def now_stamp() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _local_time(stamp: str) -> str:
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    moment = datetime.fromisoformat(head).replace(tzinfo=timezone.utc).astimezone()
+    return moment.strftime("%Y-%m-%d %H:%M:%S %z")
+
+
+def format_record(record: LogRecord, allow_multiline: bool = False) -> list[str]:
+    """gcloud's `value(severity, timestamp, task_name, trial_id, message)`: one output line per
+    message line unless multi-line messages are allowed."""
+    prefix = f"{record.severity}\t{_local_time(record.time)}\t{record.task}\t{record.trial}\t"
+    lines = [record.message] if allow_multiline else record.message.split("\n")
+    return [prefix + line for line in lines]
+
+
+class JobLogWriter:
+    """Appends records to a job's log file; safe to share between threads."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._lock = threading.Lock()
+
+    def write(self, task: str, severity: str, message: str, stamp: str | None = None) -> None:
+        record = LogRecord(stamp or now_stamp(), task, severity, message)
+        line = (json.dumps(asdict(record)) + "\n").encode()
+        with self._lock:
+            os.write(self._fd, line)  # one write per record: appends never interleave
+
+    def service(self, message: str, severity: str = "INFO") -> None:
+        self.write(SERVICE, severity, message)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def read_records(path: Path, offset: int = 0) -> tuple[list[LogRecord], int]:
+    """Complete records from `offset` on, and the offset after the last complete one."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1  # a record still being written is left for the next read
+    records = [LogRecord(**json.loads(line)) for line in data[:end].splitlines() if line.strip()]
+    return records, offset + end
+
+
+def last_times_by_task(path: Path) -> dict[str, str]:
+    """The newest record time of each task: where a re-attached log follower resumes."""
+    latest: dict[str, str] = {}
+    for record in read_records(path)[0]:
+        latest[record.task] = record.time
+    return latest
+
+
+def follow(
+    path: Path, is_done: Callable[[], bool], poll_seconds: float = 0.2, task: str | None = None
+) -> Iterator[LogRecord]:
+    """Every record of the job, then new ones as they come, until `is_done()` and the file
+    has been read to its end. The supervisor writes its last records before it marks
+    the job finished, so nothing written is missed."""
+    offset = 0
+    while True:
+        done = is_done()  # checked before reading, so a final read always follows "done"
+        records, offset = read_records(path, offset)
+        for record in records:
+            if task is None or record.task == task:
+                yield record
+        if done:
+            return
+        if not records:
+            time.sleep(poll_seconds)

@@ -1,0 +1,250 @@
+"""Plan, then execute: turn a validated Job into a LaunchPlan, a plain value describing
+every container (image, command, env, mounts, network, labels, limits).
+
+`plan()` does no I/O: everything it needs about the host comes in PlanInputs. The
+Docker backend is the only code that turns a plan into containers, and
+`--dry-run` prints the plan instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiptrain.model import Job
+from aiptrain.topology import EVALUATOR, MASTER, PS, WORKER, Replica
+
+TF_PORT = 2222
+PACKAGES_DIR = "/opt/aiptrain/packages"  # read-only inside every runtime replica
+LABEL_PREFIX = "aiptrain."
+LABEL_JOB = LABEL_PREFIX + "job-id"
+LABEL_TASK = LABEL_PREFIX + "task-name"
+LABEL_TASK_TYPE = LABEL_PREFIX + "task-type"
+LABEL_TASK_INDEX = LABEL_PREFIX + "task-index"
+
+# Runs in each replica of a runtime image: install the staged packages (offline, as
+# the user, into a tmpfs), then become the trainer. `sh -c SCRIPT MODULE ARGS...`
+# keeps the user's arguments out of any shell quoting.
+BOOTSTRAP = (
+    'echo "Installing the package: $AIPTRAIN_PACKAGES"; '
+    "python3 -m pip install --user --no-index --no-deps --no-build-isolation --no-cache-dir "
+    "--disable-pip-version-check --no-warn-script-location --quiet $AIPTRAIN_PACKAGES || exit 1; "
+    'echo "Running command: python3 -m $0 $*"; '
+    'exec python3 -m "$0" "$@"'
+)
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str  # host path
+    target: str  # path inside the container
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    name: str  # unique on the engine: <jobId>-<type>-<index>
+    hostname: str  # DNS name on the job's network, used in TF_CONFIG
+    task_name: str  # master-replica-0, as in logs
+    task_type: str
+    task_index: int
+    image: str
+    entrypoint: list[str] | None  # None: the image's ENTRYPOINT
+    command: list[str]
+    env: dict[str, str]
+    mounts: tuple[Mount, ...]
+    labels: dict[str, str]
+    user: str
+    gpus: int = 0
+    nano_cpus: int | None = None
+    memory_bytes: int | None = None
+    shm_bytes: int = 1 << 30
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    name: str
+    labels: dict[str, str]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    job_id: str
+    network: NetworkSpec
+    containers: tuple[ContainerSpec, ...]
+
+    def to_dict(self, mask: tuple[str, ...] = ()) -> dict[str, Any]:
+        """A printable form; env values whose names contain a `mask` word are hidden."""
+        import dataclasses
+
+        data = dataclasses.asdict(self)
+        for container in data["containers"]:
+            container["env"] = {k: mask_value(k, v, mask) for k, v in container["env"].items()}
+        return data
+
+
+SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL")
+
+
+def mask_value(name: str, value: str, words: tuple[str, ...] = SECRET_WORDS) -> str:
+    return "*****" if any(word in name.upper() for word in words) else value
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What planning needs to know about the world, gathered by the caller."""
+
+    runtime_image: str | None  # image for replicas without an imageUri
+    package_files: tuple[str, ...] = ()  # basenames in the host package dir, install order
+    package_dir: str | None = None  # host directory mounted read-only at PACKAGES_DIR
+    job_dir_mount: str | None = None  # local job dir (host path), mounted read-write at the same path
+    user: str = "65534:65534"
+    host_cpus: int = 2
+    host_memory_bytes: int = 8 << 30
+    limit_resources: bool = False
+    extra_env: dict[str, str] = field(default_factory=dict)  # e.g. STORAGE_EMULATOR_HOST
+    extra_mounts: tuple[Mount, ...] = ()  # e.g. credentials, read-only
+
+
+def dns_label(text: str) -> str:
+    """A DNS-safe form of a job ID: gRPC and DNS resolvers dislike `_` and capitals."""
+    return text.lower().replace("_", "-")
+
+
+def primary_task_type(job: Job) -> str:
+    """`chief` or `master` in TF_CONFIG. Runtime versions 2.1 and later use `chief` (TF2's
+    strategies do not know `master`); custom containers use `chief` only when asked to
+    with useChiefInTfConfig, as on AI Platform."""
+    ti = job.training_input
+    if ti.uses_custom_container:
+        return "chief" if ti.use_chief_in_tf_config else MASTER
+    if ti.use_chief_in_tf_config:
+        return "chief"
+    major, _, minor = (ti.runtime_version or "2.11").partition(".")
+    try:
+        return "chief" if (int(major), int(minor or 0)) >= (2, 1) else MASTER
+    except ValueError:
+        return "chief"
+
+
+def _cluster(job: Job, replicas: list[Replica], primary: str, include_evaluators: bool) -> dict[str, list[str]]:
+    cluster: dict[str, list[str]] = {}
+    names = {MASTER: primary, WORKER: WORKER, PS: PS, EVALUATOR: EVALUATOR}
+    for replica in replicas:
+        if replica.task_type == EVALUATOR and not include_evaluators:
+            continue
+        address = f"{hostname(job.job_id, replica)}:{TF_PORT}"
+        cluster.setdefault(names[replica.task_type], []).append(address)
+    return cluster
+
+
+def hostname(job_id: str, replica: Replica) -> str:
+    return f"{dns_label(job_id)}-{replica.task_type}-{replica.index}"
+
+
+def cluster_env(job: Job, replicas: list[Replica], replica: Replica) -> dict[str, str]:
+    """TF_CONFIG as AI Platform sets it, and CLUSTER_SPEC for custom containers.
+
+    TF_CONFIG's cluster never lists evaluators (they are not part of the training
+    cluster); CLUSTER_SPEC lists every replica and always calls the primary `master`.
+    `job` is the TrainingInput with the proto's snake_case names, as seen on the service.
+    """
+    primary = primary_task_type(job)
+    job_dict = job.training_input.model_dump(mode="json", exclude_none=True)
+    task_type = primary if replica.task_type == MASTER else replica.task_type
+    tf_config = {
+        "cluster": _cluster(job, replicas, primary, include_evaluators=False),
+        "task": {"type": task_type, "index": replica.index},
+        "job": job_dict,
+        "environment": "cloud",
+    }
+    cluster_spec = {
+        "cluster": _cluster(job, replicas, MASTER, include_evaluators=True),
+        "task": {"type": replica.task_type, "index": replica.index},
+        "job": job_dict,
+        "environment": "cloud",
+    }
+    return {"TF_CONFIG": json.dumps(tf_config), "CLUSTER_SPEC": json.dumps(cluster_spec)}
+
+
+def _image_and_command(job: Job, replica: Replica, inputs: PlanInputs) -> tuple[str, list[str] | None, list[str]]:
+    ti = job.training_input
+    job_dir_args = ["--job-dir", ti.job_dir] if ti.job_dir else []
+    config = replica.config
+    master_image = ti.master_config.image_uri if ti.master_config else None
+    image_uri = (config.image_uri if config else None) or master_image
+    if image_uri:
+        # Custom container: args go to the image's ENTRYPOINT unless containerCommand/Args say otherwise.
+        if config and (config.container_command or config.container_args):
+            return image_uri, config.container_command, list(config.container_args or [])
+        return image_uri, None, [*(ti.args or []), *job_dir_args]
+    command = ["sh", "-c", BOOTSTRAP, ti.python_module or "", *(ti.args or []), *job_dir_args]
+    return inputs.runtime_image or "", None, command
+
+
+def _limits(replica: Replica, replicas: list[Replica], inputs: PlanInputs) -> tuple[int | None, int | None, int]:
+    """(nano_cpus, memory_bytes, shm_bytes). With limit_resources, each replica gets its machine
+    type's share scaled so that the whole job fits on this host."""
+    machine_memory = int(replica.machine.memory_gb * (1 << 30))
+    generous_shm = min(machine_memory, inputs.host_memory_bytes // 2)
+    if not inputs.limit_resources:
+        return None, None, generous_shm
+    total_cpus = sum(r.machine.vcpus for r in replicas)
+    total_memory = sum(r.machine.memory_gb for r in replicas) * (1 << 30)
+    cpu_scale = min(1.0, inputs.host_cpus / total_cpus)
+    memory_scale = min(1.0, inputs.host_memory_bytes / total_memory)
+    memory = int(machine_memory * memory_scale)
+    return int(replica.machine.vcpus * cpu_scale * 1e9), memory, min(memory, generous_shm)
+
+
+def plan(job: Job, replicas: list[Replica], inputs: PlanInputs) -> LaunchPlan:
+    job_id = job.job_id
+    network = NetworkSpec(name=f"aiptrain-{job_id}", labels={LABEL_JOB: job_id})
+    mounts: list[Mount] = []
+    if inputs.package_dir:
+        mounts.append(Mount(inputs.package_dir, PACKAGES_DIR, read_only=True))
+    if inputs.job_dir_mount:
+        mounts.append(Mount(inputs.job_dir_mount, inputs.job_dir_mount, read_only=False))
+    mounts.extend(inputs.extra_mounts)
+    package_paths = " ".join(f"{PACKAGES_DIR}/{name}" for name in inputs.package_files)
+
+    containers = []
+    for replica in replicas:
+        image, entrypoint, command = _image_and_command(job, replica, inputs)
+        nano_cpus, memory, shm = _limits(replica, replicas, inputs)
+        env = {
+            **cluster_env(job, replicas, replica),
+            "PYTHONUNBUFFERED": "1",
+            "HOME": "/tmp",
+            "PYTHONUSERBASE": "/tmp/.local",
+            **inputs.extra_env,
+        }
+        if package_paths and not entrypoint and command[:1] == ["sh"]:
+            env["AIPTRAIN_PACKAGES"] = package_paths
+        containers.append(
+            ContainerSpec(
+                name=f"{job_id}-{replica.task_type}-{replica.index}",
+                hostname=hostname(job_id, replica),
+                task_name=replica.task_name,
+                task_type=replica.task_type,
+                task_index=replica.index,
+                image=image,
+                entrypoint=entrypoint,
+                command=command,
+                env=env,
+                mounts=tuple(mounts),
+                labels={
+                    LABEL_JOB: job_id,
+                    LABEL_TASK: replica.task_name,
+                    LABEL_TASK_TYPE: replica.task_type,
+                    LABEL_TASK_INDEX: str(replica.index),
+                },
+                user=inputs.user,
+                gpus=replica.accelerator.count if replica.accelerator else 0,
+                nano_cpus=nano_cpus,
+                memory_bytes=memory,
+                shm_bytes=shm,
+            )
+        )
+    return LaunchPlan(job_id=job_id, network=network, containers=tuple(containers))

@@ -1,0 +1,1 @@
+"""Files shipped for building runtime images."""

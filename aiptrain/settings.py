@@ -1,0 +1,83 @@
+"""Where aiptrain keeps its state, and the knobs users set through the environment.
+
+Every path derives from one home directory (platformdirs' user data dir, or
+AIPTRAIN_HOME), so tests and CI isolate a whole installation with one variable.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_RUNTIME_VERSION = "2.11"
+DEFAULT_BASE_IMAGE = "aiptrain/base:bookworm"
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value else default
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value else default
+
+
+def _default_home() -> Path:
+    if os.environ.get("AIPTRAIN_HOME"):
+        return Path(os.environ["AIPTRAIN_HOME"]).expanduser().resolve()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("aiptrain"))
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path = field(default_factory=_default_home)
+    # Where packages are staged when neither --staging-bucket nor --job-dir says otherwise.
+    default_bucket: str = field(default_factory=lambda: os.environ.get("AIPTRAIN_STAGING_BUCKET", ""))
+    default_runtime_version: str = field(
+        default_factory=lambda: os.environ.get("AIPTRAIN_DEFAULT_RUNTIME", DEFAULT_RUNTIME_VERSION)
+    )
+    base_image: str = field(default_factory=lambda: os.environ.get("AIPTRAIN_BASE_IMAGE", DEFAULT_BASE_IMAGE))
+    # Replicas killed by a signal are restarted in place this many times before the job fails.
+    max_restarts: int = field(default_factory=lambda: _env_int("AIPTRAIN_MAX_RESTARTS", 5))
+    # Seconds a replica gets between SIGTERM and SIGKILL when aiptrain stops it.
+    stop_grace_seconds: int = field(default_factory=lambda: _env_int("AIPTRAIN_STOP_GRACE_SECONDS", 10))
+    # How often the supervisor looks at the replicas.
+    poll_seconds: float = field(default_factory=lambda: _env_float("AIPTRAIN_POLL_SECONDS", 0.25))
+
+    @property
+    def store_path(self) -> Path:
+        return self.home / "jobs.db"
+
+    @property
+    def bucket_root(self) -> Path:
+        return self.home / "bucket"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def locks_dir(self) -> Path:
+        return self.home / "locks"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.home / "cache"
+
+    def job_log_path(self, job_id: str) -> Path:
+        return self.logs_dir / f"{job_id}.jsonl"
+
+    def job_lock_path(self, job_id: str) -> Path:
+        return self.locks_dir / f"{job_id}.lock"
+
+    def job_work_dir(self, job_id: str) -> Path:
+        """Host-side scratch for one job: the packages its replicas mount read-only."""
+        return self.home / "work" / job_id
+
+    def ensure_dirs(self) -> None:
+        for path in (self.home, self.logs_dir, self.locks_dir, self.cache_dir):
+            path.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Make sure a Docker engine answers. On a bare Debian machine (as root) install Debian's
+# docker.io and start dockerd in the background; elsewhere just report what is missing.
+set -euo pipefail
+
+if docker info >/dev/null 2>&1; then
+  exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+  echo "No Docker engine answers and this is not root: start Docker (or add yourself to the docker group)." >&2
+  exit 3
+fi
+if ! command -v dockerd >/dev/null 2>&1; then
+  echo "Installing Debian's docker.io ..." >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null
+fi
+echo "Starting dockerd in the background (log: /var/log/aiptrain-dockerd.log) ..." >&2
+nohup dockerd >/var/log/aiptrain-dockerd.log 2>&1 &
+for _ in $(seq 1 60); do
+  docker info >/dev/null 2>&1 && exit 0
+  sleep 0.5
+done
+echo "dockerd did not come up; see /var/log/aiptrain-dockerd.log" >&2
+tail -20 /var/log/aiptrain-dockerd.log >&2 || true
+exit 3

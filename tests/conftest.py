@@ -1,0 +1,116 @@
+"""Shared fixtures. Tests that touch containers use the real Docker engine: with CI=true
+a missing engine or image is a failure, never a skip."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE_TRAINER = REPO / "sample_jobs" / "basic" / "trainer"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _unavailable(reason: str):
+    if IN_CI:
+        pytest.fail(f"{reason} (CI=true: Docker tests must not skip)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def docker_api():
+    """A low-level Docker client; the engine must answer."""
+    try:
+        import docker
+
+        api = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
+        api.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means "no engine"
+        _unavailable(f"no Docker engine: {exc}")
+    return api
+
+
+def require_image(api, image: str) -> None:
+    import docker.errors
+
+    try:
+        api.inspect_image(image)
+    except docker.errors.ImageNotFound:
+        _unavailable(f"image {image} is not built (make images)")
+
+
+@pytest.fixture(scope="session")
+def minimal_runtime(docker_api):
+    require_image(docker_api, "aiptrain/runtime:minimal")
+    return "minimal"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """An isolated aiptrain installation: store, bucket, logs under tmp_path."""
+    home = tmp_path / "aiptrain-home"
+    monkeypatch.setenv("AIPTRAIN_HOME", str(home))
+    monkeypatch.setenv("AIPTRAIN_DEFAULT_RUNTIME", "minimal")
+    monkeypatch.delenv("AIPTRAIN_STAGING_BUCKET", raising=False)
+    return home
+
+
+@pytest.fixture
+def cli(home):
+    """Run `aiptrain ARGS...` as a real process; returns CompletedProcess (text)."""
+
+    def run(*args: str, timeout: float = 180, check_code: int | None = None) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [sys.executable, "-m", "aiptrain", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ},
+        )
+        if check_code is not None:
+            assert result.returncode == check_code, (result.returncode, result.stdout, result.stderr)
+        return result
+
+    return run
+
+
+def job_resources(api, job_id: str | None = None) -> list[str]:
+    """Names of the containers and networks aiptrain made (for one job, or any)."""
+    label = f"aiptrain.job-id={job_id}" if job_id else "aiptrain.job-id"
+    containers = [c["Names"][0] for c in api.containers(all=True, filters={"label": label})]
+    networks = [n["Name"] for n in api.networks(filters={"label": label})]
+    return containers + networks
+
+
+def wait_for(predicate, timeout: float = 60, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def submit_args(tmp_path, minimal_runtime):
+    """Flags for a BASIC job of the sample trainer with a fresh job dir; extend as needed."""
+
+    def build(job_id: str, *extra: str, user_args: tuple[str, ...] = ("--steps", "10")) -> list[str]:
+        return [
+            "jobs", "submit", "training", job_id,
+            "--package-path", str(SAMPLE_TRAINER),
+            "--module-name", "trainer.task",
+            "--job-dir", str(tmp_path / f"{job_id}-out"),
+            "--region", "us-central1",
+            "--runtime-version", minimal_runtime,
+            *extra,
+            "--", *user_args,
+        ]
+
+    return build
