@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiptrain.model import Job
+from aiptrain.model import Job, ReplicaConfig, TrainingInput
 from aiptrain.topology import EVALUATOR, MASTER, PS, WORKER, Replica
 
 TF_PORT = 2222
@@ -74,16 +74,17 @@ class LaunchPlan:
     network: NetworkSpec
     containers: tuple[ContainerSpec, ...]
 
-    def to_dict(self, mask: tuple[str, ...] = ()) -> dict[str, Any]:
-        """A printable form; env values whose names contain a `mask` word are hidden."""
+    def to_dict(self) -> dict[str, Any]:
+        """A printable form; env values that look like secrets are hidden."""
         import dataclasses
 
         data = dataclasses.asdict(self)
         for container in data["containers"]:
-            container["env"] = {k: mask_value(k, v, mask) for k, v in container["env"].items()}
+            container["env"] = {k: mask_value(k, v) for k, v in container["env"].items()}
         return data
 
 
+# Env names holding any of these words are printed masked (credentials, tokens).
 SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL")
 
 
@@ -169,18 +170,28 @@ def cluster_env(job: Job, replicas: list[Replica], replica: Replica) -> dict[str
 
 
 def _image_and_command(job: Job, replica: Replica, inputs: PlanInputs) -> tuple[str, list[str] | None, list[str]]:
+    """(image, entrypoint, command) of one replica; an entrypoint of None keeps the image's ENTRYPOINT."""
     ti = job.training_input
-    job_dir_args = ["--job-dir", ti.job_dir] if ti.job_dir else []
-    config = replica.config
-    master_image = ti.master_config.image_uri if ti.master_config else None
-    image_uri = (config.image_uri if config else None) or master_image
-    if image_uri:
-        # Custom container: args go to the image's ENTRYPOINT unless containerCommand/Args say otherwise.
-        if config and (config.container_command or config.container_args):
-            return image_uri, config.container_command, list(config.container_args or [])
-        return image_uri, None, [*(ti.args or []), *job_dir_args]
-    command = ["sh", "-c", BOOTSTRAP, ti.python_module or "", *(ti.args or []), *job_dir_args]
-    return inputs.runtime_image or "", None, command
+    user_args = [*(ti.args or []), *(["--job-dir", ti.job_dir] if ti.job_dir else [])]
+    if ti.uses_custom_container:
+        return _custom_container(ti, replica.config, user_args)
+    return inputs.runtime_image or "", None, ["sh", "-c", BOOTSTRAP, ti.python_module or "", *user_args]
+
+
+def _custom_container(
+    ti: TrainingInput, config: ReplicaConfig | None, user_args: list[str]
+) -> tuple[str, list[str] | None, list[str]]:
+    """A custom container runs as `docker run IMAGE ARGS...` would: the user's args (and
+    `--job-dir`) replace the image's CMD, so they reach its ENTRYPOINT. containerCommand and
+    containerArgs, when set, are the whole command line instead, with Docker's rules
+    (containerCommand replaces ENTRYPOINT and runs without the image's CMD; containerArgs
+    alone replaces CMD), so nothing is added to them. Only the image defaults to the
+    master's: on AI Platform the other ReplicaConfig fields are per replica type."""
+    image = (config.image_uri if config else None) or ti.master_config.image_uri
+    if config and (config.container_command or config.container_args):
+        # Empty lists are unset fields in the proto, hence `or None` rather than an empty ENTRYPOINT.
+        return image, config.container_command or None, list(config.container_args or [])
+    return image, None, user_args
 
 
 def _limits(replica: Replica, replicas: list[Replica], inputs: PlanInputs) -> tuple[int | None, int | None, int]:

@@ -144,9 +144,7 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, p
     )
     submission = prepare(submit_flags, services.settings)
     if dry_run:
-        from aiptrain.planning import SECRET_WORDS
-
-        click.echo(_yaml(dry_run_plan(submission).to_dict(mask=SECRET_WORDS)), nl=False)
+        click.echo(_yaml(dry_run_plan(submission).to_dict()), nl=False)
         return
     job = Submitter(services.settings, services.store, services.backend).submit(submission)
     click.echo(f"Job [{job.job_id}] submitted successfully.", err=True)

@@ -1,0 +1,48 @@
+"""Log records, severities and gcloud's line format."""
+
+import threading
+
+import pytest
+
+from aiptrain.logs import JobLogWriter, LogRecord, follow, format_record, read_records, severity_of
+
+
+@pytest.mark.parametrize(
+    "stream, text, severity",
+    [
+        ("stdout", "ERROR: printed", "INFO"),
+        ("stderr", "Traceback (most recent call last):", "ERROR"),
+        ("stderr", "WARNING:root:careful", "WARNING"),
+        ("stderr", "INFO:tensorflow:step 1", "INFO"),
+        ("stderr", "W1121 19:51:03.123 absl warning", "WARNING"),
+        ("stderr", "2026-11-21 19:51:03.123456: I tensorflow/core/x.cc:1] oneDNN", "INFO"),
+    ],
+)
+def test_severity(stream, text, severity):
+    assert severity_of(stream, text) == severity
+
+
+def test_gcloud_format_splits_multiline_messages():
+    record = LogRecord("2026-11-21T19:51:03.123456789Z", "worker-replica-1", "ERROR", "line one\nline two")
+    lines = format_record(record)
+    assert len(lines) == 2
+    severity, stamp, task, trial, message = lines[1].split("\t")
+    assert (severity, task, trial, message) == ("ERROR", "worker-replica-1", "", "line two")
+    assert len(stamp) == len("2026-11-21 19:51:03 +0000")
+    assert len(format_record(record, allow_multiline=True)) == 1
+
+
+def test_follow_reads_everything_written_before_done(tmp_path):
+    path = tmp_path / "job.jsonl"
+    writer = JobLogWriter(path)
+    done = threading.Event()
+
+    def produce():
+        for i in range(500):
+            writer.write("master-replica-0", "INFO", f"line {i}")
+        done.set()
+
+    threading.Thread(target=produce).start()
+    messages = [r.message for r in follow(path, done.is_set, poll_seconds=0.01)]
+    assert messages == [f"line {i}" for i in range(500)]
+    assert len(read_records(path)[0]) == 500

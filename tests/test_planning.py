@@ -1,0 +1,143 @@
+"""Planning is pure: whole plan values are compared, no Docker needed."""
+
+import json
+
+import pytest
+
+from aiptrain.model import Job, ScaleTier, TrainingInput
+from aiptrain.planning import BOOTSTRAP, ContainerSpec, LaunchPlan, Mount, NetworkSpec, PlanInputs, plan
+from aiptrain.topology import replicas_for
+
+
+def make_job(**training_input) -> Job:
+    defaults = dict(python_module="trainer.task", args=["--steps", "5"], job_dir="/data/out",
+                    region="us-central1", runtime_version="2.11", package_uris=["file:///b/x/trainer-0.0.0.tar.gz"])
+    return Job(job_id="my_job", training_input=TrainingInput(**{**defaults, **training_input}))
+
+
+INPUTS = PlanInputs(
+    runtime_image="aiptrain/runtime:2.11",
+    package_files=("trainer-0.0.0.tar.gz",),
+    package_dir="/home/u/.local/share/aiptrain/work/my_job/packages",
+    job_dir_mount="/data/out",
+    user="1000:1000",
+    host_cpus=8,
+    host_memory_bytes=32 << 30,
+)
+
+
+def test_basic_plan_is_one_whole_value():
+    job = make_job()
+    launch = plan(job, replicas_for(job.training_input), INPUTS)
+    tf_config = {
+        "cluster": {"chief": ["my-job-master-0:2222"]},
+        "task": {"type": "chief", "index": 0},
+        "job": job.training_input.model_dump(mode="json", exclude_none=True),
+        "environment": "cloud",
+    }
+    cluster_spec = {**tf_config, "cluster": {"master": ["my-job-master-0:2222"]}, "task": {"type": "master", "index": 0}}
+    assert launch == LaunchPlan(
+        job_id="my_job",
+        network=NetworkSpec(name="aiptrain-my_job", labels={"aiptrain.job-id": "my_job"}),
+        containers=(
+            ContainerSpec(
+                name="my_job-master-0",
+                hostname="my-job-master-0",
+                task_name="master-replica-0",
+                task_type="master",
+                task_index=0,
+                image="aiptrain/runtime:2.11",
+                entrypoint=None,
+                command=["sh", "-c", BOOTSTRAP, "trainer.task", "--steps", "5", "--job-dir", "/data/out"],
+                env={
+                    "TF_CONFIG": json.dumps(tf_config),
+                    "CLUSTER_SPEC": json.dumps(cluster_spec),
+                    "PYTHONUNBUFFERED": "1",
+                    "HOME": "/tmp",
+                    "PYTHONUSERBASE": "/tmp/.local",
+                    "AIPTRAIN_PACKAGES": "/opt/aiptrain/packages/trainer-0.0.0.tar.gz",
+                },
+                mounts=(
+                    Mount(INPUTS.package_dir, "/opt/aiptrain/packages", read_only=True),
+                    Mount("/data/out", "/data/out", read_only=False),
+                ),
+                labels={
+                    "aiptrain.job-id": "my_job",
+                    "aiptrain.task-name": "master-replica-0",
+                    "aiptrain.task-type": "master",
+                    "aiptrain.task-index": "0",
+                },
+                user="1000:1000",
+                gpus=0,
+                nano_cpus=None,
+                memory_bytes=None,
+                shm_bytes=15 << 30,
+            ),
+        ),
+    )
+
+
+def tf_configs(launch):
+    return {c.task_name: json.loads(c.env["TF_CONFIG"]) for c in launch.containers}
+
+
+def test_standard_1_cluster_and_tasks():
+    job = make_job(scale_tier=ScaleTier.STANDARD_1)
+    configs = tf_configs(plan(job, replicas_for(job.training_input), INPUTS))
+    assert list(configs) == ["master-replica-0"] + [f"worker-replica-{i}" for i in range(4)] + [
+        f"ps-replica-{i}" for i in range(3)
+    ]
+    expected_cluster = {
+        "chief": ["my-job-master-0:2222"],
+        "worker": [f"my-job-worker-{i}:2222" for i in range(4)],
+        "ps": [f"my-job-ps-{i}:2222" for i in range(3)],
+    }
+    for name, config in configs.items():
+        assert config["cluster"] == expected_cluster  # identical on every replica
+        assert config["environment"] == "cloud"
+    assert configs["worker-replica-2"]["task"] == {"type": "worker", "index": 2}
+    assert configs["ps-replica-1"]["task"] == {"type": "ps", "index": 1}
+
+
+def test_evaluators_are_not_in_the_tf_config_cluster_but_are_in_cluster_spec():
+    job = make_job(scale_tier="CUSTOM", master_type="n1-standard-4", evaluator_type="n1-standard-4", evaluator_count=1)
+    launch = plan(job, replicas_for(job.training_input), INPUTS)
+    evaluator = launch.containers[-1]
+    tf_config = json.loads(evaluator.env["TF_CONFIG"])
+    assert tf_config["cluster"] == {"chief": ["my-job-master-0:2222"]}
+    assert tf_config["task"] == {"type": "evaluator", "index": 0}
+    assert json.loads(evaluator.env["CLUSTER_SPEC"])["cluster"]["evaluator"] == ["my-job-evaluator-0:2222"]
+
+
+def test_master_for_old_runtimes_and_custom_containers_without_use_chief():
+    old = make_job(runtime_version="1.15")
+    assert tf_configs(plan(old, replicas_for(old.training_input), INPUTS))["master-replica-0"]["cluster"] == {
+        "master": ["my-job-master-0:2222"]
+    }
+    forced = make_job(runtime_version="1.15", use_chief_in_tf_config=True)
+    assert "chief" in tf_configs(plan(forced, replicas_for(forced.training_input), INPUTS))["master-replica-0"]["cluster"]
+
+
+def test_resource_limits_scale_machine_types_to_the_host():
+    job = make_job(scale_tier=ScaleTier.STANDARD_1)  # 5 x 8 vCPUs + 3 x 4 vCPUs = 52 vCPUs
+    limited = PlanInputs(**{**INPUTS.__dict__, "limit_resources": True, "host_cpus": 13})
+    launch = plan(job, replicas_for(job.training_input), limited)
+    master, ps = launch.containers[0], launch.containers[-1]
+    assert master.nano_cpus == 2 * 10**9 and ps.nano_cpus == 1 * 10**9
+    job_memory_gb = 5 * 7.2 + 3 * 15  # 81 GB wanted, 32 GiB here: every replica gets 32/81 of its size
+    assert master.memory_bytes == pytest.approx(7.2 * (1 << 30) * 32 / job_memory_gb, rel=1e-6)
+    assert master.shm_bytes == master.memory_bytes
+
+
+def test_gpu_requests_follow_accelerators():
+    job = make_job(scale_tier=ScaleTier.BASIC_GPU)
+    (master,) = plan(job, replicas_for(job.training_input), INPUTS).containers
+    assert master.gpus == 1
+
+
+def test_dry_run_form_masks_secrets():
+    job = make_job()
+    inputs = PlanInputs(**{**INPUTS.__dict__, "extra_env": {"MY_API_KEY": "hunter2", "PLAIN": "visible"}})
+    printed = plan(job, replicas_for(job.training_input), inputs).to_dict()
+    env = printed["containers"][0]["env"]
+    assert env["MY_API_KEY"] == "*****" and env["PLAIN"] == "visible"

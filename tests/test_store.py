@@ -1,0 +1,62 @@
+"""The job store under concurrent writers."""
+
+import multiprocessing
+
+import pytest
+
+from aiptrain.errors import ValidationError
+from aiptrain.model import Job, State, TrainingInput
+from aiptrain.store import JobStore
+
+
+def test_transitions_are_compare_and_set_with_times(tmp_path):
+    store = JobStore(tmp_path / "jobs.db")
+    store.create(Job(job_id="a", training_input=TrainingInput(region="r")))
+    assert store.transition("a", State.RUNNING, [State.PREPARING]) is None  # it is QUEUED, not PREPARING
+    assert store.transition("a", State.PREPARING, [State.QUEUED]).state is State.PREPARING
+    running = store.transition("a", State.RUNNING, [State.PREPARING])
+    assert running.start_time is not None and running.end_time is None
+    done = store.transition("a", State.FAILED, [State.RUNNING], error_message="boom")
+    assert (done.state, done.error_message) == (State.FAILED, "boom") and done.end_time is not None
+    assert store.transition("a", State.SUCCEEDED, [State.RUNNING]) is None
+    assert [state for _, state, _ in store.events("a")] == ["QUEUED", "PREPARING", "RUNNING", "FAILED"]
+
+
+def test_duplicate_ids_are_rejected(tmp_path):
+    store = JobStore(tmp_path / "jobs.db")
+    store.create(Job(job_id="a"))
+    with pytest.raises(ValidationError, match="already exists"):
+        store.create(Job(job_id="a"))
+
+
+def _create_many(path, worker, results):
+    store = JobStore(path)
+    for i in range(20):
+        for job_id in (f"shared_{i}", f"own_{worker}_{i}"):
+            try:
+                store.create(Job(job_id=job_id))
+                results.put(job_id)
+            except ValidationError:
+                pass
+
+
+def test_concurrent_processes_never_create_the_same_job_twice(tmp_path):
+    path = tmp_path / "jobs.db"
+    JobStore(path).close()
+    results = multiprocessing.Queue()
+    workers = [multiprocessing.Process(target=_create_many, args=(path, w, results)) for w in range(6)]
+    for process in workers:
+        process.start()
+    for process in workers:
+        process.join(60)
+    created = [results.get() for _ in range(results.qsize())]
+    assert sorted(created) == sorted({*created})  # nobody created an ID twice
+    assert len([c for c in created if c.startswith("shared_")]) == 20
+    assert len(JobStore(path).list()) == 20 + 6 * 20
+
+
+def test_restart_counts_persist(tmp_path):
+    store = JobStore(tmp_path / "jobs.db")
+    store.create(Job(job_id="a"))
+    store.count_restart("a", "worker-replica-1")
+    assert JobStore(tmp_path / "jobs.db").count_restart("a", "worker-replica-1") == 2
