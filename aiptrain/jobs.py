@@ -20,7 +20,7 @@ from pathlib import Path
 from aiptrain.config import SubmitFlags, build_job
 from aiptrain.errors import AiptrainError, JobNotFound, ValidationError
 from aiptrain.logs import JobLogWriter
-from aiptrain.model import Job, State
+from aiptrain.model import Job, State, TrainingInput
 from aiptrain.ownership import JobLock
 from aiptrain.planning import LaunchPlan, PlanInputs, plan
 from aiptrain.settings import Settings
@@ -78,13 +78,7 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
     ti = job.training_input
     if flags.labels:
         validate_labels(flags.labels)
-    if ti.master_config and ti.master_config.image_uri and ti.runtime_version:
-        raise ValidationError("Only one of --master-image-uri, --runtime-version can be set.")
-    for config in (ti.master_config, ti.worker_config, ti.parameter_server_config, ti.evaluator_config):
-        if config and (config.container_command or config.container_args) and not ti.uses_custom_container:
-            raise ValidationError(
-                "containerCommand and containerArgs need a custom container: set --master-image-uri."
-            )
+    _check_custom_container(ti)
     if not ti.region:
         ti.region = os.environ.get("CLOUDSDK_COMPUTE_REGION", "us-central1")
     if ti.scheduling and ti.scheduling.max_running_time:
@@ -114,6 +108,38 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
         job, replicas, package_path, local_packages, remote_packages, runtime_image, job_dir_mount,
         flags.staging_bucket or settings.default_bucket or None,
     )
+
+
+# Each ReplicaConfig: its field, its name in the REST resource, and where users set its image.
+_REPLICA_CONFIGS = (
+    ("master_config", "masterConfig", "--master-image-uri"),
+    ("worker_config", "workerConfig", "--worker-image-uri"),
+    ("parameter_server_config", "parameterServerConfig", "--parameter-server-image-uri"),
+    ("evaluator_config", "evaluatorConfig", "evaluatorConfig.imageUri"),
+)
+
+
+def _check_custom_container(ti: TrainingInput) -> None:
+    """gcloud's and the REST API's rules for custom containers (reference §1.3, §3.3)."""
+    if ti.uses_custom_container and ti.runtime_version:
+        raise ValidationError("Only one of --master-image-uri, --runtime-version can be set.")
+    for field, name, image_flag in _REPLICA_CONFIGS:
+        config = getattr(ti, field)
+        if config is None:
+            continue
+        sets_command = bool(config.container_command or config.container_args)
+        if not ti.uses_custom_container and config.image_uri:
+            # Other replica types default to the master's image; a runtime-version master has none.
+            raise ValidationError(f"{image_flag} needs --master-image-uri: set the master's image too.")
+        if not ti.uses_custom_container and sets_command:
+            raise ValidationError(
+                f"{name}.containerCommand and containerArgs need a custom container: set --master-image-uri."
+            )
+        if sets_command and ti.args:
+            raise ValidationError(
+                f"User args (after `--` or `args:` in --config) cannot be combined with {name}.containerCommand "
+                "or containerArgs: put them in containerArgs instead."
+            )
 
 
 def _split_packages(packages: list[str]) -> tuple[list[Path], list[str]]:

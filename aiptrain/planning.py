@@ -60,6 +60,9 @@ class ContainerSpec:
     nano_cpus: int | None = None
     memory_bytes: int | None = None
     shm_bytes: int = 1 << 30
+    # Runtime replicas start in the writable /tmp; a custom container keeps its image's WORKDIR
+    # (None), which entrypoints such as `python3 main.py` rely on.
+    working_dir: str | None = "/tmp"
 
 
 @dataclass(frozen=True)
@@ -256,6 +259,7 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs) -> LaunchPlan:
                 nano_cpus=nano_cpus,
                 memory_bytes=memory,
                 shm_bytes=shm,
+                working_dir=None if job.training_input.uses_custom_container else "/tmp",
             )
         )
     return LaunchPlan(job_id=job_id, network=network, containers=tuple(containers))

@@ -132,7 +132,7 @@ class DockerBackend:
             labels=spec.labels,
             name=spec.name,
             user=spec.user,
-            working_dir="/tmp",
+            working_dir=spec.working_dir,
             host_config=host_config,
             networking_config=api.create_networking_config({network: endpoint}),
         )
