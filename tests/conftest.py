@@ -81,7 +81,7 @@ def cli(home):
 
 def job_resources(api, job_id: str | None = None) -> list[str]:
     """Names of the containers and networks aiptrain made (for one job, or any)."""
-    label = f"aiptrain.job-id={job_id}" if job_id else "aiptrain.job-id"
+    label = "aiptrain.job-id" if job_id is None else f"aiptrain.job-id={job_id}"
     containers = [c["Names"][0] for c in api.containers(all=True, filters={"label": label})]
     networks = [n["Name"] for n in api.networks(filters={"label": label})]
     return containers + networks
