@@ -1,8 +1,19 @@
-"""`aiptrain runtimes ...`: which runtime versions exist and building their images."""
+"""`aiptrain runtimes ...`: which runtime versions exist, and building their images.
+
+Only click is imported with this module: rich, docker and the runtime table load when
+a command runs, so `aiptrain runtimes --help` stays fast.
+"""
 
 from __future__ import annotations
 
+import sys
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
 import click
+
+# Progress lines that start a new phase of a build: the spinner names the latest one.
+_STEP_PREFIXES = ("Step ", "Downloading ", "Building ")
 
 
 @click.group()
@@ -12,54 +23,131 @@ def runtimes() -> None:
 
 @runtimes.command(name="list")
 def list_() -> None:
-    """List runtime versions, their images and whether each is built."""
+    """List runtime versions: image, whether it is built, frameworks."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     from aiptrain.runtimes import RUNTIMES
 
-    built = _built_images()
+    built, problem = _built_images()
+    if problem:
+        click.echo(f"WARNING: cannot tell which images are built: {problem}", err=True)
+    table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
+    for column in ("VERSION", "IMAGE", "STATUS", "FRAMEWORKS"):
+        table.add_column(column, no_wrap=True)
     for rt in RUNTIMES.values():
-        state = "built" if rt.image in built else ("not built" if built is not None else "unknown")
-        click.echo(f"{rt.version:<8} {rt.image:<26} {state:<10} {rt.description}")
+        table.add_row(rt.version, rt.image, _status(rt.image, built), Text(_frameworks(rt.packages)))
+    # Wide and unwrapped, without the padding after the last column: one clean line per row for scripts.
+    console = Console(width=10_000, highlight=False, soft_wrap=True)
+    with console.capture() as captured:
+        console.print(table)
+    click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
 
 
-def _built_images() -> set[str] | None:
+def _status(image: str, built: set[str] | None):
+    from rich.text import Text
+
+    if built is None:
+        return Text("unknown", style="dim")
+    return Text("built", style="green") if image in built else Text("not built", style="yellow")
+
+
+def _frameworks(packages: tuple[str, ...]) -> str:
+    return ", ".join(p.replace("==", " ") for p in packages) or "none (Python and pip only)"
+
+
+def _built_images() -> tuple[set[str] | None, str | None]:
+    """The runtime image tags on the engine, or (None, why not) when it cannot be asked."""
+    from aiptrain.errors import AiptrainError
+
     try:
         from aiptrain.backends.docker import connect
         from aiptrain.runtimes import IMAGE_REPOSITORY
 
-        return {tag for image in connect().images(name=IMAGE_REPOSITORY) for tag in image.get("RepoTags") or []}
-    except Exception:
-        return None
+        images = connect(timeout=10).images(name=IMAGE_REPOSITORY)
+    except AiptrainError as exc:
+        return None, str(exc)
+    except Exception as exc:  # the engine answered, but not as expected
+        return None, f"{type(exc).__name__}: {exc}"
+    return {tag for image in images for tag in image.get("RepoTags") or []}, None
 
 
 @runtimes.command()
-@click.argument("versions", nargs=-1, required=True)
+@click.argument("versions", nargs=-1, required=True, metavar="VERSION...")
 @click.option("--force", is_flag=True, help="Rebuild even if the image exists.")
 def build(versions, force) -> None:
-    """Build the images of runtime VERSIONS (offline: wheels come from the host)."""
-    from aiptrain.runtimes import build_image, runtime
+    """Build the images of runtime VERSIONs (offline: the host downloads the wheels)."""
+    from aiptrain.runtimes import build_image
     from aiptrain.settings import Settings
 
+    chosen = [_known_runtime(version) for version in versions]  # all checked before a long build starts
     settings = Settings()
-    for version in versions:
-        rt = runtime(version)
-        image = build_image(rt, settings.base_image, settings.cache_dir, _progress(), force=force)
-        click.echo(f"Runtime {version}: {image}")
+    for rt in chosen:
+        if not force and _image_exists(rt.image):
+            click.echo(f"Runtime {rt.version}: {rt.image} is already built (--force rebuilds it).")
+            continue
+        with _build_display(f"Building runtime {rt.version} ({rt.image})") as progress:
+            image = build_image(rt, settings.base_image, settings.cache_dir, progress, force=force)
+        click.echo(f"Runtime {rt.version}: built {image}.")
 
 
-def _progress():
-    import sys
+def _known_runtime(version: str):
+    from aiptrain.errors import ValidationError
+    from aiptrain.runtimes import RUNTIMES
 
+    if version not in RUNTIMES:
+        raise ValidationError(
+            f"Unknown runtime version [{version}]: choose one of {', '.join(RUNTIMES)} (`aiptrain runtimes list`)."
+        )
+    return RUNTIMES[version]
+
+
+def _image_exists(image: str) -> bool:
+    from docker.errors import ImageNotFound
+
+    from aiptrain.backends.docker import connect
+
+    try:
+        connect().inspect_image(image)
+    except ImageNotFound:
+        return False
+    return True
+
+
+@contextmanager
+def _build_display(title: str) -> Iterator[Callable[[str], None]]:
+    """Where build progress goes: a spinner naming the current step on a terminal, every
+    line as it comes otherwise (logs and CI)."""
     if not sys.stderr.isatty():
-        return lambda line: click.echo(line, err=True)
+        click.echo(title, err=True)
+        yield lambda line: click.echo(line, err=True)
+        return
     from rich.console import Console
 
-    console = Console(stderr=True)
-    status = console.status("Building runtime image")
-    status.start()
+    with _spinner(Console(stderr=True, highlight=False), title) as show:
+        yield show
 
-    def show(line: str) -> None:
-        status.update(line[:100])
-        if line.startswith(("Step ", "Downloading", "Building")):
-            console.log(line[:160])
 
-    return show
+@contextmanager
+def _spinner(console, title: str) -> Iterator[Callable[[str], None]]:
+    """A spinner showing the current step and the latest line; the steps stay printed above
+    it. Leaving the block stops it however the build ended, so the cursor comes back."""
+    from rich.text import Text
+
+    def line_text(step: str, detail: str) -> Text:
+        text = Text.assemble((step, "bold"), ("  " + detail if detail else "", "dim"))
+        text.no_wrap, text.overflow = True, "ellipsis"  # one line, or the spinner scrolls the screen
+        return text
+
+    step = title
+    with console.status(line_text(step, "")) as status:
+
+        def show(line: str) -> None:
+            nonlocal step
+            if line.startswith(_STEP_PREFIXES):
+                step = line
+                console.print(Text(line, no_wrap=True, overflow="ellipsis"))
+            status.update(line_text(step, "" if line == step else line))
+
+        yield show
