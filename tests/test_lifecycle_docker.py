@@ -160,3 +160,26 @@ def test_ten_concurrent_submits_are_all_recorded_once(cli, probe_args, docker_ap
     listed = [line.split()[0] for line in cli("jobs", "list", check_code=0).stdout.splitlines()[1:]]
     assert sorted(listed) == sorted(ids)
     assert all(job_resources(docker_api, job_id) == [] for job_id in ids)
+
+
+def test_gpu_job_on_an_engine_without_gpu_runtime_is_refused_cleanly(cli, probe_args, docker_api, home):
+    if "nvidia" in docker_api.info().get("Runtimes", {}):
+        pytest.skip("this engine has a GPU runtime")
+    result = cli(*probe_args("wants_gpu", "--scale-tier", "basic-gpu"))
+    assert result.returncode == 3 and "no GPU runtime" in result.stderr and result.stderr.count("\n") == 1
+    assert cli("jobs", "list").stderr.strip() == "Listed 0 items."
+    assert job_resources(docker_api, "wants_gpu") == []
+
+
+def test_ctrl_c_stops_the_stream_not_the_job(cli, probe_args, docker_api):
+    args = probe_args("interrupted_stream", "--stream-logs", user_args=("--run", "chief=8"))
+    process = subprocess.Popen([sys.executable, "-m", "aiptrain", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: containers(docker_api, "interrupted_stream", status="running"), what="master running")
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130
+    assert "Received keyboard interrupt." in stderr and "aiptrain jobs stream-logs interrupted_stream" in stderr
+    assert state_of(cli, "interrupted_stream")["state"] == "RUNNING"
+    wait_for(lambda: state_of(cli, "interrupted_stream")["state"] == "SUCCEEDED", timeout=60, what="SUCCEEDED")
