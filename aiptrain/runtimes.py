@@ -156,4 +156,6 @@ def build_image(
             line = chunk.get("stream", "").strip()
             if line:
                 progress(line)
+    # The legacy builder keeps the install stage as an untagged image holding the wheelhouse.
+    api.prune_images(filters={"label": "aiptrain.build-stage=install", "dangling": True})
     return rt.image

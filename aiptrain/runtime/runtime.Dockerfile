@@ -3,6 +3,8 @@
 # Two stages keep the wheelhouse out of the final image (no BuildKit needed).
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE} AS install
+# Labelled so the builder can delete this stage (and its copy of the wheelhouse) afterwards.
+LABEL aiptrain.build-stage=install
 COPY wheelhouse /wheelhouse
 RUN if [ -s /wheelhouse/requirements.txt ]; then \
       python3 -m pip install --no-index --find-links /wheelhouse --target /install \
