@@ -30,6 +30,7 @@ from aiptrain.validation import parse_duration_seconds
 
 ACTIVE = (State.QUEUED, State.PREPARING, State.RUNNING, State.CANCELLING)
 LOG_TAIL_LINES = 20
+ENGINE_PATIENCE_SECONDS = 30
 
 
 class LogFollowers:
@@ -112,7 +113,7 @@ class Supervisor:
                         f"({job.training_input.scheduling.max_running_time}).",
                     )
                     continue
-            observations = self.backend.observe(self.job_id)
+            observations = self.observe()
             followers.sync(observations)
             decision = decide(
                 expected,
@@ -126,6 +127,18 @@ class Supervisor:
             for task in decision.restart:
                 self.restart(task, observations, followers)
             time.sleep(self.settings.poll_seconds)
+
+    def observe(self) -> list[ReplicaObservation]:
+        """The replicas' states, riding out a Docker engine that is briefly unreachable
+        (restarting, overloaded) instead of failing a healthy job."""
+        import tenacity
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_delay(ENGINE_PATIENCE_SECONDS),
+            wait=tenacity.wait_exponential(multiplier=0.1, max=2),
+            reraise=True,
+        )
+        return retrying(self.backend.observe, self.job_id)
 
     def restart(self, task: str, observations: list[ReplicaObservation], followers: LogFollowers) -> None:
         obs = next(o for o in observations if o.task_name == task)
