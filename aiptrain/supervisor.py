@@ -30,6 +30,7 @@ from aiptrain.validation import parse_duration_seconds
 
 ACTIVE = (State.QUEUED, State.PREPARING, State.RUNNING, State.CANCELLING)
 LOG_TAIL_LINES = 20
+TRACEBACK_LINES = 60
 ENGINE_PATIENCE_SECONDS = 30
 
 
@@ -178,13 +179,23 @@ class Supervisor:
             return None
         message = decision.error_message or "The job failed."
         if decision.failed_task:
-            tail = [r.message for r in read_records(self.log_path)[0] if r.task == decision.failed_task]
+            lines = [r.message for r in read_records(self.log_path)[0] if r.task == decision.failed_task]
+            tail = log_tail(lines)
             if tail:
-                message += "\n" + "\n".join(tail[-LOG_TAIL_LINES:])
+                message += "\n" + "\n".join(tail)
         return (
             f"{message}\n\nTo find out more about why your job exited please check the logs: "
             f"aiptrain jobs stream-logs {self.job_id}"
         )
+
+
+def log_tail(lines: list[str]) -> list[str]:
+    """The end of a failed replica's output for its error message: from the last traceback
+    on when there is one (as AI Platform shows it), else the last lines."""
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    if starts and len(lines) - starts[-1] <= TRACEBACK_LINES:
+        return lines[starts[-1]:]
+    return lines[-LOG_TAIL_LINES:]
 
 
 def spawn(job_id: str, lock: JobLock, settings: Settings) -> int:

@@ -77,3 +77,11 @@ CASES = [
 @pytest.mark.parametrize("observations, restarts, cancel, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_decide(observations, restarts, cancel, expected):
     assert decide(TASKS, observations, restarts, max_restarts=5, cancel_requested=cancel) == expected
+
+
+def test_error_log_tail_starts_at_the_last_traceback():
+    from aiptrain.supervisor import log_tail
+
+    lines = [f"noise {i}" for i in range(50)] + ["Traceback (most recent call last):", "  File x", "    ^^^^", "ValueError: bad"]
+    assert log_tail(lines) == lines[-4:]
+    assert log_tail([f"line {i}" for i in range(30)]) == [f"line {i}" for i in range(10, 30)]
