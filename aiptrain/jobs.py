@@ -22,8 +22,9 @@ from aiptrain.errors import AiptrainError, JobNotFound, ValidationError
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State, TrainingInput
 from aiptrain.ownership import JobLock
-from aiptrain.planning import LaunchPlan, PlanInputs, plan
+from aiptrain.planning import LaunchPlan, Mount, PlanInputs, plan
 from aiptrain.settings import Settings
+from aiptrain.staging import WHEELHOUSE
 from aiptrain.store import JobStore, duplicate_job
 from aiptrain.storage import is_gcs, local_path
 from aiptrain.topology import Replica, replicas_for
@@ -152,35 +153,61 @@ def _split_packages(packages: list[str]) -> tuple[list[Path], list[str]]:
         if not path.is_file():
             raise ValidationError(f"--packages entry [{entry}] is not a file: give a path to a .tar.gz or .whl.")
         local.append(path.resolve())
-    names = [p.name for p in local] + [u.rsplit("/", 1)[-1] for u in remote]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ValidationError(f"Cannot upload multiple packages with the same filename: [{', '.join(duplicates)}]")
+    check_unique_names([p.name for p in local] + [u.rsplit("/", 1)[-1] for u in remote])
     return local, remote
 
 
-def plan_inputs(submission: Submission, package_dir: Path | None, package_files: list[str]) -> PlanInputs:
+def check_unique_names(names: list[str]) -> None:
+    """Packages share one directory in the replicas, as they share one upload in gcloud."""
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValidationError(f"Cannot upload multiple packages with the same filename: [{', '.join(duplicates)}]")
+
+
+def plan_inputs(
+    submission: Submission,
+    package_dir: Path | None,
+    package_files: list[str],
+    wheelhouse: bool = False,
+    host_gateway: str | None = None,
+) -> PlanInputs:
+    extra_env, extra_mounts = {}, ()
+    job_dir = submission.job.training_input.job_dir
+    if job_dir and is_gcs(job_dir):
+        # Replicas get the gs:// job dir unchanged, and what they need to reach that storage.
+        from aiptrain.storage.gcs import replica_access
+
+        extra_env, files = replica_access(host_gateway)
+        extra_mounts = tuple(Mount(source, target, read_only=True) for source, target in files)
     return PlanInputs(
         runtime_image=submission.runtime_image,
         package_files=tuple(package_files),
         package_dir=str(package_dir) if package_dir else None,
+        wheelhouse=WHEELHOUSE if wheelhouse else None,
         job_dir_mount=submission.job_dir_mount,
         user=replica_user(),
         host_cpus=os.cpu_count() or 1,
         host_memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+        extra_env=extra_env,
+        extra_mounts=extra_mounts,
     )
 
 
 def dry_run_plan(submission: Submission) -> LaunchPlan:
     """The plan submit would launch, built without the bucket, the store or Docker.
-    The sdist is built in a temporary directory to learn its file name."""
+    The sdist is built in a temporary directory to learn its file name and requirements."""
     files = [p.name for p in submission.local_packages] + [u.rsplit("/", 1)[-1] for u in submission.remote_packages]
+    wheelhouse = False
     if submission.package_path:
         from aiptrain.packaging import build_sdist
+        from aiptrain.wheelhouse import requirements_for
 
         with tempfile.TemporaryDirectory() as tmp:
-            files.append(build_sdist(submission.package_path, Path(tmp)).path.name)
-    return plan(submission.job, submission.replicas, plan_inputs(submission, Path("<job work dir>/packages"), files))
+            sdist = build_sdist(submission.package_path, Path(tmp)).path
+            files.append(sdist.name)
+            wheelhouse = bool(submission.runtime_image and requirements_for([*submission.local_packages, sdist]))
+    inputs = plan_inputs(submission, Path("<job work dir>/packages"), files, wheelhouse)
+    return plan(submission.job, submission.replicas, inputs)
 
 
 class Submitter:
@@ -225,30 +252,47 @@ class Submitter:
         return self.store.get(job.job_id)
 
     def _stage_and_plan(self, submission: Submission, job: Job) -> LaunchPlan:
-        """Package, stage, fetch and plan; on any error leave no trace of the job."""
+        """Package, resolve dependencies, stage, fetch and plan; on any error leave no trace
+        of the job. What can be refused (the build, a missing gs:// package, a dependency with
+        no wheel) is refused before anything is written to the bucket."""
         from aiptrain import staging
 
         staged = None
         created_job_dir = None
         work_dir = self.settings.job_work_dir(job.job_id)
+        package_dir = work_dir / "packages"
         try:
             if submission.job_dir_mount:
                 created_job_dir = self._ensure_job_dir(Path(submission.job_dir_mount))
+            ti = job.training_input
             files = list(submission.local_packages)
-            with tempfile.TemporaryDirectory(prefix="aiptrain-build-") as build_dir:
-                if submission.package_path:
-                    from aiptrain.packaging import build_sdist
+            if submission.package_path:
+                from aiptrain.packaging import cached_sdist
 
-                    files.append(build_sdist(submission.package_path, Path(build_dir)).path)
-                ti = job.training_input
-                bucket_url, prefix = staging.staging_target(
-                    job.job_id, submission.staging_bucket, ti.job_dir, str(self.settings.bucket_root)
-                )
-                staged = staging.stage(files, bucket_url, prefix)
-            ti.package_uris = submission.remote_packages + staged.uris
+                files.append(cached_sdist(submission.package_path, self.settings.cache_dir).path)
+                check_unique_names([p.name for p in files] + [u.rsplit("/", 1)[-1] for u in submission.remote_packages])
+            # gs:// packages come first and are passed through; packageUris from --config
+            # count only when the flags name no package.
+            remote = submission.remote_packages if files or submission.remote_packages else list(ti.package_uris or [])
+            remote_files = staging.fetch(remote, package_dir)
+            wheels = []
+            if submission.runtime_image:
+                from aiptrain import wheelhouse
+
+                fetched = [package_dir / name for name in remote_files]
+                wheels = wheelhouse.resolve([*files, *fetched], self.settings.cache_dir)
+            bucket_url, prefix = staging.staging_target(
+                job.job_id, submission.staging_bucket, ti.job_dir, str(self.settings.bucket_root)
+            )
+            index = staging.StagedIndex(self.settings.cache_dir / "staged-objects.json")
+            staged = staging.stage(files, bucket_url, prefix, index, wheels)
+            ti.package_uris = remote + staged.uris
             self.store.update_resource(job)
-            package_files = staging.fetch(ti.package_uris, work_dir / "packages")
-            launch_plan = plan(job, submission.replicas, plan_inputs(submission, work_dir / "packages", package_files))
+            package_files = staging.fetch(ti.package_uris, package_dir)
+            # Replicas take the wheelhouse from this host's cache: the bucket's copy is the record.
+            staging.link_files(wheels, package_dir / WHEELHOUSE)
+            inputs = plan_inputs(submission, package_dir, package_files, bool(wheels), self._host_gateway(ti.job_dir))
+            launch_plan = plan(job, submission.replicas, inputs)
             self.backend.check_ready(launch_plan)
             return launch_plan
         except BaseException:
@@ -260,6 +304,18 @@ class Submitter:
             self.settings.job_log_path(job.job_id).unlink(missing_ok=True)
             self.store.delete(job.job_id)
             raise
+
+    def _host_gateway(self, job_dir: str | None) -> str | None:
+        """This host's address as replicas reach it, needed only to point them at a storage
+        emulator running here for a gs:// job dir."""
+        if not (job_dir and is_gcs(job_dir) and os.environ.get("STORAGE_EMULATOR_HOST")):
+            return None
+        api = getattr(self.backend, "api", None)
+        if api is None:
+            return None
+        from aiptrain.storage.gcs import docker_host_gateway
+
+        return docker_host_gateway(api)
 
     @staticmethod
     def _ensure_job_dir(path: Path) -> Path | None:

@@ -5,12 +5,19 @@ is used; otherwise a minimal one is generated for the package. Unlike gcloud, wh
 writes the generated setup.py into the user's tree and deletes it afterwards, we
 build from a copy in a temporary directory, so the user's tree is never touched,
 even if we are killed half way.
+
+Built sdists are cached by the content of the tree they were built from: resubmitting
+an unchanged trainer reuses the very same file, so its sha256 (and the staging path
+that contains it) is stable and nothing needs building or uploading again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -18,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiptrain.errors import ValidationError
+
+log = logging.getLogger(__name__)
 
 GENERATED_SETUP_PY = """\
 from setuptools import setup, find_packages
@@ -83,3 +92,100 @@ def build_sdist(package_path: Path, out_dir: Path) -> BuiltPackage:
         target = out_dir / built[0].name
         shutil.move(built[0], target)
     return BuiltPackage(target, sha256_of(target))
+
+
+# -- the sdist cache ---------------------------------------------------------------------------
+
+CACHE_FORMAT = "1"  # bump when what goes into a tree hash changes
+
+
+def _build_input(package_path: Path) -> tuple[Path, list[str] | None]:
+    """(directory copied into the build, the names in it to take or None for all) as build_sdist."""
+    package_root = package_path.parent
+    if (package_root / "setup.py").is_file():
+        return package_root, None
+    return package_root, [package_path.name]
+
+
+def _walk(directory: Path, names: list[str] | None, relative: str = "") -> list[tuple[str, Path]]:
+    """Every entry copytree(ignore=IGNORED, symlinks=True) would copy, sorted: (relative path, path)."""
+    listed = sorted(os.listdir(directory)) if names is None else sorted(n for n in names if (directory / n).exists())
+    ignored = IGNORED(str(directory), listed)
+    entries = []
+    for name in listed:
+        if name in ignored:
+            continue
+        path = directory / name
+        rel = f"{relative}{name}"
+        entries.append((rel, path))
+        if path.is_dir() and not path.is_symlink():
+            entries.extend(_walk(path, None, rel + "/"))
+    return entries
+
+
+def source_tree_hash(package_path: Path) -> str:
+    """A digest of what an sdist of `package_path` is built from: every file's path, executable
+    bit and content (symlinks by target), skipping what the build skips; plus the builder
+    (generated setup.py or not, setuptools and Python versions)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    directory, names = _build_input(package_path)
+    digest = hashlib.sha256()
+
+    def feed(*parts: str | bytes) -> None:
+        for part in parts:
+            data = part.encode() if isinstance(part, str) else part
+            digest.update(len(data).to_bytes(8, "big") + data)
+
+    try:
+        setuptools_version = version("setuptools")
+    except PackageNotFoundError:
+        setuptools_version = "none"
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    feed(CACHE_FORMAT, setuptools_version, python)
+    feed("generated" if names else "setup.py", GENERATED_SETUP_PY if names else "")
+    for rel, path in _walk(directory, names):
+        info = path.lstat()
+        if stat.S_ISLNK(info.st_mode):
+            feed("link", rel, os.readlink(path))
+        elif stat.S_ISDIR(info.st_mode):
+            feed("dir", rel)
+        elif stat.S_ISREG(info.st_mode):
+            feed("file", rel, "x" if info.st_mode & 0o111 else "-")
+            file_digest = hashlib.sha256()
+            with path.open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    file_digest.update(block)
+            feed(file_digest.digest())
+    return digest.hexdigest()
+
+
+def cached_sdist(package_path: Path, cache_dir: Path) -> BuiltPackage:
+    """The sdist of `package_path`, from `cache_dir/sdists/<tree hash>/` when the tree is
+    unchanged since it was built, else built now and kept there. The returned file belongs
+    to the cache: read it, never move or delete it."""
+    tree_hash = source_tree_hash(package_path)
+    entry = cache_dir / "sdists" / tree_hash
+    cached = sorted(entry.glob("*")) if entry.is_dir() else []
+    if cached:
+        log.debug("Reusing the cached sdist %s (source tree %s unchanged).", cached[0].name, tree_hash[:12])
+        return BuiltPackage(cached[0], sha256_of(cached[0]))
+    log.debug("Building an sdist of %s (source tree %s not in the cache).", package_path, tree_hash[:12])
+    shutil.rmtree(entry, ignore_errors=True)  # an entry someone emptied
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    # Build beside the entry and rename it into place: readers never see half an entry, and
+    # of two submits building the same tree at once, the first rename wins.
+    partial = Path(tempfile.mkdtemp(prefix=f".{tree_hash[:12]}-", dir=entry.parent))
+    try:
+        built = build_sdist(package_path, partial)
+        try:
+            os.rename(partial, entry)
+        except OSError:
+            theirs = sorted(entry.glob("*"))
+            if not theirs:
+                raise
+            log.debug("Another submit cached the same tree first; using its sdist.")
+            return BuiltPackage(theirs[0], sha256_of(theirs[0]))
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return BuiltPackage(entry / built.path.name, built.sha256)

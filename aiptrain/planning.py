@@ -25,10 +25,13 @@ LABEL_TASK_INDEX = LABEL_PREFIX + "task-index"
 
 # Runs in each replica of a runtime image: install the staged packages (offline, as
 # the user, into a tmpfs), then become the trainer. `sh -c SCRIPT MODULE ARGS...`
-# keeps the user's arguments out of any shell quoting.
+# keeps the user's arguments out of any shell quoting. With a wheelhouse (the packages'
+# dependencies, resolved on the host) pip installs the dependencies from it; without
+# one the packages need none, and --no-deps keeps pip from looking.
 BOOTSTRAP = (
     'echo "Installing the package: $AIPTRAIN_PACKAGES"; '
-    "python3 -m pip install --user --no-index --no-deps --no-build-isolation --no-cache-dir "
+    'deps=--no-deps; [ -n "$AIPTRAIN_WHEELHOUSE" ] && deps="--find-links $AIPTRAIN_WHEELHOUSE"; '
+    "python3 -m pip install --user --no-index $deps --no-build-isolation --no-cache-dir "
     "--disable-pip-version-check --no-warn-script-location --quiet $AIPTRAIN_PACKAGES || exit 1; "
     'echo "Running command: python3 -m $0 $*"; '
     'exec python3 -m "$0" "$@"'
@@ -102,6 +105,7 @@ class PlanInputs:
     runtime_image: str | None  # image for replicas without an imageUri
     package_files: tuple[str, ...] = ()  # basenames in the host package dir, install order
     package_dir: str | None = None  # host directory mounted read-only at PACKAGES_DIR
+    wheelhouse: str | None = None  # subdirectory of package_dir holding the packages' dependencies
     job_dir_mount: str | None = None  # local job dir (host path), mounted read-write at the same path
     user: str = "65534:65534"
     host_cpus: int = 2
@@ -236,6 +240,8 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs) -> LaunchPlan:
         }
         if package_paths and not entrypoint and command[:1] == ["sh"]:
             env["AIPTRAIN_PACKAGES"] = package_paths
+            if inputs.wheelhouse:
+                env["AIPTRAIN_WHEELHOUSE"] = f"{PACKAGES_DIR}/{inputs.wheelhouse}"
         containers.append(
             ContainerSpec(
                 name=f"{job_id}-{replica.task_type}-{replica.index}",

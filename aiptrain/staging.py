@@ -3,32 +3,54 @@ to this host for the replicas.
 
 Layout, as gcloud's uploads.py: with a staging bucket the objects go to
 `<bucket>/<jobId>/<sha256>/<file>`, otherwise to `<jobDir>/packages/<sha256>/<file>`,
-where <sha256> is one digest over the contents of all files uploaded together.
+where <sha256> is one digest over the contents of all files uploaded together. The
+dependencies' wheelhouse, when there is one, goes beside them in `<sha256>/wheelhouse/`.
 
 Replicas get the packages by a read-only mount of a host directory, filled once per
 job: N replicas never download N copies, and replicas need no bucket credentials
 just to install the trainer.
+
+Bytes are sent at most once per bucket: an object already at its path is left alone,
+and a file this host staged before (remembered by sha256 in a small index in the
+cache directory) is copied inside the bucket (a server-side copy on Cloud Storage, a
+hard link in a local bucket) instead of being uploaded again under a new job's path.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from aiptrain.storage import Bucket, is_gcs, open_bucket, split_url
+
+log = logging.getLogger(__name__)
+WHEELHOUSE = "wheelhouse"  # beside the packages, in the bucket and in the replicas' package dir
 
 
 @dataclass
 class StagedPackages:
     uris: list[str]  # packageUris, in install order
     bucket: Bucket | None = None
-    created_prefix: str | None = None  # what to delete if the submission is abandoned
-    uploaded: list[str] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)  # object paths this submission created
+    uploaded: list[str] = field(default_factory=list)  # ... of which these by sending their bytes
+    wheelhouse_uris: list[str] = field(default_factory=list)
 
     def discard(self) -> None:
-        if self.bucket is not None and self.created_prefix:
-            self.bucket.delete_prefix(self.created_prefix)
+        """Remove what this submission created, and only that (objects already there may
+        belong to another job)."""
+        if self.bucket is not None:
+            for path in reversed(self.created):
+                self.bucket.delete_prefix(path)
+
+
+def sha256_of(path: Path) -> str:
+    return combined_sha256([path])
 
 
 def combined_sha256(paths: list[Path]) -> str:
@@ -40,7 +62,9 @@ def combined_sha256(paths: list[Path]) -> str:
     return digest.hexdigest()
 
 
-def staging_target(job_id: str, staging_bucket: str | None, job_dir: str | None, default_bucket: str) -> tuple[str, str]:
+def staging_target(
+    job_id: str, staging_bucket: str | None, job_dir: str | None, default_bucket: str
+) -> tuple[str, str]:
     """(bucket URL, object prefix) where this job's packages go."""
     if staging_bucket:
         bucket_url, prefix = split_url(staging_bucket) if is_gcs(staging_bucket) else (staging_bucket, "")
@@ -51,22 +75,105 @@ def staging_target(job_id: str, staging_bucket: str | None, job_dir: str | None,
     return default_bucket, job_id
 
 
-def stage(files: list[Path], bucket_url: str, prefix: str) -> StagedPackages:
-    """Upload `files` under `<prefix>/<sha256>/`; objects already there are not uploaded again."""
+# -- what this host has staged before ---------------------------------------------------------
+
+
+class StagedIndex:
+    """sha256 of a file -> URLs of objects this host staged with that content. Only a hint:
+    a bucket re-checks the object's content before copying it, and a lost update only
+    costs one upload."""
+
+    KEEP_PER_FILE = 4
+    KEEP_FILES = 500
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self.entries: dict[str, list[str]] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            self.entries = {}
+
+    def candidates(self, sha256: str, bucket: Bucket) -> list[str]:
+        """Object paths inside `bucket` that held this content when they were staged."""
+        base = bucket.uri("").rstrip("/") + "/"
+        return [uri[len(base) :] for uri in reversed(self.entries.get(sha256, [])) if uri.startswith(base)]
+
+    def remember(self, sha256: str, uri: str) -> None:
+        uris = [u for u in self.entries.pop(sha256, []) if u != uri] + [uri]
+        self.entries[sha256] = uris[-self.KEEP_PER_FILE :]
+        while len(self.entries) > self.KEEP_FILES:
+            self.entries.pop(next(iter(self.entries)))
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_name(f".{self.path.name}.partial-{os.getpid()}")
+        partial.write_text(json.dumps(self.entries, indent=0))
+        os.replace(partial, self.path)
+
+
+# -- staging ------------------------------------------------------------------------------------
+
+
+def stage(
+    files: list[Path],
+    bucket_url: str,
+    prefix: str,
+    index: StagedIndex | None = None,
+    wheelhouse: Sequence[Path] = (),
+) -> StagedPackages:
+    """Put `files` under `<prefix>/<sha256>/` (and `wheelhouse` under `.../wheelhouse/`),
+    sending the bytes of each only if the bucket cannot have them otherwise."""
     if not files:
         return StagedPackages(uris=[])
     bucket = open_bucket(bucket_url)
     digest_prefix = f"{prefix}/{combined_sha256(files)}"
     staged = StagedPackages(uris=[], bucket=bucket)
-    for path in files:
-        object_path = f"{digest_prefix}/{path.name}"
-        if bucket.exists(object_path):
-            staged.uris.append(bucket.uri(object_path))
-            continue
-        staged.uris.append(bucket.upload(path, object_path))
-        staged.uploaded.append(object_path)
-        staged.created_prefix = digest_prefix
+    try:
+        for path in files:
+            staged.uris.append(_put(bucket, path, f"{digest_prefix}/{path.name}", index, staged))
+        for path in wheelhouse:
+            object_path = f"{digest_prefix}/{WHEELHOUSE}/{path.name}"
+            staged.wheelhouse_uris.append(_put(bucket, path, object_path, index, staged))
+    except BaseException:
+        staged.discard()
+        raise
+    finally:
+        if index is not None:
+            index.save()
+    log.debug("Staged %d object(s): %d uploaded, %d copied inside the bucket, %d already there.",
+              len(files) + len(wheelhouse), len(staged.uploaded), len(staged.created) - len(staged.uploaded),
+              len(files) + len(wheelhouse) - len(staged.created))
     return staged
+
+
+def _put(bucket: Bucket, path: Path, object_path: str, index: StagedIndex | None, staged: StagedPackages) -> str:
+    """The URL of `object_path` once it holds `path`'s content: already there, copied from an
+    object with the same content, or uploaded (in that order of preference)."""
+    if bucket.exists(object_path):
+        log.debug("Already staged, not uploaded: %s", bucket.uri(object_path))
+        return bucket.uri(object_path)
+    sha256 = sha256_of(path)
+    if index is not None:
+        from aiptrain.storage.local import md5_base64
+
+        md5 = md5_base64(path)
+        for source in index.candidates(sha256, bucket):
+            uri = bucket.copy(source, object_path, md5)
+            if uri:
+                log.debug("Copied inside the bucket, not uploaded: %s (from %s)", uri, bucket.uri(source))
+                staged.created.append(object_path)
+                index.remember(sha256, uri)
+                return uri
+    uri = bucket.upload(path, object_path)
+    log.debug("Uploaded %s (%d bytes)", uri, path.stat().st_size)
+    staged.created.append(object_path)
+    staged.uploaded.append(object_path)
+    if index is not None:
+        index.remember(sha256, uri)
+    return uri
+
+
+# -- bringing packages to the replicas ----------------------------------------------------------
 
 
 def fetch(uris: list[str], destination: Path) -> list[str]:
@@ -85,3 +192,16 @@ def fetch(uris: list[str], destination: Path) -> list[str]:
             bucket.download(path, target)
         names.append(name)
     return names
+
+
+def link_files(paths: list[Path], destination: Path) -> None:
+    """Put `paths` in `destination` by hard link (a copy across file systems)."""
+    destination.mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        target = destination / path.name
+        if target.exists():
+            continue
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copyfile(path, target)

@@ -131,6 +131,7 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, p
 
     if async_ and stream_logs:
         raise click.UsageError("argument --async: At most one of --async | --stream-logs may be specified.")
+    _configure_logging(verbosity)
     if async_:
         click.echo(
             "WARNING: The --async flag is deprecated, as the default behavior is to submit the job "
@@ -153,6 +154,19 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, p
         click.echo(_summary(job, ("jobId", "state")), nl=False)
         return
     sys.exit(_stream_then_summarize(services, job.job_id))
+
+
+def _configure_logging(verbosity: str) -> None:
+    """gcloud's --verbosity for aiptrain's own loggers: messages go to stderr as `DEBUG: ...`."""
+    if verbosity == "warning":
+        return  # the default: aiptrain says nothing below a warning, and logs none itself
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    logger = logging.getLogger("aiptrain")
+    logger.addHandler(handler)
+    logger.setLevel(logging.CRITICAL + 1 if verbosity == "none" else verbosity.upper())
 
 
 def _stream_then_summarize(services: Services, job_id: str) -> int:

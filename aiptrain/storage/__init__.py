@@ -22,6 +22,11 @@ class Bucket(Protocol):
     def upload(self, source: Path, path: str) -> str:
         """Store a local file as the object at `path`; return the object's URL."""
 
+    def copy(self, source: str, path: str, md5: str) -> str | None:
+        """Make `path` a copy of the object at `source` without sending its bytes again
+        (server-side copy, or a hard link), if `source` still holds content whose MD5
+        (base64) is `md5`; return the new object's URL, or None to say "upload instead"."""
+
     def download(self, path: str, destination: Path) -> None: ...
 
     def delete_prefix(self, prefix: str) -> None:

@@ -9,6 +9,18 @@ from pathlib import Path
 from aiptrain.errors import ValidationError
 
 
+def md5_base64(path: Path) -> str:
+    """A file's MD5 in the form Cloud Storage reports it (base64 of the digest)."""
+    import base64
+    import hashlib
+
+    digest = hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return base64.b64encode(digest.digest()).decode()
+
+
 class LocalBucket:
     def __init__(self, root: Path):
         self.root = root.resolve()
@@ -33,6 +45,21 @@ class LocalBucket:
         # Write beside the target and rename, so a reader never sees half an object.
         partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
         shutil.copyfile(source, partial)
+        os.replace(partial, target)
+        return self.uri(path)
+
+    def copy(self, source: str, path: str, md5: str) -> str | None:
+        original = self._object_path(source)
+        if not original.is_file() or md5_base64(original) != md5:
+            return None
+        target = self._object_path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+        partial.unlink(missing_ok=True)
+        try:
+            os.link(original, partial)  # objects are never modified in place, so sharing is safe
+        except OSError:
+            shutil.copyfile(original, partial)
         os.replace(partial, target)
         return self.uri(path)
 
