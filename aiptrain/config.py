@@ -46,6 +46,7 @@ class SubmitFlags:
     use_chief_in_tf_config: bool | None = None
     service_account: str | None = None
     enable_web_access: bool = False
+    limit_resources: bool = False  # aiptrain's own: enforce machine types' cpus/memory, scaled to the host
     user_args: list[str] = field(default_factory=list)
 
 

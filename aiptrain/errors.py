@@ -3,8 +3,8 @@
 Exit statuses (also in the README):
   0  success
   1  the job failed or was cancelled (when the command waited on it)
-  2  usage or validation error: nothing was created
-  3  the environment is not ready (no Docker engine, runtime image not built, bucket unreachable)
+  2  usage or validation error, a bucket that is missing or unreachable included: nothing was created
+  3  the environment is not ready (no Docker engine, runtime image not built, no GPU runtime)
   4  aiptrain itself failed (a bug, or Docker refused something it should not have)
   130 interrupted with Ctrl-C
 """
@@ -37,6 +37,6 @@ class JobNotFound(ValidationError):
 
 
 class EnvironmentNotReady(AiptrainError):
-    """Something outside aiptrain is missing: the Docker engine, an image, a bucket."""
+    """Something outside aiptrain is missing: the Docker engine, an image, a GPU runtime."""
 
     exit_code = EXIT_ENVIRONMENT

@@ -52,6 +52,7 @@ class Submission:
     runtime_image: str | None
     job_dir_mount: str | None
     staging_bucket: str | None = None
+    limit_resources: bool = False
 
 
 def replica_user() -> str:
@@ -108,6 +109,7 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
     return Submission(
         job, replicas, package_path, local_packages, remote_packages, runtime_image, job_dir_mount,
         flags.staging_bucket or settings.default_bucket or None,
+        flags.limit_resources,
     )
 
 
@@ -188,6 +190,7 @@ def plan_inputs(
         user=replica_user(),
         host_cpus=os.cpu_count() or 1,
         host_memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+        limit_resources=submission.limit_resources,
         extra_env=extra_env,
         extra_mounts=extra_mounts,
     )
@@ -286,7 +289,7 @@ class Submitter:
             )
             index = staging.StagedIndex(self.settings.cache_dir / "staged-objects.json")
             staged = staging.stage(files, bucket_url, prefix, index, wheels)
-            ti.package_uris = remote + staged.uris
+            ti.package_uris = (remote + staged.uris) or None  # the service omits empty lists
             self.store.update_resource(job)
             package_files = staging.fetch(ti.package_uris, package_dir)
             # Replicas take the wheelhouse from this host's cache: the bucket's copy is the record.
@@ -376,7 +379,9 @@ def get_job(job_id: str, settings: Settings, store: JobStore, backend_factory) -
     return job
 
 
-def wait_until_done(job_id: str, settings: Settings, store: JobStore, backend_factory, timeout: float | None = None) -> Job:
+def wait_until_done(
+    job_id: str, settings: Settings, store: JobStore, backend_factory, timeout: float | None = None
+) -> Job:
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         job = get_job(job_id, settings, store, backend_factory)

@@ -238,7 +238,7 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs) -> LaunchPlan:
             "PYTHONUSERBASE": "/tmp/.local",
             **inputs.extra_env,
         }
-        if package_paths and not entrypoint and command[:1] == ["sh"]:
+        if package_paths and not job.training_input.uses_custom_container:
             env["AIPTRAIN_PACKAGES"] = package_paths
             if inputs.wheelhouse:
                 env["AIPTRAIN_WHEELHOUSE"] = f"{PACKAGES_DIR}/{inputs.wheelhouse}"

@@ -54,7 +54,7 @@ def cli() -> None:
 
     \b
     Exit status: 0 success; 1 the job failed or was cancelled (when waiting on it);
-    2 usage or validation error; 3 environment not ready (Docker, images, buckets);
+    2 usage or validation error; 3 environment not ready (Docker, images, GPUs);
     4 aiptrain failed; 130 interrupted.
     """
 

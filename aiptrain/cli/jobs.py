@@ -120,6 +120,8 @@ def submit() -> None:
 @click.option("--async", "async_", is_flag=True, help="Deprecated: submitting is asynchronous by default.")
 @click.option("--stream-logs", is_flag=True, help="Stream the logs until the job ends; exit 1 unless it succeeded.")
 @click.option("--polling-interval", type=click.IntRange(min=1), default=None, hidden=True)
+@click.option("--limit-resources", is_flag=True, envvar="AIPTRAIN_LIMIT_RESOURCES",
+              help="Limit each replica to its machine type's vCPUs and memory, scaled so the job fits this host.")
 @click.option("--dry-run", is_flag=True, help="Print the launch plan (every container) and do nothing else.")
 @click.option("--verbosity", type=click.Choice(["debug", "info", "warning", "error", "critical", "none"]),
               default="warning", help="How much aiptrain says about what it does.")
@@ -227,16 +229,14 @@ def list_(limit, filter_) -> None:
     if not found:
         click.echo("Listed 0 items.", err=True)
         return
-    from rich.console import Console
-    from rich.table import Table, box
+    from aiptrain.cli.output import print_table
 
-    table = Table(box=box.SIMPLE_HEAD if False else None, show_edge=False, pad_edge=False, header_style="")
-    for column in ("JOB_ID", "STATUS", "CREATED"):
-        table.add_column(column, no_wrap=True)
-    for job in found:
-        created = job.create_time.astimezone().strftime("%Y-%m-%dT%H:%M:%S") if job.create_time else ""
-        table.add_row(job.job_id, job.state.value, created)
-    Console(width=10_000, highlight=False, soft_wrap=True).print(table)
+    rows = [(job.job_id, job.state.value, _local_time(job.create_time)) for job in found]
+    print_table(("JOB_ID", "STATUS", "CREATED"), rows)
+
+
+def _local_time(moment) -> str:
+    return moment.astimezone().strftime("%Y-%m-%dT%H:%M:%S") if moment else ""
 
 
 def _matches(job, expression: str | None) -> bool:

@@ -24,25 +24,14 @@ def runtimes() -> None:
 @runtimes.command(name="list")
 def list_() -> None:
     """List runtime versions: image, whether it is built, frameworks."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
+    from aiptrain.cli.output import print_table
     from aiptrain.runtimes import RUNTIMES
 
     built, problem = _built_images()
     if problem:
         click.echo(f"WARNING: cannot tell which images are built: {problem}", err=True)
-    table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
-    for column in ("VERSION", "IMAGE", "STATUS", "FRAMEWORKS"):
-        table.add_column(column, no_wrap=True)
-    for rt in RUNTIMES.values():
-        table.add_row(rt.version, rt.image, _status(rt.image, built), Text(_frameworks(rt.packages)))
-    # Wide and unwrapped, without the padding after the last column: one clean line per row for scripts.
-    console = Console(width=10_000, highlight=False, soft_wrap=True)
-    with console.capture() as captured:
-        console.print(table)
-    click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
+    rows = [(rt.version, rt.image, _status(rt.image, built), _frameworks(rt.packages)) for rt in RUNTIMES.values()]
+    print_table(("VERSION", "IMAGE", "STATUS", "FRAMEWORKS"), rows, header_style="bold")
 
 
 def _status(image: str, built: set[str] | None):

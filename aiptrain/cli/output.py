@@ -1,0 +1,23 @@
+"""Output helpers shared by the commands."""
+
+from __future__ import annotations
+
+import click
+
+
+def print_table(headers: tuple[str, ...], rows: list[tuple], header_style: str = "") -> None:
+    """Columns as gcloud prints them: wide, unwrapped, no padding after the last column, so
+    every row is one clean line for scripts."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, show_edge=False, pad_edge=False, header_style=header_style)
+    for header in headers:
+        table.add_column(header, no_wrap=True)
+    for row in rows:
+        table.add_row(*(Text(str(cell)) for cell in row))  # Text: no markup interpretation
+    console = Console(width=10_000, highlight=False, soft_wrap=True)
+    with console.capture() as captured:
+        console.print(table)
+    click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
