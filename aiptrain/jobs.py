@@ -281,9 +281,11 @@ class Submitter:
             wheels = []
             if submission.runtime_image:
                 from aiptrain import wheelhouse
+                from aiptrain.runtimes import runtime
 
                 fetched = [package_dir / name for name in remote_files]
-                wheels = wheelhouse.resolve([*files, *fetched], self.settings.cache_dir)
+                preinstalled = runtime(ti.runtime_version).provides
+                wheels = wheelhouse.resolve([*files, *fetched], self.settings.cache_dir, preinstalled=preinstalled)
             bucket_url, prefix = staging.staging_target(
                 job.job_id, submission.staging_bucket, ti.job_dir, str(self.settings.bucket_root)
             )

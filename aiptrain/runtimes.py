@@ -11,6 +11,7 @@ Images are built offline: the host downloads a wheelhouse for the engine's platf
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -35,7 +36,17 @@ class Runtime:
     def image(self) -> str:
         return f"{IMAGE_REPOSITORY}:{self.version}"
 
+    @property
+    def provides(self) -> frozenset[str]:
+        """Distributions preinstalled in the image (canonical names): a trainer's requirement
+        of one of them is served by the image, as on AI Platform, not installed again."""
+        names = {re.split(r"[<>=!~\[; ]", p, maxsplit=1)[0].lower().replace("_", "-") for p in self.packages}
+        return frozenset(names | {alias for name in names for alias in _PROVIDES_ALSO.get(name, ())})
 
+
+# `tensorflow-cpu` installs the same `tensorflow` module: a trainer asking for `tensorflow`
+# runs on the image's build instead of pulling the 500 MB GPU build into every job.
+_PROVIDES_ALSO = {"tensorflow-cpu": ("tensorflow",)}
 _TF2 = ("tensorflow-cpu==2.12.1", "scikit-learn==1.2.2", "pandas==1.5.3")
 RUNTIMES = {
     r.version: r

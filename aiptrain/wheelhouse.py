@@ -111,9 +111,10 @@ def read_metadata(path: Path) -> tuple[str, list[str]]:
         ) from None
 
 
-def requirements_for(packages: list[Path]) -> list[str]:
-    """What `packages` need from an index: their requirements, less what they provide themselves."""
-    provided, needed = set(), []
+def requirements_for(packages: list[Path], preinstalled: frozenset[str] = frozenset()) -> list[str]:
+    """What `packages` need from an index: their requirements, less what they provide themselves
+    and what the runtime image has preinstalled."""
+    provided, needed = set(preinstalled), []
     for path in packages:
         name, requirements = read_metadata(path)
         provided.add(canonical_name(name or path.name.split("-")[0]))
@@ -135,9 +136,14 @@ def platform_tags(machine: str | None = None) -> tuple[str, ...]:
     return _PLATFORMS.get(machine, _PLATFORMS["x86_64"])
 
 
-def resolve(packages: list[Path], cache_dir: Path, python_version: str = REPLICA_PYTHON) -> list[Path]:
+def resolve(
+    packages: list[Path],
+    cache_dir: Path,
+    python_version: str = REPLICA_PYTHON,
+    preinstalled: frozenset[str] = frozenset(),
+) -> list[Path]:
     """The wheels `packages` need installed beside them in a replica; [] when they need none."""
-    requirements = requirements_for(packages)
+    requirements = requirements_for(packages, preinstalled)
     if not requirements:
         return []
     platforms = platform_tags()

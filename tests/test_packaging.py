@@ -256,3 +256,21 @@ def test_unresolvable_dependency_exits_2_with_nothing_created(cli, home, tmp_pat
     assert cli("jobs", "list").stderr.strip() == "Listed 0 items."
     assert job_resources(docker_api, "bad_dependency") == []
     assert not job_dir.exists()
+
+
+def test_requirements_served_by_the_runtime_image_are_not_resolved_again(tmp_path):
+    from aiptrain.runtimes import runtime
+    from aiptrain.wheelhouse import requirements_for
+
+    root = tmp_path / "tfjob"
+    (root / "trainer").mkdir(parents=True)
+    (root / "trainer" / "__init__.py").write_text("")
+    (root / "setup.py").write_text(
+        "from setuptools import setup\n"
+        "setup(name='trainer', packages=['trainer'], install_requires=['tensorflow>=2', 'pandas', 'tabulate'])\n"
+    )
+    from aiptrain.packaging import build_sdist
+
+    sdist = build_sdist(root / "trainer", tmp_path).path
+    assert requirements_for([sdist], runtime("2.11").provides) == ["tabulate"]
+    assert requirements_for([sdist], runtime("minimal").provides) == ["tensorflow>=2", "pandas", "tabulate"]
