@@ -10,12 +10,14 @@ later failures are recorded on the job, not undone.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from aiptrain.config import SubmitFlags, build_job
 from aiptrain.errors import AiptrainError, JobNotFound, ValidationError
@@ -36,6 +38,7 @@ from aiptrain.validation import (
     validate_package_path,
 )
 
+log = logging.getLogger(__name__)
 NOBODY = "65534:65534"
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 
@@ -216,10 +219,16 @@ def dry_run_plan(submission: Submission) -> LaunchPlan:
 class Submitter:
     """Carries one submission from validated flags to running replicas."""
 
-    def __init__(self, settings: Settings, store: JobStore, backend):
+    def __init__(self, settings: Settings, store: JobStore, backend, report: Callable[[str], None] | None = None):
         self.settings = settings
         self.store = store
         self.backend = backend
+        self._report = report or (lambda step: None)
+
+    def _step(self, text: str) -> None:
+        """Say what submit is doing: a spinner on a terminal, a log line at --verbosity info."""
+        log.info(text)
+        self._report(text)
 
     def submit(self, submission: Submission) -> Job:
         job = submission.job
@@ -231,22 +240,23 @@ class Submitter:
             raise duplicate_job(job.job_id)  # another process is submitting this very ID
         try:
             job = self.store.create(job)
-            log = JobLogWriter(self.settings.job_log_path(job.job_id))
-            log.service("Validating job requirements...")
+            job_log = JobLogWriter(self.settings.job_log_path(job.job_id))
+            job_log.service("Validating job requirements...")
             launch_plan = self._stage_and_plan(submission, job)
-            log.service("Job creation request has been successfully validated.")
-            log.service(f"Job {job.job_id} is queued.")
+            job_log.service("Job creation request has been successfully validated.")
+            job_log.service(f"Job {job.job_id} is queued.")
             self.store.transition(job.job_id, State.PREPARING, [State.QUEUED])
-            log.service("Waiting for job to be provisioned.")
+            job_log.service("Waiting for job to be provisioned.")
+            self._step(f"Starting {len(launch_plan.containers)} replica(s)")
             try:
                 self.backend.launch(launch_plan)
             except AiptrainError as exc:
-                log.service(str(exc), "ERROR")
+                job_log.service(str(exc), "ERROR")
                 self.store.transition(job.job_id, State.FAILED, [State.PREPARING, State.CANCELLING], str(exc))
                 raise
             self.store.transition(job.job_id, State.RUNNING, [State.PREPARING])
-            log.service("Waiting for training program to start.")
-            log.close()
+            job_log.service("Waiting for training program to start.")
+            job_log.close()
             from aiptrain import supervisor
 
             supervisor.spawn(job.job_id, lock, self.settings)
@@ -272,6 +282,7 @@ class Submitter:
             if submission.package_path:
                 from aiptrain.packaging import cached_sdist
 
+                self._step(f"Packaging {submission.package_path}")
                 files.append(cached_sdist(submission.package_path, self.settings.cache_dir).path)
                 check_unique_names([p.name for p in files] + [u.rsplit("/", 1)[-1] for u in submission.remote_packages])
             # gs:// packages come first and are passed through; packageUris from --config
@@ -284,11 +295,13 @@ class Submitter:
                 from aiptrain.runtimes import runtime
 
                 fetched = [package_dir / name for name in remote_files]
+                self._step("Resolving the packages' dependencies into a wheelhouse")
                 preinstalled = runtime(ti.runtime_version).provides
                 wheels = wheelhouse.resolve([*files, *fetched], self.settings.cache_dir, preinstalled=preinstalled)
             bucket_url, prefix = staging.staging_target(
                 job.job_id, submission.staging_bucket, ti.job_dir, str(self.settings.bucket_root)
             )
+            self._step(f"Staging {len(files) + len(wheels)} file(s) to {bucket_url}")
             index = staging.StagedIndex(self.settings.cache_dir / "staged-objects.json")
             staged = staging.stage(files, bucket_url, prefix, index, wheels)
             ti.package_uris = (remote + staged.uris) or None  # the service omits empty lists

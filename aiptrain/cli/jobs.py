@@ -149,7 +149,10 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, p
     if dry_run:
         click.echo(_yaml(dry_run_plan(submission).to_dict()), nl=False)
         return
-    job = Submitter(services.settings, services.store, services.backend).submit(submission)
+    from aiptrain.cli.output import spinner
+
+    with spinner() as report:
+        job = Submitter(services.settings, services.store, services.backend, report).submit(submission)
     click.echo(f"Job [{job.job_id}] submitted successfully.", err=True)
     if not stream_logs:
         click.echo(_follow_up(job.job_id), err=True)

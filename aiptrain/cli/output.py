@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
 import click
 
 
@@ -21,3 +25,16 @@ def print_table(headers: tuple[str, ...], rows: list[tuple], header_style: str =
     with console.capture() as captured:
         console.print(table)
     click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
+
+
+@contextmanager
+def spinner() -> Iterator[Callable[[str], None]]:
+    """A transient spinner on stderr naming the current step, on a terminal only: scripts and
+    CI see gcloud's output unchanged (the steps are logged at --verbosity info as well)."""
+    if not sys.stderr.isatty():
+        yield lambda step: None
+        return
+    from rich.console import Console
+
+    with Console(stderr=True, highlight=False).status("Submitting") as status:
+        yield status.update
