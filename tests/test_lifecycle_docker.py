@@ -183,3 +183,15 @@ def test_ctrl_c_stops_the_stream_not_the_job(cli, probe_args, docker_api):
     assert "Received keyboard interrupt." in stderr and "aiptrain jobs stream-logs interrupted_stream" in stderr
     assert state_of(cli, "interrupted_stream")["state"] == "RUNNING"
     wait_for(lambda: state_of(cli, "interrupted_stream")["state"] == "SUCCEEDED", timeout=60, what="SUCCEEDED")
+
+
+def test_launch_failing_half_way_removes_what_was_started(cli, probe_args, docker_api):
+    blocker = docker_api.create_container("aiptrain/runtime:minimal", command=["sleep", "60"], name="half_way-worker-2")
+    try:
+        result = cli(*probe_args("half_way", "--scale-tier", "standard-1", user_args=("--run", "chief=60")))
+        assert result.returncode == 4 and "Docker could not start the job's replicas" in result.stderr
+        job = state_of(cli, "half_way")
+        assert job["state"] == "FAILED" and "half_way-worker-2" in job["errorMessage"]
+        assert job_resources(docker_api, "half_way") == []
+    finally:
+        docker_api.remove_container(blocker, force=True)
