@@ -1,0 +1,598 @@
+#!/usr/bin/env python3
+"""aiptrain's benchmarks: each aiptrain operation timed side by side with a raw Docker
+(or raw Python) baseline in the same run, N times, interleaved, so that both sides see
+the same machine load.
+
+    .venv/bin/python benchmarks/run.py [--repeat N] [--only 1,3] [--lines 20000]
+
+Prints a table of medians (and minimums) with the ratio aiptrain / baseline, and
+writes every sample to benchmarks/results/latest.json. Timings are never asserted:
+this is a measuring tool, not a test. See benchmarks/README.md for what each number
+means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+IMAGE = "aiptrain/runtime:minimal"
+JOB_LABEL = "aiptrain.job-id"  # the label aiptrain puts on its containers and networks
+BENCH_LABEL = "aiptrain-bench"  # the label this script puts on its baseline containers
+STANDARD_1_REPLICAS = 8  # 1 master + 4 workers + 3 parameter servers
+SLEEP_SECONDS = "600"  # replicas that must stay up until cancelled
+
+# The trainer every aiptrain job here runs: it prints, optionally prints many lines,
+# optionally sleeps, and ignores the --job-dir aiptrain appends.
+TRAINER = textwrap.dedent(
+    """\
+    import argparse
+    import sys
+    import time
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lines", type=int, default=0)
+    parser.add_argument("--sleep", type=float, default=0.0)
+    args, _ = parser.parse_known_args()
+    print("hello from the benchmark trainer", flush=True)
+    for i in range(args.lines):
+        sys.stdout.write(f"line {i:06d} of the log-streaming benchmark: 0123456789abcdef\\n")
+    sys.stdout.flush()
+    if args.sleep:
+        time.sleep(args.sleep)
+    """
+)
+# The same output from a bare container (benchmark 5's baseline).
+LINES_SCRIPT = (
+    "import sys\n"
+    "print('hello from the benchmark trainer', flush=True)\n"
+    "for i in range({n}):\n"
+    "    sys.stdout.write(f'line {{i:06d}} of the log-streaming benchmark: 0123456789abcdef\\n')\n"
+    "sys.stdout.flush()\n"
+)
+# What a replica runs before the trainer (aiptrain.planning.BOOTSTRAP's pip flags).
+PIP_INSTALL = (
+    "python3 -m pip install --user --no-index --no-deps --no-build-isolation --no-cache-dir "
+    "--disable-pip-version-check --no-warn-script-location --quiet"
+)
+
+
+class BenchError(Exception):
+    """A command the benchmark needs failed: the benchmark is reported as an error."""
+
+
+@dataclass
+class Row:
+    """One line of the results table: aiptrain's samples and the baseline's."""
+
+    key: str
+    title: str
+    ours_label: str
+    base_label: str
+    target: str = ""
+    ours: list[float] = field(default_factory=list)
+    base: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def ratio(self) -> float | None:
+        if not self.ours or not self.base:
+            return None
+        return statistics.median(self.ours) / statistics.median(self.base)
+
+    def to_dict(self) -> dict:
+        def summary(samples: list[float]) -> dict | None:
+            if not samples:
+                return None
+            return {
+                "median_s": round(statistics.median(samples), 4),
+                "min_s": round(min(samples), 4),
+                "max_s": round(max(samples), 4),
+                "samples_s": [round(s, 4) for s in samples],
+            }
+
+        ratio = self.ratio()
+        return {
+            "key": self.key,
+            "title": self.title,
+            "aiptrain": {"what": self.ours_label, **(summary(self.ours) or {})},
+            "baseline": {"what": self.base_label, **(summary(self.base) or {})},
+            "ratio_median": None if ratio is None else round(ratio, 3),
+            "target": self.target,
+            "notes": self.notes,
+            "error": self.error,
+        }
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.run_id = uuid.uuid4().hex[:6]
+        self.tmp = Path(tempfile.mkdtemp(prefix="aiptrain-bench-"))
+        self.tmp.chmod(0o755)  # replicas run as another user (nobody when we are root)
+        self.package = self._write_trainer()
+        self.sdist: Path | None = None
+        self.jobs: list[tuple[str, Path]] = []  # (job ID, AIPTRAIN_HOME) of every job submitted
+        self.ended: set[str] = set()  # jobs seen to end (cancelled, or succeeded under --stream-logs)
+        self.homes = 0
+        self.user = "65534:65534" if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}"
+        script = Path(sys.executable).parent / "aiptrain"
+        self.aiptrain_cmd = [str(script)] if script.exists() else [sys.executable, "-m", "aiptrain"]
+
+    # -- fixtures ----------------------------------------------------------------------
+
+    def _write_trainer(self) -> Path:
+        package = self.tmp / "trainer-src" / "benchtrainer"
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        (package / "task.py").write_text(TRAINER)
+        return package
+
+    def new_home(self) -> Path:
+        """A fresh aiptrain installation: empty store, bucket, logs and cache."""
+        self.homes += 1
+        home = self.tmp / f"home-{self.homes}"
+        home.mkdir()
+        return home
+
+    @property
+    def job_prefix(self) -> str:
+        return f"bench_{self.run_id}_"
+
+    def job_id(self, name: str) -> str:
+        return f"{self.job_prefix}{name}_{len(self.jobs)}"
+
+    def build_sdist(self) -> Path:
+        """The sdist aiptrain would stage for the trainer, for the pip-install baseline."""
+        if self.sdist is None:
+            from aiptrain.packaging import build_sdist
+
+            out = self.tmp / "sdist"
+            out.mkdir()
+            out.chmod(0o755)
+            self.sdist = build_sdist(self.package, out).path
+            self.sdist.chmod(0o644)
+        return self.sdist
+
+    # -- running things ----------------------------------------------------------------
+
+    def aiptrain(self, home: Path, *args: str, timeout: float = 300, check: bool = True,
+                 capture: bool = True) -> tuple[float, subprocess.CompletedProcess]:
+        env = {**os.environ, "AIPTRAIN_HOME": str(home), "AIPTRAIN_DEFAULT_RUNTIME": "minimal"}
+        env.pop("AIPTRAIN_STAGING_BUCKET", None)
+        return timed([*self.aiptrain_cmd, *args], env=env, timeout=timeout, check=check, capture=capture)
+
+    def submit(self, home: Path, job_id: str, *flags: str, trainer_args: tuple[str, ...] = (),
+               job_dir: Path | None = None, timeout: float = 300) -> tuple[float, subprocess.CompletedProcess]:
+        self.jobs.append((job_id, home))
+        job_dir = job_dir or self.tmp / "job-dirs" / job_id
+        seconds, result = self.aiptrain(
+            home, "jobs", "submit", "training", job_id,
+            "--package-path", str(self.package),
+            "--module-name", "benchtrainer.task",
+            "--job-dir", str(job_dir),
+            "--region", "us-central1",
+            "--runtime-version", "minimal",
+            *flags, "--", *trainer_args,
+            timeout=timeout,
+        )
+        if "--stream-logs" in flags:
+            self.ended.add(job_id)  # it exited 0: the job succeeded
+        return seconds, result
+
+    def cancel(self, home: Path, job_id: str) -> float:
+        seconds, _ = self.aiptrain(home, "jobs", "cancel", job_id, timeout=120)
+        self.ended.add(job_id)
+        return seconds
+
+    def running_replicas(self, job_id: str) -> int:
+        out = docker("ps", "-q", "--filter", f"label={JOB_LABEL}={job_id}", "--filter", "status=running")
+        return len(out.split())
+
+    # -- cleanup -----------------------------------------------------------------------
+
+    def cleanup(self) -> list[str]:
+        """Cancel every job still active, then remove whatever is left; return what was left."""
+        leftovers = []
+        for job_id, home in self.jobs:
+            if job_id in self.ended:
+                continue
+            try:
+                self.aiptrain(home, "jobs", "cancel", job_id, timeout=120, check=False)
+            except Exception:  # noqa: BLE001 - best effort; the docker sweep below follows
+                pass
+        # A job that ended has had its containers and network removed by its supervisor:
+        # anything of ours still labelled is a leftover, reported and removed.
+        template = f'{{{{.Label "{JOB_LABEL}"}}}} {{{{.ID}}}}'
+        for kind in ("container", "network"):
+            every = ["-a"] if kind == "container" else []
+            lines = docker(kind, "ls", *every, "--filter", f"label={JOB_LABEL}", "--format", template,
+                           check=False).splitlines()
+            ours = [line.split() for line in lines if line.startswith(self.job_prefix)]
+            for job_id, _ in ours:
+                leftovers.append(f"{kind} of job {job_id} left by aiptrain")
+            if ours:
+                docker(kind, "rm", *(["-f"] if kind == "container" else []), *[i for _, i in ours], check=False)
+        # The baselines' containers and networks, normally removed as each benchmark ends.
+        ids = docker("ps", "-aq", "--filter", f"label={BENCH_LABEL}={self.run_id}", check=False).split()
+        if ids:
+            docker("rm", "-f", *ids, check=False)
+        nets = docker("network", "ls", "-q", "--filter", f"label={BENCH_LABEL}={self.run_id}", check=False).split()
+        if nets:
+            docker("network", "rm", *nets, check=False)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return leftovers
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def timed(cmd: list[str], env: dict | None = None, timeout: float = 300, check: bool = True,
+          capture: bool = True) -> tuple[float, subprocess.CompletedProcess]:
+    """Wall time of one command, from spawn to exit."""
+    out = subprocess.PIPE if capture else subprocess.DEVNULL
+    start = time.perf_counter()
+    result = subprocess.run(cmd, env=env, stdout=out, stderr=out, timeout=timeout)
+    seconds = time.perf_counter() - start
+    if check and result.returncode != 0:
+        raise BenchError(
+            f"`{' '.join(cmd[:6])} ...` exited {result.returncode}: "
+            f"{(result.stderr or b'').decode(errors='replace').strip()[-800:]}"
+        )
+    return seconds, result
+
+
+def docker(*args: str, check: bool = True) -> str:
+    result = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=180)
+    if check and result.returncode != 0:
+        raise BenchError(f"`docker {' '.join(args[:4])} ...` failed: {result.stderr.strip()[-500:]}")
+    return result.stdout
+
+
+def interleaved(repeat: int, ours, base) -> None:
+    """Run both sides `repeat` times, alternating which goes first."""
+    for i in range(repeat):
+        for action in ((ours, base) if i % 2 == 0 else (base, ours)):
+            action(i)
+
+
+def progress(message: str) -> None:
+    print(f"  {message}", file=sys.stderr, flush=True)
+
+
+# -- the benchmarks --------------------------------------------------------------------
+
+
+def bench_startup(b: Bench) -> list[Row]:
+    row = Row("1", "CLI start-up", "aiptrain --help", f"{Path(sys.executable).name} -c 'import click'", "~1.0x")
+    help_cmd = [*b.aiptrain_cmd, "--help"]
+    click_cmd = [sys.executable, "-c", "import click"]
+    timed(help_cmd), timed(click_cmd)  # warm the page cache; not counted
+    interleaved(
+        b.args.repeat,
+        lambda i: row.ours.append(timed(help_cmd)[0]),
+        lambda i: row.base.append(timed(click_cmd)[0]),
+    )
+    return [row]
+
+
+def bench_basic(b: Bench) -> list[Row]:
+    run = Row(
+        "2a", "BASIC submit -> SUCCEEDED (vs bare docker run)", "submit --stream-logs (no-op trainer)",
+        "docker run --rm IMAGE python3 -c print()",
+    )
+    pip = Row(
+        "2b", "BASIC submit -> SUCCEEDED (vs docker run + pip install)", "submit --stream-logs (no-op trainer)",
+        "docker run --rm IMAGE sh -c 'pip install SDIST && python3 -m ...'",
+    )
+    sdist = b.build_sdist()
+
+    def ours(i: int) -> None:
+        seconds, result = b.submit(b.new_home(), b.job_id("basic"), "--stream-logs")
+        if b"SUCCEEDED" not in result.stdout:
+            raise BenchError(f"the BASIC job did not succeed: {result.stdout.decode()[-300:]}")
+        run.ours.append(seconds)
+        pip.ours.append(seconds)
+
+    def base(i: int) -> None:
+        run.base.append(timed(["docker", "run", "--rm", IMAGE, "python3", "-c", "print('hi')"])[0])
+        pip.base.append(timed([
+            "docker", "run", "--rm", "--user", b.user, "-e", "HOME=/tmp", "-e", "PYTHONUSERBASE=/tmp/.local",
+            "-v", f"{sdist.parent}:/opt/packages:ro", IMAGE,
+            "sh", "-c", f"{PIP_INSTALL} /opt/packages/{sdist.name} && exec python3 -m benchtrainer.task",
+        ])[0])
+
+    interleaved(b.args.repeat, ours, base)
+    pip.notes.append(
+        "2b's baseline also pip-installs the same sdist inside the container, as every replica must: "
+        "2b's ratio is aiptrain's own overhead (CLI, sdist build, staging, store, supervisor, log "
+        "streaming, teardown); 2a - 2b baseline is the pip install."
+    )
+    return [run, pip]
+
+
+def bench_standard_1(b: Bench) -> list[Row]:
+    start = Row(
+        "3", f"STANDARD_1 submit -> {STANDARD_1_REPLICAS} replicas RUNNING", "submit --scale-tier standard-1",
+        f"docker network create + {STANDARD_1_REPLICAS} parallel docker run -d", "<=1.3x",
+    )
+    warm = Row(
+        "3w", f"STANDARD_1 resubmit -> {STANDARD_1_REPLICAS} replicas RUNNING", "the same submit again (new job ID)",
+        "(the same baseline samples as 3)", "<=1.3x",
+    )
+    stop = Row(
+        "3c", f"STANDARD_1 teardown ({STANDARD_1_REPLICAS} replicas)", "jobs cancel (waits for teardown)",
+        f"{STANDARD_1_REPLICAS} parallel docker rm -f + network rm",
+    )
+
+    def submit(row: Row, i: int, home: Path) -> str:
+        job_id = b.job_id("std1")
+        seconds, _ = b.submit(home, job_id, "--scale-tier", "standard-1", trainer_args=("--sleep", SLEEP_SECONDS))
+        running = b.running_replicas(job_id)
+        if running != STANDARD_1_REPLICAS:
+            row.notes.append(f"run {i}: {running} of {STANDARD_1_REPLICAS} replicas running when submit returned")
+        row.ours.append(seconds)
+        return job_id
+
+    def ours(i: int) -> None:
+        home = b.new_home()  # cold: no cached sdist
+        stop.ours.append(b.cancel(home, submit(start, i, home)))
+        b.cancel(home, submit(warm, i, home))  # warm: the sdist cache holds this trainer now
+
+    def base(i: int) -> None:
+        network = f"bench-{b.run_id}-net-{i}"
+        names = [f"bench-{b.run_id}-std1-{i}-{n}" for n in range(STANDARD_1_REPLICAS)]
+
+        def run_one(name: str) -> None:
+            timed(["docker", "run", "-d", "--name", name, "--network", network, "--label", f"{BENCH_LABEL}={b.run_id}",
+                   IMAGE, "sleep", SLEEP_SECONDS])
+
+        t0 = time.perf_counter()
+        docker("network", "create", "--label", f"{BENCH_LABEL}={b.run_id}", network)
+        with ThreadPoolExecutor(max_workers=STANDARD_1_REPLICAS) as pool:
+            list(pool.map(run_one, names))
+        start.base.append(time.perf_counter() - t0)
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=STANDARD_1_REPLICAS) as pool:
+            list(pool.map(lambda name: docker("rm", "-f", name), names))
+        docker("network", "rm", network)
+        stop.base.append(time.perf_counter() - t0)
+
+    interleaved(b.args.repeat, ours, base)
+    warm.base = list(start.base)
+    warm.notes.append("3 submits in a fresh AIPTRAIN_HOME (sdist built); 3w resubmits the same trainer "
+                      "right after in that home (sdist from the cache).")
+    return [start, warm, stop]
+
+
+def bench_resubmit(b: Bench) -> list[Row]:
+    same_dir = b.args.resubmit_job_dir == "same"
+    row = Row(
+        "4", "Resubmit of an unchanged trainer", "2nd submit (new job ID)", "1st submit (fresh AIPTRAIN_HOME)",
+        "<=0.5x",
+    )
+    row.notes.append(
+        f"Both submits are BASIC, without --stream-logs, and are cancelled right after; the resubmit uses "
+        f"{'the same --job-dir as' if same_dir else 'a different --job-dir from'} the first "
+        "(--resubmit-job-dir)."
+    )
+
+    def one(i: int) -> None:
+        home = b.new_home()
+        job_dir = b.tmp / "job-dirs" / f"resubmit-{i}"
+        first_id = b.job_id("first")
+        seconds, _ = b.submit(home, first_id, trainer_args=("--sleep", SLEEP_SECONDS), job_dir=job_dir)
+        row.base.append(seconds)
+        b.cancel(home, first_id)
+        second_id = b.job_id("again")
+        seconds, _ = b.submit(home, second_id, trainer_args=("--sleep", SLEEP_SECONDS),
+                              job_dir=job_dir if same_dir else job_dir.with_name(f"{job_dir.name}-again"))
+        row.ours.append(seconds)
+        b.cancel(home, second_id)
+
+    for i in range(b.args.repeat):
+        one(i)
+    return [row]
+
+
+def bench_logs(b: Bench) -> list[Row]:
+    lines = b.args.lines
+    run = Row(
+        "5a", f"Run a job printing {lines} lines, streaming its logs", "submit --stream-logs (BASIC)",
+        "docker run --rm (attached) + pip install",
+    )
+    read = Row(
+        "5b", f"Print the {lines} lines of a finished job", "jobs stream-logs JOB", "docker logs CONTAINER",
+    )
+    home = b.new_home()
+    sdist = b.build_sdist()
+    container = f"bench-{b.run_id}-logs"
+    job_ids = []
+
+    # 5a: each side --log-job-runs times (default once: a 20k-line job takes ~10 s); the
+    # job's output is what 5b reads.
+    def ours_run(i: int) -> None:
+        job_id = b.job_id("logs")
+        seconds, result = b.submit(home, job_id, "--stream-logs", trainer_args=("--lines", str(lines)), timeout=600)
+        got = result.stderr.count(b"of the log-streaming benchmark")
+        if got != lines:
+            run.notes.append(f"run {i}: submit --stream-logs printed {got} of {lines} lines")
+        run.ours.append(seconds)
+        job_ids.append(job_id)
+
+    def base_run(i: int) -> None:
+        seconds, result = timed([
+            "docker", "run", "--rm", "--user", b.user, "-e", "HOME=/tmp", "-e", "PYTHONUSERBASE=/tmp/.local",
+            "-v", f"{sdist.parent}:/opt/packages:ro", IMAGE,
+            "sh", "-c", f"{PIP_INSTALL} /opt/packages/{sdist.name} && exec python3 -m benchtrainer.task --lines {lines}",
+        ], timeout=600)
+        run.base.append(seconds)
+
+    interleaved(b.args.log_job_runs, ours_run, base_run)
+    if b.args.log_job_runs < b.args.repeat:
+        run.notes.append(f"5a ran {b.args.log_job_runs} time(s) per side (--log-job-runs), not --repeat times.")
+
+    # 5b: a finished job and an exited container with the same output, read N times each.
+    docker("run", "--name", container, "--label", f"{BENCH_LABEL}={b.run_id}", IMAGE,
+           "python3", "-c", LINES_SCRIPT.format(n=lines))
+    job_id = job_ids[-1]
+
+    def ours_read(i: int) -> None:
+        seconds, result = b.aiptrain(home, "jobs", "stream-logs", job_id)
+        got = result.stdout.count(b"of the log-streaming benchmark")
+        if got != lines:
+            read.notes.append(f"run {i}: stream-logs printed {got} of {lines} lines")
+        read.ours.append(seconds)
+
+    def base_read(i: int) -> None:
+        seconds, result = timed(["docker", "logs", container])
+        got = result.stdout.count(b"of the log-streaming benchmark")
+        if got != lines:
+            read.notes.append(f"run {i}: docker logs printed {got} of {lines} lines")
+        read.base.append(seconds)
+
+    interleaved(b.args.repeat, ours_read, base_read)
+    docker("rm", "-f", container, check=False)
+    return [run, read]
+
+
+BENCHMARKS = {
+    "1": ("CLI start-up", bench_startup),
+    "2": ("BASIC submit -> SUCCEEDED", bench_basic),
+    "3": ("STANDARD_1 submit -> RUNNING", bench_standard_1),
+    "4": ("resubmit vs first submit", bench_resubmit),
+    "5": ("log streaming", bench_logs),
+}
+
+
+# -- report ----------------------------------------------------------------------------
+
+
+def fmt(samples: list[float]) -> str:
+    if not samples:
+        return "-"
+    return f"{statistics.median(samples):7.3f} ({min(samples):.3f})"
+
+
+def table(rows: list[Row]) -> str:
+    header = ("#", "benchmark", "aiptrain s med (min)", "baseline s med (min)", "ratio", "target")
+    body = []
+    for row in rows:
+        ratio = row.ratio()
+        body.append((
+            row.key, row.title, fmt(row.ours), fmt(row.base),
+            "ERROR" if row.error else ("-" if ratio is None else f"{ratio:.2f}x"), row.target,
+        ))
+    widths = [max(len(str(r[i])) for r in (header, *body)) for i in range(len(header))]
+    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(r, widths)).rstrip() for r in (header, *body)]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def machine() -> dict:
+    def git(*args: str) -> str:
+        result = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+        return result.stdout.strip()
+
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "docker": docker("version", "--format", "{{.Server.Version}}", check=False).strip(),
+        "git_commit": git("rev-parse", "--short", "HEAD"),
+        "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each side of each benchmark (default 5)")
+    parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated benchmark numbers, e.g. 1,3")
+    parser.add_argument("--lines", type=int, default=20_000, help="log lines of benchmark 5 (default 20000)")
+    parser.add_argument("--log-job-runs", type=int, default=1,
+                        help="benchmark 5a: runs of the 20k-line job per side (default 1; it is slow)")
+    parser.add_argument("--resubmit-job-dir", choices=("same", "new"), default="same",
+                        help="benchmark 4: resubmit with the same --job-dir as the first submit, or a new one")
+    parser.add_argument("--output", type=Path, default=RESULTS_DIR / "latest.json", help="where the JSON goes")
+    args = parser.parse_args(argv)
+    selected = [key.strip() for key in args.only.split(",") if key.strip()]
+    unknown = [key for key in selected if key not in BENCHMARKS]
+    if unknown or args.repeat < 1 or args.log_job_runs < 1:
+        parser.error(f"unknown benchmark(s) {unknown}; choose from {', '.join(BENCHMARKS)}" if unknown
+                     else "--repeat and --log-job-runs must be at least 1")
+
+    if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode != 0:
+        print(f"{IMAGE} is not on the Docker engine: run `make images` first.", file=sys.stderr)
+        return 3
+
+    info = machine()
+    print(f"aiptrain benchmarks: repeat={args.repeat}, {info['cpus']} CPUs, load {info['loadavg_start']}",
+          file=sys.stderr)
+    bench = Bench(args)
+    rows: list[Row] = []
+    started = time.perf_counter()
+    leftovers: list[str] = []
+    try:
+        for key in selected:
+            name, function = BENCHMARKS[key]
+            print(f"[{key}] {name} ...", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            try:
+                rows += function(bench)
+            except (BenchError, subprocess.TimeoutExpired) as exc:
+                rows.append(Row(key, name, "", "", error=str(exc)))
+                progress(f"ERROR: {exc}")
+            progress(f"done in {time.perf_counter() - t0:.0f}s")
+    finally:
+        leftovers = bench.cleanup()
+    info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    info["total_s"] = round(time.perf_counter() - started, 1)
+    info["repeat"] = args.repeat
+    info["lines"] = args.lines
+
+    print()
+    print(table(rows))
+    print()
+    print("ratio = median(aiptrain) / median(baseline); lower is better. Times are wall-clock seconds.")
+    print("What was timed (aiptrain | baseline):")
+    for row in rows:
+        if not row.error:
+            print(f"  {row.key:3s} {row.ours_label} | {row.base_label}")
+    for row in rows:
+        for note in row.notes:
+            print(f"[{row.key}] {note}")
+        if row.error:
+            print(f"[{row.key}] ERROR: {row.error}")
+    for leftover in leftovers:
+        print(f"cleanup: {leftover}")
+    print(f"total {info['total_s']}s; load average {info['loadavg_start']} -> {info['loadavg_end']}")
+
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(
+        {"machine": info, "results": [row.to_dict() for row in rows], "cleanup_leftovers": leftovers}, indent=2
+    ) + "\n")
+    print(f"results: {args.output}")
+    return 1 if any(row.error for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
