@@ -45,8 +45,8 @@ class Settings:
     max_restarts: int = field(default_factory=lambda: _env_int("AIPTRAIN_MAX_RESTARTS", 5))
     # Seconds a replica gets between SIGTERM and SIGKILL when aiptrain stops it.
     stop_grace_seconds: int = field(default_factory=lambda: _env_int("AIPTRAIN_STOP_GRACE_SECONDS", 10))
-    # How often the supervisor looks at the replicas.
-    poll_seconds: float = field(default_factory=lambda: _env_float("AIPTRAIN_POLL_SECONDS", 0.25))
+    # How often the supervisor looks at the replicas when no Docker event woke it earlier.
+    poll_seconds: float = field(default_factory=lambda: _env_float("AIPTRAIN_POLL_SECONDS", 1.0))
 
     @property
     def store_path(self) -> Path:

@@ -98,36 +98,56 @@ class Supervisor:
         if job.training_input.scheduling and job.training_input.scheduling.max_running_time:
             max_running = parse_duration_seconds(job.training_input.scheduling.max_running_time, "maxRunningTime")
 
-        while True:
-            job = self.store.get(self.job_id)
-            if job.state in (State.QUEUED, State.PREPARING):
-                # Submit died before the launch finished; what exists is incomplete.
-                return self.finish(
-                    Decision(State.FAILED, "The job's submission was interrupted before all replicas started."),
-                    followers, [],
-                )
-            if job.state is State.RUNNING and max_running and job.start_time:
-                if utc_now() - job.start_time > timedelta(seconds=max_running):
-                    self.store.transition(
-                        self.job_id, State.CANCELLING, [State.RUNNING],
-                        error_message=f"Job cancelled: it ran longer than scheduling.maxRunningTime "
-                        f"({job.training_input.scheduling.max_running_time}).",
-                    )
+        # Docker events wake the loop the moment a replica starts or dies; the poll is the fallback.
+        stop, changed = threading.Event(), threading.Event()
+        watcher = threading.Thread(
+            target=self.backend.wait_for_changes, args=(self.job_id, stop, changed), daemon=True
+        )
+        watcher.start()
+        try:
+            while True:
+                job = self.store.get(self.job_id)
+                if job.state in (State.QUEUED, State.PREPARING):
+                    # Submit died before the launch finished; what exists is incomplete.
+                    message = "The job's submission was interrupted before all replicas started."
+                    return self.finish(Decision(State.FAILED, message), followers, [])
+                if self.ran_too_long(job, max_running):
                     continue
-            observations = self.observe()
-            followers.sync(observations)
-            decision = decide(
-                expected,
-                observations,
-                self.store.restarts(self.job_id),
-                self.settings.max_restarts,
-                cancel_requested=job.state is State.CANCELLING,
-            )
-            if decision.state is not None:
-                return self.finish(decision, followers, observations)
-            for task in decision.restart:
-                self.restart(task, observations, followers)
-            time.sleep(self.settings.poll_seconds)
+                observations = self.observe()
+                followers.sync(observations)
+                decision = decide(
+                    expected,
+                    observations,
+                    self.store.restarts(self.job_id),
+                    self.settings.max_restarts,
+                    cancel_requested=job.state is State.CANCELLING,
+                )
+                if (decision.state or decision.restart) and self.cancel_arrived(job.state):
+                    decision = Decision(State.CANCELLED)  # `jobs cancel` stops replicas: not failures
+                if decision.state is not None:
+                    return self.finish(decision, followers, observations)
+                for task in decision.restart:
+                    self.restart(task, observations, followers)
+                changed.wait(self.settings.poll_seconds)
+                changed.clear()
+        finally:
+            stop.set()
+
+    def cancel_arrived(self, state_seen: State) -> bool:
+        return state_seen is not State.CANCELLING and self.store.get(self.job_id).state is State.CANCELLING
+
+    def ran_too_long(self, job, max_running: float | None) -> bool:
+        """Past scheduling.maxRunningTime the job is cancelled, as the service does."""
+        if job.state is not State.RUNNING or not max_running or not job.start_time:
+            return False
+        if utc_now() - job.start_time <= timedelta(seconds=max_running):
+            return False
+        limit = job.training_input.scheduling.max_running_time
+        self.store.transition(
+            self.job_id, State.CANCELLING, [State.RUNNING],
+            error_message=f"Job cancelled: it ran longer than scheduling.maxRunningTime ({limit}).",
+        )
+        return True
 
     def observe(self) -> list[ReplicaObservation]:
         """The replicas' states, riding out a Docker engine that is briefly unreachable

@@ -6,6 +6,7 @@ backend today (one engine), and a Swarm or process backend fits the same shape.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterator, Protocol
@@ -50,6 +51,9 @@ class Backend(Protocol):
 
     def remove(self, job_id: str) -> None:
         """Remove every container and the network of the job; nothing if there are none."""
+
+    def wait_for_changes(self, job_id: str, stop: threading.Event, changed: threading.Event) -> None:
+        """Set `changed` whenever a replica starts or stops, until `stop` is set."""
 
     def follow_logs(self, container_id: str, since: str | None) -> Iterator[LogChunk]: ...
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 import struct
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Iterator
@@ -221,6 +223,21 @@ class DockerBackend:
             return
         with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
             list(pool.map(action, items))
+
+    def wait_for_changes(self, job_id: str, stop: threading.Event, changed: threading.Event) -> None:
+        """Set `changed` whenever a replica of the job starts or dies, until `stop` is set: the
+        supervisor reacts at once instead of at its next poll."""
+        from docker.errors import DockerException
+        from requests.exceptions import RequestException
+
+        filters = {"label": f"{LABEL_JOB}={job_id}", "type": "container", "event": ["die", "start"]}
+        while not stop.is_set():
+            try:
+                since = time.time()
+                for _ in self.api.events(since=since, until=since + 30, filters=filters, decode=True):
+                    changed.set()
+            except (DockerException, RequestException, OSError):
+                stop.wait(1)  # the engine is away; the supervisor's poll carries on meanwhile
 
     def job_ids_with_resources(self) -> set[str]:
         ids = {c["Labels"][LABEL_JOB] for c in self._containers()}
