@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,6 +240,9 @@ class Submitter:
         lock = JobLock.try_acquire(self.settings.job_lock_path(job.job_id))
         if lock is None:
             raise duplicate_job(job.job_id)  # another process is submitting this very ID
+        # Connecting to Docker (importing its SDK, negotiating the API) overlaps the packaging.
+        warm_up = threading.Thread(target=self.backend.warm_up, daemon=True)
+        warm_up.start()
         try:
             job = self.store.create(job)
             job_log = JobLogWriter(self.settings.job_log_path(job.job_id))

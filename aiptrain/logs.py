@@ -9,6 +9,7 @@ message, separated by tabs.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -53,7 +54,12 @@ def now_stamp() -> str:
 
 
 def _local_time(stamp: str) -> str:
-    head, _, frac = stamp.rstrip("Z").partition(".")
+    return _local_second(stamp.rstrip("Z").partition(".")[0])
+
+
+@functools.lru_cache(maxsize=4096)
+def _local_second(head: str) -> str:
+    """Lines come many to a second: convert each second once."""
     moment = datetime.fromisoformat(head).replace(tzinfo=timezone.utc).astimezone()
     return moment.strftime("%Y-%m-%d %H:%M:%S %z")
 
@@ -110,17 +116,17 @@ def last_times_by_task(path: Path) -> dict[str, str]:
 
 def follow(
     path: Path, is_done: Callable[[], bool], poll_seconds: float = 0.2, task: str | None = None
-) -> Iterator[LogRecord]:
-    """Every record of the job, then new ones as they come, until `is_done()` and the file
-    has been read to its end. The supervisor writes its last records before it marks
-    the job finished, so nothing written is missed."""
+) -> Iterator[list[LogRecord]]:
+    """Batches of the job's records: all there are, then new ones as they come, until
+    `is_done()` and the file has been read to its end. The supervisor writes its last
+    records before it marks the job finished, so nothing written is missed."""
     offset = 0
     while True:
         done = is_done()  # checked before reading, so a final read always follows "done"
         records, offset = read_records(path, offset)
-        for record in records:
-            if task is None or record.task == task:
-                yield record
+        batch = [r for r in records if task is None or r.task == task]
+        if batch:
+            yield batch
         if done:
             return
         if not records:

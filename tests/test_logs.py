@@ -43,6 +43,6 @@ def test_follow_reads_everything_written_before_done(tmp_path):
         done.set()
 
     threading.Thread(target=produce).start()
-    messages = [r.message for r in follow(path, done.is_set, poll_seconds=0.01)]
+    messages = [r.message for batch in follow(path, done.is_set, poll_seconds=0.01) for r in batch]
     assert messages == [f"line {i}" for i in range(500)]
     assert len(read_records(path)[0]) == 500

@@ -37,6 +37,9 @@ class LogChunk:
 
 
 class Backend(Protocol):
+    def warm_up(self) -> None:
+        """Get ready to be used soon (connect); never raises."""
+
     def check_ready(self, plan: LaunchPlan) -> None:
         """Raise EnvironmentNotReady if the plan cannot run here (no engine, image, GPU)."""
 

@@ -40,9 +40,8 @@ def connect(timeout: int = 120):
 
     try:
         # DOCKER_HOST, DOCKER_TLS_VERIFY and DOCKER_CERT_PATH, as the docker CLI reads them.
-        client = docker.APIClient(version="auto", timeout=timeout, max_pool_size=64, **docker.utils.kwargs_from_env())
-        client.ping()
-        return client
+        # version="auto" asks the engine for its API version: that request is the reachability check.
+        return docker.APIClient(version="auto", timeout=timeout, max_pool_size=64, **docker.utils.kwargs_from_env())
     except DockerException as exc:
         raise EnvironmentNotReady(
             f"Cannot reach the Docker engine ({_first_line(exc)}): start Docker or set DOCKER_HOST."
@@ -63,14 +62,23 @@ def parse_engine_time(stamp: str) -> int:
 class DockerBackend:
     def __init__(self, client=None):
         self._client = client
+        self._connecting = threading.Lock()
 
     @property
     def api(self):
-        if self._client is None:
-            self._client = connect()
+        with self._connecting:  # submit warms up from a second thread: connect once
+            if self._client is None:
+                self._client = connect()
         return self._client
 
     # -- readiness -----------------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        """Connect ahead of need (from a background thread); a failure shows up on first real use."""
+        try:
+            self.api
+        except Exception:  # noqa: BLE001 - reported by the call that needs the engine
+            pass
 
     def check_ready(self, plan: LaunchPlan) -> None:
         from docker.errors import ImageNotFound
