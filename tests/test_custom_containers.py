@@ -15,7 +15,7 @@ import yaml
 
 from aiptrain.config import SubmitFlags
 from aiptrain.errors import ValidationError
-from aiptrain.jobs import Submission, prepare
+from aiptrain.submission import Submission, prepare
 from aiptrain.planning import ContainerSpec, Mount, PlanInputs, cluster_env, plan
 from aiptrain.settings import Settings
 from conftest import job_resources, require_image

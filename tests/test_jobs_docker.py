@@ -1,8 +1,6 @@
 """End to end on the real Docker engine: submit, stream, describe, list; bad input leaves no trace."""
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 import yaml

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from aiptrain.errors import ValidationError
-from aiptrain.jobs import _split_packages
+from aiptrain.submission import _split_packages
 from aiptrain.staging import StagedIndex, combined_sha256, fetch, stage, staging_target
 from aiptrain.storage import open_bucket, split_url
 from aiptrain.storage.gcs import (

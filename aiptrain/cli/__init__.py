@@ -1,4 +1,5 @@
-"""The `aiptrain` command line: a thin click layer over aiptrain.jobs and aiptrain.runtimes.
+"""The `aiptrain` command line: a thin click layer over aiptrain.submission, aiptrain.jobs
+and aiptrain.runtimes.
 
 Only click is imported at start-up; each command imports what it needs when it runs,
 so `aiptrain --help` starts about as fast as click itself.

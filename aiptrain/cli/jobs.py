@@ -129,7 +129,7 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, p
              verbosity, **flags) -> None:
     """Submit a training job, as `gcloud ai-platform jobs submit training`."""
     from aiptrain.config import SubmitFlags
-    from aiptrain.jobs import Submitter, dry_run_plan, prepare
+    from aiptrain.submission import Submitter, dry_run_plan, prepare
 
     if async_ and stream_logs:
         raise click.UsageError("argument --async: At most one of --async | --stream-logs may be specified.")
