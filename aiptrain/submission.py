@@ -310,7 +310,7 @@ class Submitter:
             staged = staging.stage(files, bucket_url, prefix, index, wheels)
             ti.package_uris = (remote + staged.uris) or None  # the service omits empty lists
             self.store.update_resource(job)
-            package_files = staging.fetch(ti.package_uris, package_dir)
+            package_files = staging.fetch(ti.package_uris or [], package_dir)
             # Replicas take the wheelhouse from this host's cache: the bucket's copy is the record.
             staging.link_files(wheels, package_dir / WHEELHOUSE)
             inputs = plan_inputs(submission, package_dir, package_files, bool(wheels), self._host_gateway(ti.job_dir))

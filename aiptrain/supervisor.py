@@ -32,6 +32,7 @@ ACTIVE = (State.QUEUED, State.PREPARING, State.RUNNING, State.CANCELLING)
 LOG_TAIL_LINES = 20
 TRACEBACK_LINES = 60
 ENGINE_PATIENCE_SECONDS = 30
+SETTLE_CHECKS, SETTLE_SECONDS = 5, 0.05
 
 
 class LogFollowers:
@@ -104,6 +105,7 @@ class Supervisor:
             target=self.backend.wait_for_changes, args=(self.job_id, stop, changed), daemon=True
         )
         watcher.start()
+        settle = 0
         try:
             while True:
                 job = self.store.get(self.job_id)
@@ -128,8 +130,11 @@ class Supervisor:
                     return self.finish(decision, followers, observations)
                 for task in decision.restart:
                     self.restart(task, observations, followers)
-                changed.wait(self.settings.poll_seconds)
+                # The engine may still list a replica as running just after its `die` event:
+                # look again shortly after every event, then fall back to the poll.
+                settle = SETTLE_CHECKS if changed.is_set() else max(0, settle - 1)
                 changed.clear()
+                changed.wait(SETTLE_SECONDS if settle else self.settings.poll_seconds)
         finally:
             stop.set()
 
