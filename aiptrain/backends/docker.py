@@ -247,19 +247,6 @@ class DockerBackend:
             except (DockerException, RequestException, OSError):
                 stop.wait(1)  # the engine is away; the supervisor's poll carries on meanwhile
 
-    def job_ids_with_resources(self) -> set[str]:
-        ids = {c["Labels"][LABEL_JOB] for c in self._containers()}
-        ids |= {n["Labels"][LABEL_JOB] for n in self.api.networks(filters={"label": LABEL_JOB})}
-        return ids
-
-    def log_tail(self, container_id: str, lines: int = 20) -> str:
-        from docker.errors import NotFound
-
-        try:
-            return self.api.logs(container_id, tail=lines).decode(errors="replace")
-        except NotFound:
-            return ""
-
     # -- logs ----------------------------------------------------------------------------
 
     def follow_logs(self, container_id: str, since_ns: int | None = None) -> Iterator[LogChunk]:
