@@ -48,9 +48,11 @@ class Backend(Protocol):
 
     def observe(self, job_id: str) -> list[ReplicaObservation]: ...
 
-    def restart(self, job_id: str, task_name: str) -> None: ...
+    def restart(self, container_id: str) -> None:
+        """Start a stopped replica again: same container, hostname and network."""
 
-    def stop(self, job_id: str, task_names: list[str] | None = None) -> None: ...
+    def stop(self, container_ids: list[str], grace_seconds: int = 10) -> None:
+        """SIGTERM, then SIGKILL after the grace period; replicas already gone are fine."""
 
     def remove(self, job_id: str) -> None:
         """Remove every container and the network of the job; nothing if there are none."""
@@ -58,4 +60,5 @@ class Backend(Protocol):
     def wait_for_changes(self, job_id: str, stop: threading.Event, changed: threading.Event) -> None:
         """Set `changed` whenever a replica starts or stops, until `stop` is set."""
 
-    def follow_logs(self, container_id: str, since: str | None) -> Iterator[LogChunk]: ...
+    def follow_logs(self, container_id: str, since_ns: int | None = None) -> Iterator[LogChunk]:
+        """The replica's output from `since_ns` on, following until it stops."""
