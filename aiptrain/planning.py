@@ -22,6 +22,7 @@ LABEL_JOB = LABEL_PREFIX + "job-id"
 LABEL_TASK = LABEL_PREFIX + "task-name"
 LABEL_TASK_TYPE = LABEL_PREFIX + "task-type"
 LABEL_TASK_INDEX = LABEL_PREFIX + "task-index"
+LABEL_INSTALLATION = LABEL_PREFIX + "installation"
 
 # Runs in each replica of a runtime image: install the staged packages (offline, as
 # the user, into a tmpfs), then become the trainer. `sh -c SCRIPT MODULE ARGS...`
@@ -113,6 +114,7 @@ class PlanInputs:
     limit_resources: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)  # e.g. STORAGE_EMULATOR_HOST
     extra_mounts: tuple[Mount, ...] = ()  # e.g. credentials, read-only
+    installation: str = ""  # Settings.installation_id: labels scope the job to one aiptrain home
 
 
 def dns_label(text: str) -> str:
@@ -218,7 +220,8 @@ def _limits(replica: Replica, replicas: list[Replica], inputs: PlanInputs) -> tu
 
 def plan(job: Job, replicas: list[Replica], inputs: PlanInputs) -> LaunchPlan:
     job_id = job.job_id
-    network = NetworkSpec(name=f"aiptrain-{job_id}", labels={LABEL_JOB: job_id})
+    owner = {LABEL_INSTALLATION: inputs.installation} if inputs.installation else {}
+    network = NetworkSpec(name=f"aiptrain-{job_id}", labels={LABEL_JOB: job_id, **owner})
     mounts: list[Mount] = []
     if inputs.package_dir:
         mounts.append(Mount(inputs.package_dir, PACKAGES_DIR, read_only=True))
@@ -259,6 +262,7 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs) -> LaunchPlan:
                     LABEL_TASK: replica.task_name,
                     LABEL_TASK_TYPE: replica.task_type,
                     LABEL_TASK_INDEX: str(replica.index),
+                    **owner,
                 },
                 user=inputs.user,
                 gpus=replica.accelerator.count if replica.accelerator else 0,

@@ -49,6 +49,14 @@ class Settings:
     poll_seconds: float = field(default_factory=lambda: _env_float("AIPTRAIN_POLL_SECONDS", 1.0))
 
     @property
+    def installation_id(self) -> str:
+        """Names this aiptrain home on a shared engine: its containers and networks carry it,
+        so two homes that both run a job `x` never see or remove each other's replicas."""
+        import hashlib
+
+        return hashlib.sha256(str(self.home).encode()).hexdigest()[:12]
+
+    @property
     def store_path(self) -> Path:
         return self.home / "jobs.db"
 

@@ -57,6 +57,7 @@ class Submission:
     job_dir_mount: str | None
     staging_bucket: str | None = None
     limit_resources: bool = False
+    installation: str = ""
 
 
 def replica_user() -> str:
@@ -114,6 +115,7 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
         job, replicas, package_path, local_packages, remote_packages, runtime_image, job_dir_mount,
         flags.staging_bucket or settings.default_bucket or None,
         flags.limit_resources,
+        settings.installation_id,
     )
 
 
@@ -195,6 +197,7 @@ def plan_inputs(
         host_cpus=os.cpu_count() or 1,
         host_memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         limit_resources=submission.limit_resources,
+        installation=submission.installation,
         extra_env=extra_env,
         extra_mounts=extra_mounts,
     )

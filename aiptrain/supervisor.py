@@ -246,7 +246,7 @@ def main(argv: list[str]) -> int:
     store = JobStore(settings.store_path)
     from aiptrain.backends.docker import DockerBackend
 
-    supervisor = Supervisor(job_id, settings, store, DockerBackend())
+    supervisor = Supervisor(job_id, settings, store, DockerBackend(settings.installation_id))
     try:
         supervisor.run()
         return 0

@@ -195,3 +195,15 @@ def test_launch_failing_half_way_removes_what_was_started(cli, probe_args, docke
         assert job_resources(docker_api, "half_way") == []
     finally:
         docker_api.remove_container(blocker, force=True)
+
+
+def test_two_aiptrain_homes_never_touch_each_others_replicas(cli, probe_args, docker_api, home, tmp_path, monkeypatch):
+    cli(*probe_args("same_name", user_args=("--run", "chief=8")), check_code=0)
+    monkeypatch.setenv("AIPTRAIN_HOME", str(tmp_path / "other-home"))
+    clash = cli(*probe_args("same_name", user_args=("--run", "chief=1")))
+    assert clash.returncode == 4 and "Docker could not start the job's replicas" in clash.stderr
+    assert state_of(cli, "same_name")["state"] == "FAILED"
+    monkeypatch.setenv("AIPTRAIN_HOME", str(home))
+    assert len(containers(docker_api, "same_name", status="running")) == 1  # the first home's replica lives on
+    wait_for(lambda: state_of(cli, "same_name")["state"] == "SUCCEEDED", timeout=60, what="SUCCEEDED")
+    assert job_resources(docker_api, "same_name") == []

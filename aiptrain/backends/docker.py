@@ -20,6 +20,7 @@ from typing import Iterator
 from aiptrain.backends import CREATED, EXITED, RUNNING, LogChunk, ReplicaObservation
 from aiptrain.errors import AiptrainError, EnvironmentNotReady
 from aiptrain.planning import (
+    LABEL_INSTALLATION,
     LABEL_JOB,
     LABEL_TASK,
     LABEL_TASK_INDEX,
@@ -60,7 +61,8 @@ def parse_engine_time(stamp: str) -> int:
 
 
 class DockerBackend:
-    def __init__(self, client=None):
+    def __init__(self, installation: str | None = None, client=None):
+        self._installation = installation
         self._client = client
         self._connecting = threading.Lock()
 
@@ -150,9 +152,13 @@ class DockerBackend:
 
     # -- observation ---------------------------------------------------------------------
 
-    def _containers(self, job_id: str | None = None) -> list[dict]:
-        label = f"{LABEL_JOB}={job_id}" if job_id else LABEL_JOB
-        return self.api.containers(all=True, filters={"label": label})
+    def _job_labels(self, job_id: str) -> list[str]:
+        """Label filters that select this job of this aiptrain home, nothing of another home."""
+        owner = [f"{LABEL_INSTALLATION}={self._installation}"] if self._installation else []
+        return [f"{LABEL_JOB}={job_id}", *owner]
+
+    def _containers(self, job_id: str) -> list[dict]:
+        return self.api.containers(all=True, filters={"label": self._job_labels(job_id)})
 
     def observe(self, job_id: str) -> list[ReplicaObservation]:
         observations = []
@@ -219,7 +225,7 @@ class DockerBackend:
                     raise
 
         self._each(remove_one, [c["Id"] for c in self._containers(job_id)])
-        for network in self.api.networks(filters={"label": f"{LABEL_JOB}={job_id}"}):
+        for network in self.api.networks(filters={"label": self._job_labels(job_id)}):
             try:
                 self.api.remove_network(network["Id"])
             except NotFound:
@@ -238,7 +244,7 @@ class DockerBackend:
         from docker.errors import DockerException
         from requests.exceptions import RequestException
 
-        filters = {"label": f"{LABEL_JOB}={job_id}", "type": "container", "event": ["die", "start"]}
+        filters = {"label": self._job_labels(job_id), "type": "container", "event": ["die", "start"]}
         while not stop.is_set():
             try:
                 since = time.time()

@@ -31,7 +31,7 @@ class Services:
     def backend(self):
         from aiptrain.backends.docker import DockerBackend
 
-        return DockerBackend()
+        return DockerBackend(self.settings.installation_id)
 
     def backend_factory(self):
         return self.backend
