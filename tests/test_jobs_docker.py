@@ -118,13 +118,11 @@ def test_broken_setup_py_fails_packaging_with_gclouds_text_and_no_trace(cli, sub
     assert_no_trace(cli, home, docker_api, tmp_path, "broken_setup")
 
 
-def test_missing_runtime_image_is_an_environment_error(cli, submit_args, home, docker_api, tmp_path, monkeypatch):
-    args = submit_args("no_image")
-    args[args.index("--runtime-version") + 1] = "2.8"
-    if docker_api.images(name="aiptrain/runtime:2.8"):
-        pytest.skip("runtime 2.8 happens to be built here")
-    result = cli(*args)
-    assert result.returncode == 3 and "aiptrain runtimes build" in result.stderr
+def test_missing_image_is_an_environment_error_with_no_trace(cli, home, docker_api, tmp_path):
+    result = cli("jobs", "submit", "training", "no_image", "--master-image-uri", "aiptrain/never-built:1",
+                 "--job-dir", str(tmp_path / "no_image-out"))
+    assert result.returncode == 3 and result.stderr.count("\n") == 1
+    assert "is not on this Docker engine" in result.stderr and "aiptrain runtimes build" in result.stderr
     assert_no_trace(cli, home, docker_api, tmp_path, "no_image")
 
 
