@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiptrain.errors import ValidationError
+from aiptrain.staging import sha256_of
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +47,6 @@ IGNORED = shutil.ignore_patterns(
 class BuiltPackage:
     path: Path  # the sdist, inside a directory the caller owns
     sha256: str
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _packaging_failed(output: str, generated: bool) -> ValidationError:
