@@ -15,6 +15,10 @@ if ! command -v dockerd >/dev/null 2>&1; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null
 fi
+# A dockerd killed with its session leaves its pid file behind; a reused PID would block the start.
+if ! pgrep -x dockerd >/dev/null 2>&1; then
+  rm -f /var/run/docker.pid
+fi
 echo "Starting dockerd in the background (log: /var/log/aiptrain-dockerd.log) ..." >&2
 nohup dockerd >/var/log/aiptrain-dockerd.log 2>&1 &
 for _ in $(seq 1 60); do
