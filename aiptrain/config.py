@@ -14,6 +14,7 @@ from typing import Any
 
 from aiptrain.errors import ValidationError
 from aiptrain.model import AcceleratorConfig, Job, ReplicaConfig, TrainingInput
+from aiptrain.topology import normalize_scale_tier
 
 
 @dataclass
@@ -131,7 +132,7 @@ def build_job(flags: SubmitFlags) -> Job:
         "python_module": flags.module_name,
         "region": flags.region,
         "job_dir": flags.job_dir,
-        "scale_tier": flags.scale_tier,
+        "scale_tier": normalize_scale_tier(flags.scale_tier) if flags.scale_tier else None,
         "runtime_version": flags.runtime_version,
         "python_version": flags.python_version,
         "service_account": flags.service_account,

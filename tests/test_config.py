@@ -93,3 +93,11 @@ def test_missing_config_file(tmp_path):
 def test_bad_accelerators(value, message):
     with pytest.raises(ValidationError, match=message):
         parse_accelerator(value, "--master-accelerator")
+
+
+def test_unknown_scale_tier_flag_lists_gclouds_choices():
+    with pytest.raises(ValidationError) as error:
+        build_job(SubmitFlags(job_id="j", scale_tier="weird"))
+    assert str(error.value) == (
+        "Invalid --scale-tier [weird]: choose one of basic, standard-1, premium-1, basic-gpu, basic-tpu, custom."
+    )
