@@ -26,6 +26,7 @@ from pathlib import Path
 
 from aiptrain.errors import ValidationError
 from aiptrain.staging import sha256_of
+from aiptrain.storage.local import feed_file
 
 log = logging.getLogger(__name__)
 
@@ -145,11 +146,7 @@ def source_tree_hash(package_path: Path) -> str:
             feed("dir", rel)
         elif stat.S_ISREG(info.st_mode):
             feed("file", rel, "x" if info.st_mode & 0o111 else "-")
-            file_digest = hashlib.sha256()
-            with path.open("rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    file_digest.update(block)
-            feed(file_digest.digest())
+            feed(feed_file(hashlib.sha256(), path).digest())
     return digest.hexdigest()
 
 

@@ -22,12 +22,12 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from aiptrain.storage import Bucket, is_gcs, open_bucket, split_url
+from aiptrain.storage.local import feed_file, link_or_copy, md5_base64
 
 log = logging.getLogger(__name__)
 WHEELHOUSE = "wheelhouse"  # beside the packages, in the bucket and in the replicas' package dir
@@ -56,9 +56,7 @@ def sha256_of(path: Path) -> str:
 def combined_sha256(paths: list[Path]) -> str:
     digest = hashlib.sha256()
     for path in paths:
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        feed_file(digest, path)
     return digest.hexdigest()
 
 
@@ -154,8 +152,6 @@ def _put(bucket: Bucket, path: Path, object_path: str, index: StagedIndex | None
         return bucket.uri(object_path)
     sha256 = sha256_of(path)
     if index is not None:
-        from aiptrain.storage.local import md5_base64
-
         md5 = md5_base64(path)
         for source in index.candidates(sha256, bucket):
             uri = bucket.copy(source, object_path, md5)
@@ -198,10 +194,5 @@ def link_files(paths: list[Path], destination: Path) -> None:
     """Put `paths` in `destination` by hard link (a copy across file systems)."""
     destination.mkdir(parents=True, exist_ok=True)
     for path in paths:
-        target = destination / path.name
-        if target.exists():
-            continue
-        try:
-            os.link(path, target)
-        except OSError:
-            shutil.copyfile(path, target)
+        if not (destination / path.name).exists():
+            link_or_copy(path, destination / path.name)

@@ -9,16 +9,29 @@ from pathlib import Path
 from aiptrain.errors import ValidationError
 
 
+def feed_file(digest, path: Path):
+    """Update a hashlib object with a file's bytes, a megabyte at a time; return it."""
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest
+
+
 def md5_base64(path: Path) -> str:
     """A file's MD5 in the form Cloud Storage reports it (base64 of the digest)."""
     import base64
     import hashlib
 
-    digest = hashlib.md5(usedforsecurity=False)
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return base64.b64encode(digest.digest()).decode()
+    return base64.b64encode(feed_file(hashlib.md5(usedforsecurity=False), path).digest()).decode()
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """A hard link when both are on one file system (no bytes copied), else a copy. Safe for
+    staged files and objects: they are never modified in place."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 class LocalBucket:
@@ -56,20 +69,14 @@ class LocalBucket:
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
         partial.unlink(missing_ok=True)
-        try:
-            os.link(original, partial)  # objects are never modified in place, so sharing is safe
-        except OSError:
-            shutil.copyfile(original, partial)
+        link_or_copy(original, partial)
         os.replace(partial, target)
         return self.uri(path)
 
     def download(self, path: str, destination: Path) -> None:
         source = self._object_path(path)
         destination.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(source, destination)  # same filesystem: no bytes copied
-        except OSError:
-            shutil.copyfile(source, destination)
+        link_or_copy(source, destination)
 
     def delete_prefix(self, prefix: str) -> None:
         target = self._object_path(prefix)
