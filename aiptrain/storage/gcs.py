@@ -220,20 +220,25 @@ def _retry():
     )
 
 
+def _causes(exc: BaseException | None, context: bool = False) -> Iterator[BaseException]:
+    """`exc` and what it wraps, outermost first: urllib3 keeps the cause in `.reason` or the
+    first argument, Python in `__cause__` (and `__context__` when asked for)."""
+    for _ in range(8):
+        if exc is None:
+            return
+        yield exc
+        nested = getattr(exc, "reason", None)
+        if not isinstance(nested, BaseException):
+            nested = exc.args[0] if exc.args and isinstance(exc.args[0], BaseException) else None
+        exc = nested or exc.__cause__ or (exc.__context__ if context else None)
+
+
 def _never_connected(exc: BaseException | None) -> bool:
     """True when no connection was made (refused, DNS failure, connect timeout)."""
     import urllib3.exceptions
 
-    for _ in range(8):
-        if exc is None:
-            return False
-        if isinstance(exc, urllib3.exceptions.NewConnectionError | urllib3.exceptions.ConnectTimeoutError):
-            return True
-        nested = getattr(exc, "reason", None)
-        if not isinstance(nested, BaseException):
-            nested = exc.args[0] if exc.args and isinstance(exc.args[0], BaseException) else None
-        exc = nested or exc.__cause__ or exc.__context__
-    return False
+    lost = (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError)
+    return any(isinstance(cause, lost) for cause in _causes(exc, context=True))
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -245,15 +250,7 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 
 def _reason(exc: BaseException) -> str:
     """The innermost cause of a transport failure, e.g. `[Errno 111] Connection refused`."""
-    innermost = exc
-    for _ in range(8):
-        nested = getattr(innermost, "reason", None)
-        if not isinstance(nested, BaseException):
-            nested = innermost.args[0] if innermost.args and isinstance(innermost.args[0], BaseException) else None
-        nested = nested or innermost.__cause__
-        if nested is None:
-            break
-        innermost = nested
+    *_, innermost = _causes(exc)
     text = _first_line(str(innermost))
     return text.rsplit("): ", 1)[-1].rsplit(": ", 1)[-1] if "Errno" in text else text
 
