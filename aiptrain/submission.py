@@ -335,12 +335,7 @@ class Submitter:
         emulator running here for a gs:// job dir."""
         if not (job_dir and is_gcs(job_dir) and os.environ.get("STORAGE_EMULATOR_HOST")):
             return None
-        api = getattr(self.backend, "api", None)
-        if api is None:
-            return None
-        from aiptrain.storage.gcs import docker_host_gateway
-
-        return docker_host_gateway(api)
+        return self.backend.host_address()
 
     @staticmethod
     def _ensure_job_dir(path: Path) -> Path | None:

@@ -13,10 +13,10 @@ from aiptrain.errors import ValidationError
 from aiptrain.submission import _split_packages
 from aiptrain.staging import StagedIndex, combined_sha256, fetch, stage, staging_target
 from aiptrain.storage import open_bucket, split_url
+from aiptrain.backends.docker import host_gateway as docker_host_gateway
 from aiptrain.storage.gcs import (
     CONTAINER_CREDENTIALS,
     GcsBucket,
-    docker_host_gateway,
     reachable_from_containers,
     replica_access,
 )

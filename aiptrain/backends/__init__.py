@@ -37,6 +37,9 @@ class LogChunk:
 
 
 class Backend(Protocol):
+    def host_address(self) -> str | None:
+        """This host's address as seen from inside a replica, if the backend knows it."""
+
     def warm_up(self) -> None:
         """Get ready to be used soon (connect); never raises."""
 

@@ -60,6 +60,24 @@ def parse_engine_time(stamp: str) -> int:
     return seconds * 1_000_000_000 + int((frac + "000000000")[:9])
 
 
+def host_gateway(api) -> str | None:
+    """This host's address on Docker's default bridge (docker0), which every bridge network's
+    containers can reach; None if the engine does not say."""
+    import ipaddress
+
+    try:
+        configs = api.inspect_network("bridge").get("IPAM", {}).get("Config") or []
+    except Exception:  # noqa: BLE001 - no default bridge: leave addresses alone
+        return None
+    for config in configs:
+        if config.get("Gateway"):
+            return config["Gateway"].split("/")[0]
+        subnet = config.get("Subnet", "")
+        if subnet and ":" not in subnet:
+            return str(ipaddress.ip_network(subnet, strict=False)[1])  # Docker's default gateway
+    return None
+
+
 class DockerBackend:
     def __init__(self, installation: str | None = None, client=None):
         self._installation = installation
@@ -72,6 +90,10 @@ class DockerBackend:
             if self._client is None:
                 self._client = connect()
         return self._client
+
+    def host_address(self) -> str | None:
+        """This host's address as replicas reach it (e.g. for an emulator running here)."""
+        return host_gateway(self.api)
 
     # -- readiness -----------------------------------------------------------------------
 

@@ -311,21 +311,3 @@ def reachable_from_containers(address: str, host_gateway: str | None) -> str:
     netloc = f"{host_gateway}:{parts.port}" if parts.port else host_gateway
     rebuilt = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
     return rebuilt if has_scheme else rebuilt.lstrip("/")
-
-
-def docker_host_gateway(api) -> str | None:
-    """This host's address on Docker's default bridge (docker0), which every bridge network's
-    containers can reach; None if the engine does not say."""
-    import ipaddress
-
-    try:
-        configs = api.inspect_network("bridge").get("IPAM", {}).get("Config") or []
-    except Exception:  # noqa: BLE001 - no default bridge: leave addresses alone
-        return None
-    for config in configs:
-        if config.get("Gateway"):
-            return config["Gateway"].split("/")[0]
-        subnet = config.get("Subnet", "")
-        if subnet and ":" not in subnet:
-            return str(ipaddress.ip_network(subnet, strict=False)[1])  # Docker's default gateway
-    return None
