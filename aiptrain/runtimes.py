@@ -71,7 +71,7 @@ def runtime(version: str) -> Runtime:
 
 
 # pip's platform tags for the engine's architecture; tensorflow-cpu's wheels are manylinux_2_27 only.
-_PLATFORMS = {
+PLATFORM_TAGS = {
     "x86_64": ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_27_x86_64", "manylinux_2_28_x86_64"),
     "aarch64": ("manylinux2014_aarch64", "manylinux_2_17_aarch64", "manylinux_2_27_aarch64", "manylinux_2_28_aarch64"),
 }
@@ -103,7 +103,7 @@ def download_wheelhouse(packages: tuple[str, ...], python_version: str, arch: st
     (target / "requirements.txt").write_text("".join(f"{p}\n" for p in packages))
     if not packages:
         return
-    platforms = [arg for tag in _PLATFORMS.get(arch, _PLATFORMS["x86_64"]) for arg in ("--platform", tag)]
+    platforms = [arg for tag in PLATFORM_TAGS.get(arch, PLATFORM_TAGS["x86_64"]) for arg in ("--platform", tag)]
     command = [
         sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
         "--only-binary=:all:", "--implementation", "cp", "--python-version", python_version,

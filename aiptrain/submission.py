@@ -40,7 +40,8 @@ from aiptrain.validation import (
 )
 
 log = logging.getLogger(__name__)
-NOBODY = "65534:65534"
+NOBODY_ID = 65534
+NOBODY = f"{NOBODY_ID}:{NOBODY_ID}"
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 
 
@@ -349,5 +350,5 @@ class Submitter:
             path.mkdir(parents=True)
             created = missing
         if os.getuid() == 0 and created is not None:
-            os.chown(path, 65534, 65534)
+            os.chown(path, NOBODY_ID, NOBODY_ID)
         return created

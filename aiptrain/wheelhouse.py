@@ -76,20 +76,18 @@ def _parse_requires_txt(text: str) -> list[str]:
 
 def _sdist_members(path: Path) -> dict[str, bytes]:
     """PKG-INFO and egg-info/requires.txt of an sdist's top directory, by their path below it."""
-    wanted = {}
+    def below_top(name: str) -> str | None:
+        parts = name.split("/")
+        wanted = parts[1:] == ["PKG-INFO"] or (len(parts) == 3 and parts[2] == "requires.txt")
+        return "/".join(parts[1:]) if wanted else None
+
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as archive:
-            for name in archive.namelist():
-                parts = name.split("/")
-                if parts[1:] == ["PKG-INFO"] or (len(parts) == 3 and parts[2] == "requires.txt"):
-                    wanted["/".join(parts[1:])] = archive.read(name)
-        return wanted
+            return {below_top(n): archive.read(n) for n in archive.namelist() if below_top(n)}
     with tarfile.open(path) as archive:
-        for member in archive:
-            parts = member.name.split("/")
-            if member.isfile() and (parts[1:] == ["PKG-INFO"] or (len(parts) == 3 and parts[2] == "requires.txt")):
-                wanted["/".join(parts[1:])] = archive.extractfile(member).read()
-    return wanted
+        return {
+            below_top(m.name): archive.extractfile(m).read() for m in archive if m.isfile() and below_top(m.name)
+        }
 
 
 def read_metadata(path: Path) -> tuple[str, list[str]]:
@@ -129,11 +127,11 @@ def platform_tags(machine: str | None = None) -> tuple[str, ...]:
     """pip's platform tags for the replicas: the engine runs on this host (it bind-mounts
     host paths), so it has this host's architecture. The same tags the runtime images'
     own wheels were downloaded for."""
-    from aiptrain.runtimes import _PLATFORMS
+    from aiptrain.runtimes import PLATFORM_TAGS
 
     machine = (machine or platform.machine()).lower()
     machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
-    return _PLATFORMS.get(machine, _PLATFORMS["x86_64"])
+    return PLATFORM_TAGS.get(machine, PLATFORM_TAGS["x86_64"])
 
 
 def resolve(

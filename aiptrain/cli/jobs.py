@@ -119,13 +119,12 @@ def submit() -> None:
 @click.option("--enable-web-access", is_flag=True, help="Recorded on the job.")
 @click.option("--async", "async_", is_flag=True, help="Deprecated: submitting is asynchronous by default.")
 @click.option("--stream-logs", is_flag=True, help="Stream the logs until the job ends; exit 1 unless it succeeded.")
-@click.option("--polling-interval", type=click.IntRange(min=1), default=None, hidden=True)
 @click.option("--limit-resources", is_flag=True, envvar="AIPTRAIN_LIMIT_RESOURCES",
               help="Limit each replica to its machine type's vCPUs and memory, scaled so the job fits this host.")
 @click.option("--dry-run", is_flag=True, help="Print the launch plan (every container) and do nothing else.")
 @click.option("--verbosity", type=click.Choice(["debug", "info", "warning", "error", "critical", "none"]),
               default="warning", help="How much aiptrain says about what it does.")
-def training(job_id, user_args, config, labels, packages, async_, stream_logs, polling_interval, dry_run,
+def training(job_id, user_args, config, labels, packages, async_, stream_logs, dry_run,
              verbosity, **flags) -> None:
     """Submit a training job, as `gcloud ai-platform jobs submit training`."""
     from aiptrain.config import SubmitFlags
