@@ -60,14 +60,26 @@ RUNTIMES = {
 }
 
 
-def runtime(version: str) -> Runtime:
+def runtime(version: str, given_as: str = "--runtime-version") -> Runtime:
     try:
         return RUNTIMES[version]
     except KeyError:
         known = ", ".join(RUNTIMES)
         raise ValidationError(
-            f"Unknown --runtime-version [{version}]: choose one of {known} (`aiptrain runtimes list`)."
+            f"Unknown {given_as} [{version}]: choose one of {known} (`aiptrain runtimes list`)."
         ) from None
+
+
+def image_exists(image: str) -> bool:
+    from docker.errors import ImageNotFound
+
+    from aiptrain.backends.docker import connect
+
+    try:
+        connect().inspect_image(image)
+    except ImageNotFound:
+        return False
+    return True
 
 
 # pip's platform tags for the engine's architecture; tensorflow-cpu's wheels are manylinux_2_27 only.
@@ -120,23 +132,12 @@ def build_image(
     base_image: str,
     cache_dir: Path,
     progress: Callable[[str], None] = lambda line: None,
-    force: bool = False,
 ) -> str:
-    """Build the runtime's image unless it exists; return its name."""
-    from docker.errors import ImageNotFound
-
+    """Build (or rebuild) the runtime's image; return its name."""
     from aiptrain.backends.docker import connect
 
     api = connect(timeout=1800)
-    if not force:
-        try:
-            api.inspect_image(rt.image)
-            return rt.image
-        except ImageNotFound:
-            pass
-    try:
-        api.inspect_image(base_image)
-    except ImageNotFound:
+    if not image_exists(base_image):
         raise EnvironmentNotReady(
             f"Base image [{base_image}] is missing: build it with `scripts/build-base-image.sh` "
             "(debootstrap, no registry needed) or set AIPTRAIN_BASE_IMAGE."

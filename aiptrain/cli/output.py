@@ -20,7 +20,8 @@ def print_table(headers: tuple[str, ...], rows: list[tuple], header_style: str =
     for header in headers:
         table.add_column(header, no_wrap=True)
     for row in rows:
-        table.add_row(*(Text(str(cell)) for cell in row))  # Text: no markup interpretation
+        # Text, so that no cell is read as rich markup; styled Text cells keep their style.
+        table.add_row(*(cell if isinstance(cell, Text) else Text(str(cell)) for cell in row))
     console = Console(width=10_000, highlight=False, soft_wrap=True)
     with console.capture() as captured:
         console.print(table)

@@ -67,41 +67,18 @@ def _built_images() -> tuple[set[str] | None, str | None]:
 @click.option("--force", is_flag=True, help="Rebuild even if the image exists.")
 def build(versions, force) -> None:
     """Build the images of runtime VERSIONs (offline: the host downloads the wheels)."""
-    from aiptrain.runtimes import build_image
+    from aiptrain.runtimes import build_image, image_exists, runtime
     from aiptrain.settings import Settings
 
-    chosen = [_known_runtime(version) for version in versions]  # all checked before a long build starts
+    chosen = [runtime(v, given_as="runtime version") for v in versions]  # all checked before a long build
     settings = Settings()
     for rt in chosen:
-        if not force and _image_exists(rt.image):
+        if not force and image_exists(rt.image):
             click.echo(f"Runtime {rt.version}: {rt.image} is already built (--force rebuilds it).")
             continue
         with _build_display(f"Building runtime {rt.version} ({rt.image})") as progress:
-            image = build_image(rt, settings.base_image, settings.cache_dir, progress, force=force)
+            image = build_image(rt, settings.base_image, settings.cache_dir, progress)
         click.echo(f"Runtime {rt.version}: built {image}.")
-
-
-def _known_runtime(version: str):
-    from aiptrain.errors import ValidationError
-    from aiptrain.runtimes import RUNTIMES
-
-    if version not in RUNTIMES:
-        raise ValidationError(
-            f"Unknown runtime version [{version}]: choose one of {', '.join(RUNTIMES)} (`aiptrain runtimes list`)."
-        )
-    return RUNTIMES[version]
-
-
-def _image_exists(image: str) -> bool:
-    from docker.errors import ImageNotFound
-
-    from aiptrain.backends.docker import connect
-
-    try:
-        connect().inspect_image(image)
-    except ImageNotFound:
-        return False
-    return True
 
 
 @contextmanager
