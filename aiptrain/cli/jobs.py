@@ -36,6 +36,12 @@ class Services:
     def backend_factory(self):
         return self.backend
 
+    def job(self, job_id: str):
+        """The job, reconciled first if nobody drives it any more; JobNotFound if there is none."""
+        from aiptrain.jobs import get_job
+
+        return get_job(job_id, self.settings, self.store, self.backend_factory)
+
 
 def _yaml(data) -> str:
     import yaml
@@ -180,10 +186,9 @@ def _stream_then_summarize(services: Services, job_id: str) -> int:
         click.echo("Received keyboard interrupt.\n", err=True)
         click.echo(_follow_up(job_id), err=True)
         return EXIT_INTERRUPTED
-    from aiptrain.jobs import get_job
     from aiptrain.model import State
 
-    job = get_job(job_id, services.settings, services.store, services.backend_factory)
+    job = services.job(job_id)
     click.echo(_summary(job), nl=False)
     return EXIT_OK if job.state is State.SUCCEEDED else EXIT_JOB_FAILED
 
@@ -191,12 +196,11 @@ def _stream_then_summarize(services: Services, job_id: str) -> int:
 def _print_logs(services: Services, job_id: str, task_name, allow_multiline: bool, err: bool,
                 poll_seconds: float = 0.2) -> None:
     from aiptrain import logs
-    from aiptrain.jobs import get_job
 
-    get_job(job_id, services.settings, services.store, services.backend_factory)  # exists? reconciled.
+    services.job(job_id)  # exists? reconciled.
 
     def finished() -> bool:
-        return get_job(job_id, services.settings, services.store, services.backend_factory).state.is_terminal
+        return services.job(job_id).state.is_terminal
 
     path = services.settings.job_log_path(job_id)
     for batch in logs.follow(path, finished, poll_seconds, task=task_name):
@@ -208,10 +212,7 @@ def _print_logs(services: Services, job_id: str, task_name, allow_multiline: boo
 @click.argument("job_id", metavar="JOB")
 def describe(job_id) -> None:
     """Print a job as the REST resource (YAML, camelCase)."""
-    from aiptrain.jobs import get_job
-
-    services = Services()
-    job = get_job(job_id, services.settings, services.store, services.backend_factory)
+    job = Services().job(job_id)
     click.echo(_yaml(job.to_resource()), nl=False)
     click.echo(f"\nView the logs with:\n  $ aiptrain jobs stream-logs {job_id}", err=True)
 
