@@ -32,7 +32,8 @@ def reconcile(job_id: str, settings: Settings, store: JobStore, backend_factory)
             backend_factory().remove(job_id)
             shutil.rmtree(settings.job_work_dir(job_id), ignore_errors=True)
             message = "The job's submission was interrupted before all replicas started."
-            JobLogWriter(settings.job_log_path(job_id)).service(message, "ERROR")
+            with JobLogWriter(settings.job_log_path(job_id)) as job_log:
+                job_log.service(message, "ERROR")
             store.transition(job_id, State.FAILED, [State.QUEUED, State.PREPARING], error_message=message)
             return
         from aiptrain import supervisor

@@ -92,6 +92,12 @@ class JobLogWriter:
     def close(self) -> None:
         os.close(self._fd)
 
+    def __enter__(self) -> "JobLogWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
 
 def read_records(path: Path, offset: int = 0) -> tuple[list[LogRecord], int]:
     """Complete records from `offset` on, and the offset after the last complete one."""

@@ -248,29 +248,32 @@ class Submitter:
         warm_up.start()
         try:
             job = self.store.create(job)
-            job_log = JobLogWriter(self.settings.job_log_path(job.job_id))
-            job_log.service("Validating job requirements...")
-            launch_plan = self._stage_and_plan(submission, job)
-            job_log.service("Job creation request has been successfully validated.")
-            job_log.service(f"Job {job.job_id} is queued.")
-            self.store.transition(job.job_id, State.PREPARING, [State.QUEUED])
-            job_log.service("Waiting for job to be provisioned.")
-            self._step(f"Starting {len(launch_plan.containers)} replica(s)")
-            try:
-                self.backend.launch(launch_plan)
-            except AiptrainError as exc:
-                job_log.service(str(exc), "ERROR")
-                self.store.transition(job.job_id, State.FAILED, [State.PREPARING, State.CANCELLING], str(exc))
-                raise
-            self.store.transition(job.job_id, State.RUNNING, [State.PREPARING])
-            job_log.service("Waiting for training program to start.")
-            job_log.close()
+            with JobLogWriter(self.settings.job_log_path(job.job_id)) as job_log:
+                self._launch(submission, job, job_log)
             from aiptrain import supervisor
 
             supervisor.spawn(job.job_id, lock, self.settings)
         finally:
             lock.release()
         return self.store.get(job.job_id)
+
+    def _launch(self, submission: Submission, job: Job, job_log: JobLogWriter) -> None:
+        """From a recorded job to running replicas, telling the job's log as the service would."""
+        job_log.service("Validating job requirements...")
+        launch_plan = self._stage_and_plan(submission, job)
+        job_log.service("Job creation request has been successfully validated.")
+        job_log.service(f"Job {job.job_id} is queued.")
+        self.store.transition(job.job_id, State.PREPARING, [State.QUEUED])
+        job_log.service("Waiting for job to be provisioned.")
+        self._step(f"Starting {len(launch_plan.containers)} replica(s)")
+        try:
+            self.backend.launch(launch_plan)
+        except AiptrainError as exc:
+            job_log.service(str(exc), "ERROR")
+            self.store.transition(job.job_id, State.FAILED, [State.PREPARING, State.CANCELLING], str(exc))
+            raise
+        self.store.transition(job.job_id, State.RUNNING, [State.PREPARING])
+        job_log.service("Waiting for training program to start.")
 
     def _stage_and_plan(self, submission: Submission, job: Job) -> LaunchPlan:
         """Package, resolve dependencies, stage, fetch and plan; on any error leave no trace
