@@ -49,6 +49,14 @@ def severity_of(stream: str, text: str) -> str:
     return "ERROR"
 
 
+def parse_engine_time(stamp: str) -> int:
+    """Nanoseconds since the epoch from an RFC 3339 time with up to nanoseconds (trailing zeros
+    trimmed), as engines stamp log lines."""
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    seconds = int(datetime.fromisoformat(head + "+00:00").timestamp())
+    return seconds * 1_000_000_000 + int((frac + "000000000")[:9])
+
+
 def now_stamp() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
@@ -80,14 +88,14 @@ class JobLogWriter:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._lock = threading.Lock()
 
-    def write(self, task: str, severity: str, message: str, stamp: str | None = None) -> None:
-        record = LogRecord(stamp or now_stamp(), task, severity, message)
+    def write(self, task: str, severity: str, message: str, stamp: str | None = None, trial: str = "") -> None:
+        record = LogRecord(stamp or now_stamp(), task, severity, message, trial)
         line = (json.dumps(asdict(record)) + "\n").encode()
         with self._lock:
             os.write(self._fd, line)  # one write per record: appends never interleave
 
-    def service(self, message: str, severity: str = "INFO") -> None:
-        self.write(SERVICE, severity, message)
+    def service(self, message: str, severity: str = "INFO", trial: str = "") -> None:
+        self.write(SERVICE, severity, message, trial=trial)
 
     def close(self) -> None:
         os.close(self._fd)
@@ -112,11 +120,11 @@ def read_records(path: Path, offset: int = 0) -> tuple[list[LogRecord], int]:
     return records, offset + end
 
 
-def last_times_by_task(path: Path) -> dict[str, str]:
-    """The newest record time of each task: where a re-attached log follower resumes."""
-    latest: dict[str, str] = {}
+def last_times_by_task(path: Path) -> dict[tuple[str, str], str]:
+    """The newest record time of each (trial, task): where a re-attached log follower resumes."""
+    latest: dict[tuple[str, str], str] = {}
     for record in read_records(path)[0]:
-        latest[record.task] = record.time
+        latest[(record.trial, record.task)] = record.time
     return latest
 
 

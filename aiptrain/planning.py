@@ -23,6 +23,9 @@ LABEL_TASK = LABEL_PREFIX + "task-name"
 LABEL_TASK_TYPE = LABEL_PREFIX + "task-type"
 LABEL_TASK_INDEX = LABEL_PREFIX + "task-index"
 LABEL_INSTALLATION = LABEL_PREFIX + "installation"
+LABEL_TRIAL = LABEL_PREFIX + "trial-id"
+# Where a trial's replicas write their cloudml-hypertune metric files (one per task), read-write.
+HYPERTUNE_DIR = "/opt/aiptrain/hypertune"
 
 # Runs in each replica of a runtime image: install the staged packages (offline, as
 # the user, into a tmpfs), then become the trainer. `sh -c SCRIPT MODULE ARGS...`
@@ -80,6 +83,7 @@ class LaunchPlan:
     job_id: str
     network: NetworkSpec
     containers: tuple[ContainerSpec, ...]
+    trial_id: str | None = None  # set when the plan is one trial of a tuning job
 
     def to_dict(self) -> dict[str, Any]:
         """A printable form; env values that look like secrets are hidden."""
@@ -100,6 +104,22 @@ def mask_value(name: str, value: str, words: tuple[str, ...] = SECRET_WORDS) -> 
 
 
 @dataclass(frozen=True)
+class Trial:
+    """One hyperparameter trial: every replica of the job, run once more with these values."""
+
+    trial_id: str  # "1", "2", ... as TF_CONFIG's task.trial and CLOUD_ML_TRIAL_ID carry it
+    hyperparameters: dict[str, str]  # parameterName -> value, passed as --name=value
+    metrics_dir: str | None = None  # host directory for the replicas' metric files (HYPERTUNE_DIR)
+
+    def user_args(self) -> list[str]:
+        return [f"--{name}={value}" for name, value in self.hyperparameters.items()]
+
+    @staticmethod
+    def metric_file(task_name: str) -> str:
+        return f"{task_name}.metrics"
+
+
+@dataclass(frozen=True)
 class PlanInputs:
     """What planning needs to know about the world, gathered by the caller."""
 
@@ -115,6 +135,23 @@ class PlanInputs:
     extra_env: dict[str, str] = field(default_factory=dict)  # e.g. STORAGE_EMULATOR_HOST
     extra_mounts: tuple[Mount, ...] = ()  # e.g. credentials, read-only
     installation: str = ""  # Settings.installation_id: labels scope the job to one aiptrain home
+
+
+def inputs_to_dict(inputs: PlanInputs) -> dict[str, Any]:
+    """PlanInputs as JSON-ready data: a tuning job's supervisor plans its trials from it."""
+    import dataclasses
+
+    return dataclasses.asdict(inputs)
+
+
+def inputs_from_dict(data: dict[str, Any]) -> PlanInputs:
+    return PlanInputs(
+        **{
+            **data,
+            "package_files": tuple(data.get("package_files", ())),
+            "extra_mounts": tuple(Mount(**mount) for mount in data.get("extra_mounts", ())),
+        }
+    )
 
 
 def dns_label(text: str) -> str:
@@ -138,22 +175,27 @@ def primary_task_type(job: Job) -> str:
         return "chief"
 
 
-def _cluster(job: Job, replicas: list[Replica], primary: str, include_evaluators: bool) -> dict[str, list[str]]:
+def _cluster(base: str, replicas: list[Replica], primary: str, include_evaluators: bool) -> dict[str, list[str]]:
     cluster: dict[str, list[str]] = {}
     names = {MASTER: primary, WORKER: WORKER, PS: PS, EVALUATOR: EVALUATOR}
     for replica in replicas:
         if replica.task_type == EVALUATOR and not include_evaluators:
             continue
-        address = f"{hostname(job.job_id, replica)}:{TF_PORT}"
+        address = f"{hostname(base, replica)}:{TF_PORT}"
         cluster.setdefault(names[replica.task_type], []).append(address)
     return cluster
 
 
-def hostname(job_id: str, replica: Replica) -> str:
-    return f"{dns_label(job_id)}-{replica.task_type}-{replica.index}"
+def base_name(job_id: str, trial: Trial | None = None) -> str:
+    """What engine-side names start with: the job ID, and the trial for a tuning job's trial."""
+    return f"{job_id}-trial-{trial.trial_id}" if trial else job_id
 
 
-def cluster_env(job: Job, replicas: list[Replica], replica: Replica) -> dict[str, str]:
+def hostname(base: str, replica: Replica) -> str:
+    return f"{dns_label(base)}-{replica.task_type}-{replica.index}"
+
+
+def cluster_env(job: Job, replicas: list[Replica], replica: Replica, trial: Trial | None = None) -> dict[str, str]:
     """TF_CONFIG as AI Platform sets it, and CLUSTER_SPEC for custom containers.
 
     TF_CONFIG's cluster never lists evaluators (they are not part of the training
@@ -161,45 +203,58 @@ def cluster_env(job: Job, replicas: list[Replica], replica: Replica) -> dict[str
     `job` is the TrainingInput with the proto's snake_case names, as seen on the service.
     """
     primary = primary_task_type(job)
+    base = base_name(job.job_id, trial)
     job_dict = job.training_input.model_dump(mode="json", exclude_none=True)
     task_type = primary if replica.task_type == MASTER else replica.task_type
+    trial_key = {"trial": trial.trial_id} if trial else {}
     tf_config = {
-        "cluster": _cluster(job, replicas, primary, include_evaluators=False),
-        "task": {"type": task_type, "index": replica.index},
+        "cluster": _cluster(base, replicas, primary, include_evaluators=False),
+        "task": {"type": task_type, "index": replica.index, **trial_key},
         "job": job_dict,
         "environment": "cloud",
     }
     cluster_spec = {
-        "cluster": _cluster(job, replicas, MASTER, include_evaluators=True),
-        "task": {"type": replica.task_type, "index": replica.index},
+        "cluster": _cluster(base, replicas, MASTER, include_evaluators=True),
+        "task": {"type": replica.task_type, "index": replica.index, **trial_key},
         "job": job_dict,
         "environment": "cloud",
     }
     return {"TF_CONFIG": json.dumps(tf_config), "CLUSTER_SPEC": json.dumps(cluster_spec)}
 
 
-def _image_and_command(job: Job, replica: Replica, inputs: PlanInputs) -> tuple[str, list[str] | None, list[str]]:
-    """(image, entrypoint, command) of one replica; an entrypoint of None keeps the image's ENTRYPOINT."""
+def trial_job_dir(job_dir: str, trial: Trial | None) -> str:
+    """A trial's --job-dir: the job dir scoped by the trial ID, so trials never clobber each other."""
+    return f"{job_dir.rstrip('/')}/{trial.trial_id}" if trial else job_dir
+
+
+def _image_and_command(
+    job: Job, replica: Replica, inputs: PlanInputs, trial: Trial | None
+) -> tuple[str, list[str] | None, list[str]]:
+    """(image, entrypoint, command) of one replica; an entrypoint of None keeps the image's ENTRYPOINT.
+    A trial's values come after the user's args, and `--job-dir` last, as the service appends it."""
     ti = job.training_input
-    user_args = [*(ti.args or []), *(["--job-dir", ti.job_dir] if ti.job_dir else [])]
+    hyperparameters = trial.user_args() if trial else []
+    job_dir = ["--job-dir", trial_job_dir(ti.job_dir, trial)] if ti.job_dir else []
+    user_args = [*(ti.args or []), *hyperparameters, *job_dir]
     if ti.uses_custom_container:
-        return _custom_container(ti, replica.config, user_args)
+        return _custom_container(ti, replica.config, user_args, hyperparameters)
     return inputs.runtime_image or "", None, ["sh", "-c", BOOTSTRAP, ti.python_module or "", *user_args]
 
 
 def _custom_container(
-    ti: TrainingInput, config: ReplicaConfig | None, user_args: list[str]
+    ti: TrainingInput, config: ReplicaConfig | None, user_args: list[str], hyperparameters: list[str]
 ) -> tuple[str, list[str] | None, list[str]]:
     """A custom container runs as `docker run IMAGE ARGS...` would: the user's args (and
     `--job-dir`) replace the image's CMD, so they reach its ENTRYPOINT. containerCommand and
     containerArgs, when set, are the whole command line instead, with Docker's rules
     (containerCommand replaces ENTRYPOINT and runs without the image's CMD; containerArgs
     alone replaces CMD), so nothing is added to them. Only the image defaults to the
-    master's: on AI Platform the other ReplicaConfig fields are per replica type."""
+    master's: on AI Platform the other ReplicaConfig fields are per replica type. A trial's
+    values still follow containerArgs: they are how the program learns them."""
     image = (config.image_uri if config else None) or ti.master_config.image_uri
     if config and (config.container_command or config.container_args):
         # Empty lists are unset fields in the proto, hence `or None` rather than an empty ENTRYPOINT.
-        return image, config.container_command or None, list(config.container_args or [])
+        return image, config.container_command or None, [*(config.container_args or []), *hyperparameters]
     return image, None, user_args
 
 
@@ -218,24 +273,46 @@ def _limits(replica: Replica, replicas: list[Replica], inputs: PlanInputs) -> tu
     return int(replica.machine.vcpus * cpu_scale * 1e9), memory, min(memory, generous_shm)
 
 
-def plan(job: Job, replicas: list[Replica], inputs: PlanInputs) -> LaunchPlan:
-    job_id = job.job_id
-    owner = {LABEL_INSTALLATION: inputs.installation} if inputs.installation else {}
-    network = NetworkSpec(name=f"aiptrain-{job_id}", labels={LABEL_JOB: job_id, **owner})
+def _trial_env(trial: Trial | None, replica: Replica) -> dict[str, str]:
+    """What cloudml-hypertune reads in a trial's replica: its trial ID and where to write the metric."""
+    if trial is None:
+        return {}
+    return {
+        "CLOUD_ML_TRIAL_ID": trial.trial_id,
+        "CLOUD_ML_HP_METRIC_FILE": f"{HYPERTUNE_DIR}/{Trial.metric_file(replica.task_name)}",
+    }
+
+
+def _mounts(inputs: PlanInputs, trial: Trial | None) -> tuple[Mount, ...]:
     mounts: list[Mount] = []
     if inputs.package_dir:
         mounts.append(Mount(inputs.package_dir, PACKAGES_DIR, read_only=True))
     if inputs.job_dir_mount:
         mounts.append(Mount(inputs.job_dir_mount, inputs.job_dir_mount, read_only=False))
+    if trial and trial.metrics_dir:
+        mounts.append(Mount(trial.metrics_dir, HYPERTUNE_DIR, read_only=False))
     mounts.extend(inputs.extra_mounts)
+    return tuple(mounts)
+
+
+def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | None = None) -> LaunchPlan:
+    """The launch plan of the job, or of one hyperparameter trial of it (its own network,
+    names carrying the trial ID, the trial's values and job dir)."""
+    job_id = job.job_id
+    base = base_name(job_id, trial)
+    owner = {LABEL_INSTALLATION: inputs.installation} if inputs.installation else {}
+    scope = {LABEL_JOB: job_id, **owner, **({LABEL_TRIAL: trial.trial_id} if trial else {})}
+    network = NetworkSpec(name=f"aiptrain-{base}", labels=scope)
+    mounts = _mounts(inputs, trial)
     package_paths = " ".join(f"{PACKAGES_DIR}/{name}" for name in inputs.package_files)
 
     containers = []
     for replica in replicas:
-        image, entrypoint, command = _image_and_command(job, replica, inputs)
+        image, entrypoint, command = _image_and_command(job, replica, inputs, trial)
         nano_cpus, memory, shm = _limits(replica, replicas, inputs)
         env = {
-            **cluster_env(job, replicas, replica),
+            **cluster_env(job, replicas, replica, trial),
+            **_trial_env(trial, replica),
             "PYTHONUNBUFFERED": "1",
             "HOME": "/tmp",
             "PYTHONUSERBASE": "/tmp/.local",
@@ -247,8 +324,8 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs) -> LaunchPlan:
                 env["AIPTRAIN_WHEELHOUSE"] = f"{PACKAGES_DIR}/{inputs.wheelhouse}"
         containers.append(
             ContainerSpec(
-                name=f"{job_id}-{replica.task_type}-{replica.index}",
-                hostname=hostname(job_id, replica),
+                name=f"{base}-{replica.task_type}-{replica.index}",
+                hostname=hostname(base, replica),
                 task_name=replica.task_name,
                 task_type=replica.task_type,
                 task_index=replica.index,
@@ -256,13 +333,12 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs) -> LaunchPlan:
                 entrypoint=entrypoint,
                 command=command,
                 env=env,
-                mounts=tuple(mounts),
+                mounts=mounts,
                 labels={
-                    LABEL_JOB: job_id,
+                    **scope,
                     LABEL_TASK: replica.task_name,
                     LABEL_TASK_TYPE: replica.task_type,
                     LABEL_TASK_INDEX: str(replica.index),
-                    **owner,
                 },
                 user=inputs.user,
                 gpus=replica.accelerator.count if replica.accelerator else 0,
@@ -272,4 +348,4 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs) -> LaunchPlan:
                 working_dir=None if job.training_input.uses_custom_container else "/tmp",
             )
         )
-    return LaunchPlan(job_id=job_id, network=network, containers=tuple(containers))
+    return LaunchPlan(job_id, network, tuple(containers), trial.trial_id if trial else None)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from aiptrain.errors import ValidationError
-from aiptrain.model import Job, State, rfc3339, utc_now
+from aiptrain.model import Job, State, TrainingOutput, rfc3339, utc_now
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -99,6 +99,15 @@ class JobStore:
             self._db.execute(
                 "UPDATE jobs SET resource = json_set(?, '$.state', state) WHERE job_id = ?",
                 (json.dumps(job.to_resource()), job.job_id),
+            )
+
+    def set_training_output(self, job_id: str, output: TrainingOutput) -> None:
+        """Replace trainingOutput only: state, errorMessage and the rest stay as they are, so
+        this never undoes a concurrent transition (a cancel, say)."""
+        with self._transaction():
+            self._db.execute(
+                "UPDATE jobs SET resource = json_set(resource, '$.trainingOutput', json(?)) WHERE job_id = ?",
+                (json.dumps(output.to_resource()), job_id),
             )
 
     def transition(

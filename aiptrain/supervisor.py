@@ -18,9 +18,9 @@ import time
 import traceback
 from datetime import timedelta
 
-from aiptrain.backends import EXITED, RUNNING, ReplicaObservation
+from aiptrain.backends import EXITED, RUNNING, Backend, ReplicaObservation
 from aiptrain.lifecycle import Decision, decide, failure_message
-from aiptrain.logs import SERVICE, JobLogWriter, last_times_by_task, read_records, severity_of
+from aiptrain.logs import SERVICE, JobLogWriter, last_times_by_task, parse_engine_time, read_records, severity_of
 from aiptrain.model import State, utc_now
 from aiptrain.ownership import JobLock
 from aiptrain.settings import Settings
@@ -37,106 +37,132 @@ SETTLE_CHECKS, SETTLE_SECONDS = 5, 0.05
 
 class LogFollowers:
     """One thread per replica copying its container's output into the job log; re-attached
-    after a restart from the last line already copied."""
+    after a restart from the last line already copied. Replicas are keyed by (trial, task):
+    every trial of a tuning job has its own master-replica-0."""
 
-    def __init__(self, backend, writer: JobLogWriter, resume_from: dict[str, str]):
-        from aiptrain.backends.docker import parse_engine_time
-
+    def __init__(self, backend: Backend, writer: JobLogWriter, resume_from: dict[tuple[str, str], str]):
         self._backend = backend
         self._writer = writer
-        self._last_ns = {task: parse_engine_time(stamp) for task, stamp in resume_from.items()}
-        self._threads: dict[str, threading.Thread] = {}
-        self._drained: set[str] = set()  # exited replicas whose output is all copied
+        self._last_ns = {key: parse_engine_time(stamp) for key, stamp in resume_from.items()}
+        self._threads: dict[tuple[str, str], threading.Thread] = {}
+        self._drained: set[tuple[str, str]] = set()  # exited replicas whose output is all copied
 
     def sync(self, observations: list[ReplicaObservation]) -> None:
         for obs in observations:
-            thread = self._threads.get(obs.task_name)
+            key = (obs.trial_id, obs.task_name)
+            thread = self._threads.get(key)
             if thread and thread.is_alive():
                 continue
-            if obs.status == EXITED and obs.task_name in self._drained:
+            if obs.status == EXITED and key in self._drained:
                 continue
             thread = threading.Thread(target=self._follow, args=(obs,), daemon=True)
-            self._threads[obs.task_name] = thread
+            self._threads[key] = thread
             thread.start()
 
-    def restarted(self, task_name: str) -> None:
-        self._drained.discard(task_name)
+    def restarted(self, trial_id: str, task_name: str) -> None:
+        self._drained.discard((trial_id, task_name))
 
     def _follow(self, obs: ReplicaObservation) -> None:
-        from aiptrain.backends.docker import parse_engine_time
-
+        key = (obs.trial_id, obs.task_name)
         try:
-            for chunk in self._backend.follow_logs(obs.container_id, self._last_ns.get(obs.task_name)):
-                self._writer.write(obs.task_name, severity_of(chunk.stream, chunk.text), chunk.text, chunk.time)
-                self._last_ns[obs.task_name] = parse_engine_time(chunk.time)
+            for chunk in self._backend.follow_logs(obs.container_id, self._last_ns.get(key)):
+                severity = severity_of(chunk.stream, chunk.text)
+                self._writer.write(obs.task_name, severity, chunk.text, chunk.time, obs.trial_id)
+                self._last_ns[key] = parse_engine_time(chunk.time)
         except Exception:  # the container vanished under us: its logs went with it
             pass
         if obs.status == EXITED:
-            self._drained.add(obs.task_name)
+            self._drained.add(key)
 
-    def join(self, timeout: float) -> None:
+    def join(self, timeout: float, trial_id: str | None = None) -> None:
+        """Wait for the followers (of one trial, when given) to copy everything."""
         deadline = time.monotonic() + timeout
-        for thread in list(self._threads.values()):
-            thread.join(max(0.0, deadline - time.monotonic()))
+        for (trial, _), thread in list(self._threads.items()):
+            if trial_id is None or trial == trial_id:
+                thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class Supervisor:
-    def __init__(self, job_id: str, settings: Settings, store: JobStore, backend):
+    """Drives one job: a plain job here, a tuning job through aiptrain.tuning.Study. Both use
+    the same per-group steps (a group is the job's replicas, or one trial's)."""
+
+    def __init__(self, job_id: str, settings: Settings, store: JobStore, backend: Backend):
         self.job_id = job_id
         self.settings = settings
         self.store = store
         self.backend = backend
         self.log_path = settings.job_log_path(job_id)
         self.writer = JobLogWriter(self.log_path)
+        self.followers = LogFollowers(backend, self.writer, last_times_by_task(self.log_path))
+        self.changed = threading.Event()  # set by the engine's events: a replica started or stopped
 
     def run(self) -> State:
         job = self.store.get(self.job_id)
         if job is None or job.state not in ACTIVE:
             return job.state if job else State.STATE_UNSPECIFIED
-        expected = [r.task_name for r in replicas_for(job.training_input)]
-        followers = LogFollowers(self.backend, self.writer, last_times_by_task(self.log_path))
-        max_running = None
-        if job.training_input.scheduling and job.training_input.scheduling.max_running_time:
-            max_running = parse_duration_seconds(job.training_input.scheduling.max_running_time, "maxRunningTime")
-
         # Docker events wake the loop the moment a replica starts or dies; the poll is the fallback.
-        stop, changed = threading.Event(), threading.Event()
+        stop = threading.Event()
         watcher = threading.Thread(
-            target=self.backend.wait_for_changes, args=(self.job_id, stop, changed), daemon=True
+            target=self.backend.wait_for_changes, args=(self.job_id, stop, self.changed), daemon=True
         )
         watcher.start()
-        settle = 0
         try:
-            while True:
-                job = self.store.get(self.job_id)
-                if job.state in (State.QUEUED, State.PREPARING):
-                    # Submit died before the launch finished; what exists is incomplete.
-                    message = "The job's submission was interrupted before all replicas started."
-                    return self.finish(Decision(State.FAILED, message), followers, [])
-                if self.ran_too_long(job, max_running):
-                    continue
-                observations = self.observe()
-                followers.sync(observations)
-                decision = decide(
-                    expected,
-                    observations,
-                    self.store.restarts(self.job_id),
-                    self.settings.max_restarts,
-                    cancel_requested=job.state is State.CANCELLING,
-                )
-                if (decision.state or decision.restart) and self.cancel_arrived(job.state):
-                    decision = Decision(State.CANCELLED)  # `jobs cancel` stops replicas: not failures
-                if decision.state is not None:
-                    return self.finish(decision, followers, observations)
-                for task in decision.restart:
-                    self.restart(task, observations, followers)
-                # The engine may still list a replica as running just after its `die` event:
-                # look again shortly after every event, then fall back to the poll.
-                settle = SETTLE_CHECKS if changed.is_set() else max(0, settle - 1)
-                changed.clear()
-                changed.wait(SETTLE_SECONDS if settle else self.settings.poll_seconds)
+            if job.training_input.hyperparameters:
+                from aiptrain.tuning import Study
+
+                return Study(self).run()
+            return self.run_job()
         finally:
             stop.set()
+
+    def run_job(self) -> State:
+        job = self.store.get(self.job_id)
+        expected = [r.task_name for r in replicas_for(job.training_input)]
+        max_running = max_running_seconds(job)
+        settle = Settle()
+        while True:
+            job = self.store.get(self.job_id)
+            if job.state in (State.QUEUED, State.PREPARING):
+                # Submit died before the launch finished; what exists is incomplete.
+                message = "The job's submission was interrupted before all replicas started."
+                return self.finish(Decision(State.FAILED, message), [])
+            if self.ran_too_long(job, max_running):
+                continue
+            observations = self.observe()
+            decision = self.step_group(expected, observations, job.state)
+            if decision.state is not None:
+                return self.finish(decision, observations)
+            self.wait(settle)
+
+    # -- steps shared with the study loop -------------------------------------------------
+
+    def wait(self, settle: "Settle") -> None:
+        """Sleep until the engine reports a change or the poll is due. The engine may still
+        list a replica as running just after its `die` event: look again shortly after
+        every event, then fall back to the poll."""
+        seconds = settle.after(self.changed.is_set(), self.settings.poll_seconds)
+        self.changed.clear()
+        self.changed.wait(seconds)
+
+    def step_group(self, expected: list[str], observations: list[ReplicaObservation], state_seen: State,
+                   trial_id: str = "") -> Decision:
+        """Follow the group's logs, apply lifecycle.decide and restart what it says to.
+        A decision to end the group comes back to the caller."""
+        self.followers.sync(observations)
+        restarts = self.store.restarts(self.job_id)
+        decision = decide(
+            expected,
+            observations,
+            {task: restarts.get(restart_key(trial_id, task), 0) for task in expected},
+            self.settings.max_restarts,
+            cancel_requested=state_seen is State.CANCELLING,
+        )
+        if (decision.state or decision.restart) and self.cancel_arrived(state_seen):
+            return Decision(State.CANCELLED)  # `jobs cancel` stops replicas: not failures
+        for task in decision.restart:
+            self.restart(task, observations, trial_id)
+        return Decision(state=decision.state, error_message=decision.error_message,
+                        failed_task=decision.failed_task)
 
     def cancel_arrived(self, state_seen: State) -> bool:
         return state_seen is not State.CANCELLING and self.store.get(self.job_id).state is State.CANCELLING
@@ -154,9 +180,9 @@ class Supervisor:
         )
         return True
 
-    def observe(self) -> list[ReplicaObservation]:
-        """The replicas' states, riding out a Docker engine that is briefly unreachable
-        (restarting, overloaded) instead of failing a healthy job."""
+    def observe(self, trial_id: str | None = None) -> list[ReplicaObservation]:
+        """The replicas' states (of one trial, when given), riding out a Docker engine that is
+        briefly unreachable (restarting, overloaded) instead of failing a healthy job."""
         import tenacity
 
         retrying = tenacity.Retrying(
@@ -164,25 +190,35 @@ class Supervisor:
             wait=tenacity.wait_exponential(multiplier=0.1, max=2),
             reraise=True,
         )
-        return retrying(self.backend.observe, self.job_id)
+        observations = retrying(self.backend.observe, self.job_id)
+        return observations if trial_id is None else [o for o in observations if o.trial_id == trial_id]
 
-    def restart(self, task: str, observations: list[ReplicaObservation], followers: LogFollowers) -> None:
+    def restart(self, task: str, observations: list[ReplicaObservation], trial_id: str = "") -> None:
         obs = next(o for o in observations if o.task_name == task)
-        count = self.store.count_restart(self.job_id, task)
+        count = self.store.count_restart(self.job_id, restart_key(trial_id, task))
         self.writer.service(
             f"{failure_message(task, obs.exit_code)} Restarting it in place "
             f"(restart {count} of {self.settings.max_restarts}).",
             "WARNING",
+            trial_id,
         )
-        followers.restarted(task)
+        self.followers.restarted(trial_id, task)
         self.backend.restart(obs.container_id)
 
-    def finish(self, decision: Decision, followers: LogFollowers, observations: list[ReplicaObservation]) -> State:
+    def end_group(self, observations: list[ReplicaObservation], trial_id: str | None = None) -> None:
+        """Stop what still runs (stopped by us: never a failure), copy the remaining output,
+        and remove the group's containers and network."""
         still_running = [o.container_id for o in observations if o.status == RUNNING]
-        self.backend.stop(still_running, self.settings.stop_grace_seconds)  # stopped by us: never a failure
-        followers.sync(self.backend.observe(self.job_id))  # output of replicas not followed yet
-        followers.join(timeout=15)
-        error = self.error_message(decision)
+        self.backend.stop(still_running, self.settings.stop_grace_seconds)
+        self.followers.sync(self.observe(trial_id))  # output of replicas not followed yet
+        self.followers.join(timeout=15, trial_id=trial_id)
+        self.backend.remove(self.job_id, trial_id)
+
+    def finish(self, decision: Decision, observations: list[ReplicaObservation], failed_trial: str = "") -> State:
+        """End the job: tear everything down, say how it ended, then record the final state
+        (written last, so readers that see it have every line)."""
+        self.end_group(observations)
+        error = self.error_message(decision, failed_trial)
         if decision.state is State.SUCCEEDED:
             self.writer.service("Job completed successfully.")
         elif decision.state is State.FAILED:
@@ -191,12 +227,11 @@ class Supervisor:
             self.writer.service("Job failed.")
         else:
             self.writer.service("Job cancelled.")
-        self.backend.remove(self.job_id)
         shutil.rmtree(self.settings.job_work_dir(self.job_id), ignore_errors=True)
         job = self.store.transition(self.job_id, decision.state, ACTIVE, error_message=error)
         return job.state if job else decision.state
 
-    def error_message(self, decision: Decision) -> str | None:
+    def error_message(self, decision: Decision, failed_trial: str = "") -> str | None:
         if decision.state is State.CANCELLED:
             job = self.store.get(self.job_id)
             return job.error_message or "Job cancelled by the user."
@@ -204,7 +239,8 @@ class Supervisor:
             return None
         message = decision.error_message or "The job failed."
         if decision.failed_task:
-            lines = [r.message for r in read_records(self.log_path)[0] if r.task == decision.failed_task]
+            records = read_records(self.log_path)[0]
+            lines = [r.message for r in records if r.task == decision.failed_task and r.trial == failed_trial]
             tail = log_tail(lines)
             if tail:
                 message += "\n" + "\n".join(tail)
@@ -212,6 +248,29 @@ class Supervisor:
             f"{message}\n\nTo find out more about why your job exited please check the logs: "
             f"aiptrain jobs stream-logs {self.job_id}"
         )
+
+
+def restart_key(trial_id: str, task: str) -> str:
+    """Restarts are counted per replica: per trial's replica in a tuning job."""
+    return f"{trial_id}/{task}" if trial_id else task
+
+
+def max_running_seconds(job) -> float | None:
+    scheduling = job.training_input.scheduling
+    if scheduling and scheduling.max_running_time:
+        return parse_duration_seconds(scheduling.max_running_time, "maxRunningTime")
+    return None
+
+
+class Settle:
+    """After an engine event, a few quick looks; otherwise the regular poll."""
+
+    def __init__(self):
+        self.left = 0
+
+    def after(self, event_seen: bool, poll_seconds: float) -> float:
+        self.left = SETTLE_CHECKS if event_seen else max(0, self.left - 1)
+        return SETTLE_SECONDS if self.left else poll_seconds
 
 
 def log_tail(lines: list[str]) -> list[str]:

@@ -27,6 +27,7 @@ class ReplicaObservation:
     exit_code: int | None = None
     finished_at: datetime | None = None
     container_id: str | None = None
+    trial_id: str = ""  # the hyperparameter trial the replica belongs to; "" outside tuning jobs
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,9 @@ class Backend(Protocol):
     def stop(self, container_ids: list[str], grace_seconds: int = 10) -> None:
         """SIGTERM, then SIGKILL after the grace period; replicas already gone are fine."""
 
-    def remove(self, job_id: str) -> None:
-        """Remove every container and the network of the job; nothing if there are none."""
+    def remove(self, job_id: str, trial_id: str | None = None) -> None:
+        """Remove the containers and networks of the job (of one trial only, when given);
+        nothing if there are none."""
 
     def wait_for_changes(self, job_id: str, stop: threading.Event, changed: threading.Event) -> None:
         """Set `changed` whenever a replica starts or stops, until `stop` is set."""

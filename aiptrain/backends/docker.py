@@ -19,12 +19,14 @@ from typing import Iterator
 
 from aiptrain.backends import CREATED, EXITED, RUNNING, LogChunk, ReplicaObservation
 from aiptrain.errors import AiptrainError, EnvironmentNotReady
+from aiptrain.logs import parse_engine_time
 from aiptrain.planning import (
     LABEL_INSTALLATION,
     LABEL_JOB,
     LABEL_TASK,
     LABEL_TASK_INDEX,
     LABEL_TASK_TYPE,
+    LABEL_TRIAL,
     ContainerSpec,
     LaunchPlan,
 )
@@ -51,13 +53,6 @@ def connect(timeout: int = 120):
 
 def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
-def parse_engine_time(stamp: str) -> int:
-    """Nanoseconds since the epoch from the engine's RFC 3339 (trailing zeros trimmed) time."""
-    head, _, frac = stamp.rstrip("Z").partition(".")
-    seconds = int(datetime.fromisoformat(head + "+00:00").timestamp())
-    return seconds * 1_000_000_000 + int((frac + "000000000")[:9])
 
 
 def host_gateway(api) -> str | None:
@@ -134,7 +129,7 @@ class DockerBackend:
                 for future in [pool.submit(self._start, spec, plan.network.name) for spec in plan.containers]:
                     future.result()
         except BaseException as exc:
-            self.remove(plan.job_id)
+            self.remove(plan.job_id, plan.trial_id)  # a failed trial's launch leaves the other trials be
             if isinstance(exc, AiptrainError | KeyboardInterrupt):
                 raise
             raise AiptrainError(f"Docker could not start the job's replicas: {_first_line(exc)}") from exc
@@ -174,13 +169,15 @@ class DockerBackend:
 
     # -- observation ---------------------------------------------------------------------
 
-    def _job_labels(self, job_id: str) -> list[str]:
-        """Label filters that select this job of this aiptrain home, nothing of another home."""
+    def _job_labels(self, job_id: str, trial_id: str | None = None) -> list[str]:
+        """Label filters that select this job (or one of its trials) of this aiptrain home,
+        nothing of another home."""
         owner = [f"{LABEL_INSTALLATION}={self._installation}"] if self._installation else []
-        return [f"{LABEL_JOB}={job_id}", *owner]
+        trial = [f"{LABEL_TRIAL}={trial_id}"] if trial_id else []
+        return [f"{LABEL_JOB}={job_id}", *owner, *trial]
 
-    def _containers(self, job_id: str) -> list[dict]:
-        return self.api.containers(all=True, filters={"label": self._job_labels(job_id)})
+    def _containers(self, job_id: str, trial_id: str | None = None) -> list[dict]:
+        return self.api.containers(all=True, filters={"label": self._job_labels(job_id, trial_id)})
 
     def observe(self, job_id: str) -> list[ReplicaObservation]:
         observations = []
@@ -199,6 +196,7 @@ class DockerBackend:
                     exit_code=exit_code,
                     finished_at=finished,
                     container_id=info["Id"],
+                    trial_id=labels.get(LABEL_TRIAL, ""),
                 )
             )
         return observations
@@ -234,7 +232,7 @@ class DockerBackend:
 
         self._each(stop_one, container_ids)
 
-    def remove(self, job_id: str) -> None:
+    def remove(self, job_id: str, trial_id: str | None = None) -> None:
         from docker.errors import APIError, NotFound
 
         def remove_one(container_id: str) -> None:
@@ -246,8 +244,8 @@ class DockerBackend:
                 if "already in progress" not in str(exc):
                     raise
 
-        self._each(remove_one, [c["Id"] for c in self._containers(job_id)])
-        for network in self.api.networks(filters={"label": self._job_labels(job_id)}):
+        self._each(remove_one, [c["Id"] for c in self._containers(job_id, trial_id)])
+        for network in self.api.networks(filters={"label": self._job_labels(job_id, trial_id)}):
             try:
                 self.api.remove_network(network["Id"])
             except NotFound:
