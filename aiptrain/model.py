@@ -408,7 +408,7 @@ class HyperparameterOutput(Resource):
 class TrainingOutput(Resource):
     completed_trial_count: Int64 | None = None
     trials: list[HyperparameterOutput] | None = None
-    consumed_ml_units: float | None = None
+    consumed_ml_units: float | None = Field(default=None, alias="consumedMLUnits")  # not to_camel's MlUnits
     is_hyperparameter_tuning_job: bool | None = None
     hyperparameter_metric_tag: str | None = None
     web_access_uris: dict[str, str] | None = None
