@@ -52,12 +52,17 @@ class SubmitFlags:
 
 
 def pydantic_error_line(error: Any, source: str) -> str:
-    """One line out of a pydantic ValidationError: `source: trainingInput.workerCount: message`."""
+    """One line out of a pydantic ValidationError:
+    `source: trainingInput.hyperparameters.params[1] (lr): message.`"""
     first = error.errors()[0]
-    location = ".".join(str(part) for part in first["loc"])
+    location = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in first["loc"])
+    cause = first.get("ctx", {}).get("error")
+    if getattr(cause, "path", None):  # model.FieldError: the validator knows the exact sub-field
+        location += f".{cause.path}"
+    message = first["msg"].removeprefix("Value error, ").rstrip(".")
     more = len(error.errors()) - 1
     suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
-    return f"{source}: {location}: {first['msg']}{suffix}."
+    return f"{source}: {location.lstrip('.')}: {message}{suffix}."
 
 
 def load_config(path: str) -> Job:

@@ -9,10 +9,12 @@ the wire, as in the REST representation. Pure data: no I/O here.
 from __future__ import annotations
 
 import enum
+import math
+import re
 from datetime import datetime, timezone
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 # REST int64 values are JSON strings ("workerCount: '4'"); YAML ints are accepted on input.
@@ -97,6 +99,255 @@ class EncryptionConfig(Resource):
     kms_key_name: str | None = None
 
 
+class FieldError(ValueError):
+    """A validation failure below the field that raised it: `path` (e.g. `params[1] (lr)`) is
+    appended to pydantic's location when the error is printed (config.pydantic_error_line)."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(message)
+        self.path = path
+
+
+def enum_choice(value: Any, enum_type: type[enum.Enum], what: str) -> Any:
+    """Enum names in any case (real configs write `maximize`); anything else names the choices."""
+    if not isinstance(value, str):
+        return value
+    name = value.strip().upper()
+    if name not in enum_type.__members__:
+        choices = ", ".join(enum_type.__members__)
+        raise ValueError(f"[{value}] is not {what}: use one of {choices}")
+    return name
+
+
+class Goal(str, enum.Enum):
+    GOAL_TYPE_UNSPECIFIED = "GOAL_TYPE_UNSPECIFIED"
+    MAXIMIZE = "MAXIMIZE"
+    MINIMIZE = "MINIMIZE"
+
+
+class ParameterType(str, enum.Enum):
+    PARAMETER_TYPE_UNSPECIFIED = "PARAMETER_TYPE_UNSPECIFIED"
+    DOUBLE = "DOUBLE"
+    INTEGER = "INTEGER"
+    CATEGORICAL = "CATEGORICAL"
+    DISCRETE = "DISCRETE"
+
+
+class ScaleType(str, enum.Enum):
+    NONE = "NONE"
+    UNIT_LINEAR_SCALE = "UNIT_LINEAR_SCALE"
+    UNIT_LOG_SCALE = "UNIT_LOG_SCALE"
+    UNIT_REVERSE_LOG_SCALE = "UNIT_REVERSE_LOG_SCALE"
+
+    @property
+    def is_log(self) -> bool:
+        return self in (ScaleType.UNIT_LOG_SCALE, ScaleType.UNIT_REVERSE_LOG_SCALE)
+
+
+class Algorithm(str, enum.Enum):
+    ALGORITHM_UNSPECIFIED = "ALGORITHM_UNSPECIFIED"
+    GRID_SEARCH = "GRID_SEARCH"
+    RANDOM_SEARCH = "RANDOM_SEARCH"
+
+
+DEFAULT_METRIC_TAG = "training/hptuning/metric"
+MAX_DISCRETE_VALUES = 1000
+MAX_GRID_POINTS = 100_000  # aiptrain's own bound: the grid is enumerated in memory
+GRID_TYPES = (ParameterType.INTEGER, ParameterType.CATEGORICAL, ParameterType.DISCRETE)
+_FLAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+
+
+class ParameterSpec(Resource):
+    parameter_name: str | None = None
+    type: ParameterType | None = None
+    min_value: float | None = None
+    max_value: float | None = None
+    categorical_values: list[str] | None = None
+    discrete_values: list[float] | None = None
+    scale_type: ScaleType | None = None
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _type_name(cls, value: Any) -> Any:
+        return enum_choice(value, ParameterType, "a parameter type")
+
+    @field_validator("scale_type", mode="before")
+    @classmethod
+    def _scale_name(cls, value: Any) -> Any:
+        return enum_choice(value, ScaleType, "a scale type")
+
+    @field_validator("categorical_values", mode="before")
+    @classmethod
+    def _categories_as_strings(cls, value: Any) -> Any:
+        # YAML reads `[32, 64]` as numbers; the service takes them as the strings they spell.
+        if isinstance(value, list):
+            return [str(item) if isinstance(item, (int, float)) else item for item in value]
+        return value
+
+    @property
+    def scale(self) -> ScaleType:
+        return self.scale_type or ScaleType.NONE
+
+    def problem(self) -> str | None:
+        """What is wrong with this parameter, as `field must ...: fix`; None when it is valid."""
+        if not self.parameter_name:
+            return "parameterName is required: name the flag the trial receives, e.g. learning_rate"
+        if not _FLAG_NAME.fullmatch(self.parameter_name):
+            return "parameterName must be a flag name (letters, digits, _ . -, not starting with a digit)"
+        if self.type in (None, ParameterType.PARAMETER_TYPE_UNSPECIFIED):
+            return "type is required: use one of DOUBLE, INTEGER, CATEGORICAL, DISCRETE"
+        checks = {
+            ParameterType.DOUBLE: self._range_problem,
+            ParameterType.INTEGER: self._range_problem,
+            ParameterType.CATEGORICAL: self._categorical_problem,
+            ParameterType.DISCRETE: self._discrete_problem,
+        }
+        return checks[self.type]()
+
+    def _range_problem(self) -> str | None:
+        kind = self.type.value
+        if self.categorical_values is not None or self.discrete_values is not None:
+            return f"{kind} takes minValue and maxValue, not categoricalValues or discreteValues"
+        if self.min_value is None or self.max_value is None:
+            return f"{kind} needs both minValue and maxValue"
+        if not (math.isfinite(self.min_value) and math.isfinite(self.max_value)):
+            return "minValue and maxValue must be finite numbers"
+        if self.type is ParameterType.INTEGER and not (
+            self.min_value.is_integer() and self.max_value.is_integer()
+        ):
+            return "INTEGER needs whole numbers for minValue and maxValue"
+        if self.min_value >= self.max_value:
+            return "minValue must be less than maxValue"
+        if self.scale.is_log and self.min_value <= 0:
+            return f"{self.scale.value} needs minValue greater than 0: use UNIT_LINEAR_SCALE or raise minValue"
+        return None
+
+    def _categorical_problem(self) -> str | None:
+        if self.min_value is not None or self.max_value is not None or self.discrete_values is not None:
+            return "CATEGORICAL takes categoricalValues only: remove minValue, maxValue and discreteValues"
+        if self.scale_type is not None:
+            return "scaleType does not apply to CATEGORICAL: remove it"
+        if not self.categorical_values:
+            return "CATEGORICAL needs a non-empty categoricalValues list"
+        if any(not value for value in self.categorical_values):
+            return "categoricalValues must not hold empty strings"
+        if len(set(self.categorical_values)) != len(self.categorical_values):
+            return "categoricalValues must be unique"
+        return None
+
+    def _discrete_problem(self) -> str | None:
+        values = self.discrete_values
+        if self.categorical_values is not None:
+            return "DISCRETE takes discreteValues, not categoricalValues"
+        if not values:
+            return "DISCRETE needs a non-empty discreteValues list"
+        if len(values) > MAX_DISCRETE_VALUES:
+            return f"discreteValues holds {len(values)} values; at most {MAX_DISCRETE_VALUES} are allowed"
+        if not all(math.isfinite(value) for value in values):
+            return "discreteValues must be finite numbers"
+        if any(later <= earlier for earlier, later in zip(values, values[1:])):
+            return "discreteValues must be strictly increasing"
+        if self.scale.is_log and values[0] <= 0:
+            return f"{self.scale.value} needs every discreteValue greater than 0"
+        return None
+
+    @property
+    def grid_values(self) -> list:
+        """The points GRID_SEARCH visits for this parameter (INTEGER, CATEGORICAL, DISCRETE)."""
+        if self.type is ParameterType.INTEGER:
+            return list(range(int(self.min_value), int(self.max_value) + 1))
+        if self.type is ParameterType.DISCRETE:
+            return list(self.discrete_values)
+        return list(self.categorical_values or ())
+
+    @property
+    def grid_size(self) -> int:
+        if self.type is ParameterType.INTEGER:
+            return int(self.max_value) - int(self.min_value) + 1
+        return len(self.grid_values)
+
+
+class HyperparameterSpec(Resource):
+    goal: Goal | None = None
+    params: list[ParameterSpec] | None = None
+    max_trials: Int64 | None = None
+    max_parallel_trials: Int64 | None = None
+    max_failed_trials: Int64 | None = None
+    hyperparameter_metric_tag: str | None = None
+    enable_trial_early_stopping: bool | None = None
+    resume_previous_job_id: str | None = None
+    algorithm: Algorithm | None = None
+
+    @field_validator("goal", mode="before")
+    @classmethod
+    def _goal_name(cls, value: Any) -> Any:
+        return enum_choice(value, Goal, "a goal")
+
+    @field_validator("algorithm", mode="before")
+    @classmethod
+    def _algorithm_name(cls, value: Any) -> Any:
+        return enum_choice(value, Algorithm, "an algorithm")
+
+    @model_validator(mode="after")
+    def _check(self) -> HyperparameterSpec:
+        if not self.params:
+            raise FieldError("params", "at least one parameter is required: add a params list")
+        names: set[str] = set()
+        for index, param in enumerate(self.params):
+            where = f"params[{index}]" + (f" ({param.parameter_name})" if param.parameter_name else "")
+            problem = param.problem()
+            if problem is None and param.parameter_name in names:
+                problem = "parameterName is used twice: give every parameter its own name"
+            if problem is None and self.search is Algorithm.GRID_SEARCH and param.type not in GRID_TYPES:
+                problem = "GRID_SEARCH takes INTEGER, CATEGORICAL or DISCRETE parameters: use RANDOM_SEARCH for DOUBLE"
+            if problem:
+                raise FieldError(where, problem)
+            names.add(param.parameter_name)
+        for field, least in (("max_trials", 1), ("max_parallel_trials", 1), ("max_failed_trials", 0)):
+            value = getattr(self, field)
+            if value is not None and value < least:
+                raise FieldError(to_camel(field), f"must be at least {least}")
+        if self.search is Algorithm.GRID_SEARCH and self.grid_size > MAX_GRID_POINTS:
+            raise FieldError(
+                "params", f"the grid has {self.grid_size} points; GRID_SEARCH takes at most "
+                f"{MAX_GRID_POINTS}: narrow the INTEGER ranges or use RANDOM_SEARCH"
+            )
+        return self
+
+    @property
+    def effective_goal(self) -> Goal:
+        return Goal.MINIMIZE if self.goal is Goal.MINIMIZE else Goal.MAXIMIZE
+
+    @property
+    def search(self) -> Algorithm:
+        return self.algorithm or Algorithm.ALGORITHM_UNSPECIFIED
+
+    @property
+    def trials_limit(self) -> int:
+        return self.max_trials or 1
+
+    @property
+    def parallel_limit(self) -> int:
+        return self.max_parallel_trials or 1
+
+    @property
+    def failed_limit(self) -> int:
+        """maxFailedTrials; 0 (the default) leaves the rule to the emulator."""
+        return self.max_failed_trials or 0
+
+    @property
+    def metric_tag(self) -> str:
+        return self.hyperparameter_metric_tag or DEFAULT_METRIC_TAG
+
+    @property
+    def early_stopping(self) -> bool:
+        return bool(self.enable_trial_early_stopping)
+
+    @property
+    def grid_size(self) -> int:
+        return math.prod(param.grid_size for param in self.params or ())
+
+
 class TrainingInput(Resource):
     scale_tier: ScaleTier | None = None
     master_type: str | None = None
@@ -113,7 +364,7 @@ class TrainingInput(Resource):
     package_uris: list[str] | None = None
     python_module: str | None = None
     args: list[str] | None = None
-    hyperparameters: dict[str, Any] | None = None
+    hyperparameters: HyperparameterSpec | None = None
     region: str | None = None
     job_dir: str | None = None
     runtime_version: str | None = None
@@ -136,10 +387,28 @@ class TrainingInput(Resource):
         return bool(self.master_config and self.master_config.image_uri)
 
 
+class Metric(Resource):
+    training_step: Int64 | None = None
+    objective_value: float | None = None
+
+
+class HyperparameterOutput(Resource):
+    """One trial of an HP job; `hyperparameters` values are strings, as the service returns them."""
+
+    trial_id: str
+    hyperparameters: dict[str, str] = Field(default_factory=dict)
+    final_metric: Metric | None = None
+    all_metrics: list[Metric] | None = None
+    start_time: Timestamp | None = None
+    end_time: Timestamp | None = None
+    state: State | None = None
+    is_trial_stopped_early: bool | None = None
+
+
 class TrainingOutput(Resource):
     completed_trial_count: Int64 | None = None
-    trials: list[dict[str, Any]] | None = None
-    consumed_ml_units: float | None = None
+    trials: list[HyperparameterOutput] | None = None
+    consumed_ml_units: float | None = Field(default=None, alias="consumedMLUnits")  # not to_camel's MlUnits
     is_hyperparameter_tuning_job: bool | None = None
     hyperparameter_metric_tag: str | None = None
     web_access_uris: dict[str, str] | None = None

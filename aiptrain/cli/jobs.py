@@ -210,11 +210,35 @@ def _print_logs(services: Services, job_id: str, task_name, allow_multiline: boo
 
 @jobs.command()
 @click.argument("job_id", metavar="JOB")
-def describe(job_id) -> None:
+@click.option("--summarize", is_flag=True,
+              help="Print gcloud's summary tables (overview, input, output, HP trials) instead of the resource.")
+def describe(job_id, summarize) -> None:
     """Print a job as the REST resource (YAML, camelCase)."""
     job = Services().job(job_id)
-    click.echo(_yaml(job.to_resource()), nl=False)
+    if summarize:
+        from aiptrain.cli.summary import print_summary
+
+        if click.get_current_context().params.get("format"):
+            click.echo("WARNING: --format is ignored when --summarize is present", err=True)
+        print_summary(job)
+    else:
+        click.echo(_yaml(job.to_resource()), nl=False)
     click.echo(f"\nView the logs with:\n  $ aiptrain jobs stream-logs {job_id}", err=True)
+
+
+@jobs.command()
+@click.argument("job_id", metavar="JOB")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Image file to write: .png, .svg or .pdf.")
+def plot(job_id, output) -> None:
+    """Draw a hyperparameter tuning job's trials: objective per trial with the best so far, and
+    each parameter against the objective. Needs matplotlib: pip install 'aiptrain[plot]'."""
+    from pathlib import Path
+
+    from aiptrain.plot import plot_study
+
+    plot_study(Services().job(job_id), Path(output))
+    click.echo(f"Plotted job [{job_id}] to [{output}].", err=True)
 
 
 @jobs.command(name="list")
