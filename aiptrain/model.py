@@ -405,6 +405,11 @@ class HyperparameterOutput(Resource):
     is_trial_stopped_early: bool | None = None
 
 
+def trial_order(trial_id: str) -> tuple:
+    """Sort key for trial ids: numerically ("2" before "10"), any other id after them."""
+    return (0, int(trial_id), "") if trial_id.isdigit() else (1, 0, trial_id)
+
+
 class TrainingOutput(Resource):
     completed_trial_count: Int64 | None = None
     trials: list[HyperparameterOutput] | None = None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiptrain.errors import EnvironmentNotReady, ValidationError
-from aiptrain.model import Goal, HyperparameterOutput, Job, ParameterSpec, ParameterType, ScaleType
+from aiptrain.model import Goal, HyperparameterOutput, Job, ParameterSpec, ParameterType, ScaleType, trial_order
 
 PANEL_INCHES = (5.0, 3.6)
 COLUMNS = 3
@@ -35,17 +35,14 @@ def trial_points(job: Job) -> list[TrialPoint]:
             f"Job [{job.job_id}] is not a hyperparameter tuning job: `jobs plot` draws the trials of a job "
             "submitted with trainingInput.hyperparameters."
         )
-    trials = sorted((job.training_output and job.training_output.trials) or [], key=_numeric_id)
+    trials = (job.training_output and job.training_output.trials) or []
+    trials = sorted(trials, key=lambda trial: trial_order(trial.trial_id))
     points = [_point(position, trial) for position, trial in enumerate(trials, start=1)]
     if not any(point.objective is not None for point in points):
         raise ValidationError(
             f"Job [{job.job_id}] has no trial with an objective value yet: plot it once a trial has finished."
         )
     return points
-
-
-def _numeric_id(trial: HyperparameterOutput) -> tuple:
-    return (0, int(trial.trial_id), "") if trial.trial_id.isdigit() else (1, 0, trial.trial_id)
 
 
 def _point(position: int, trial: HyperparameterOutput) -> TrialPoint:

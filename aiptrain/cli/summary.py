@@ -13,6 +13,8 @@ from typing import Any, Iterable
 
 import click
 
+from aiptrain.model import trial_order
+
 
 @dataclass(frozen=True)
 class Column:
@@ -62,11 +64,6 @@ def table_rows(columns: Iterable[Column], resources: list[dict[str, Any]]) -> tu
                                                 for row in range(len(resources))]
 
 
-def _trial_order(trial: dict[str, Any]) -> tuple:
-    trial_id = str(trial.get("trialId", ""))
-    return (0, int(trial_id), "") if trial_id.isdigit() else (1, 0, trial_id)
-
-
 def summary_tables(resource: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, headers, rows) of each table, in gcloud's order."""
     training_input = resource.get("trainingInput", {})
@@ -76,7 +73,9 @@ def summary_tables(resource: dict[str, Any]) -> list[tuple[str, list[str], list[
         ("Training Input Summary", *table_rows(TRAINING_INPUT, [training_input])),
         ("Training Output Summary", *table_rows(TRAINING_OUTPUT, [training_output])),
     ]
-    trials = sorted(training_output.get("trials") or [], key=_trial_order)  # gcloud: sort(trialId)
+    trials = sorted(  # gcloud: sort(trialId), as text; numerically here
+        training_output.get("trials") or [], key=lambda trial: trial_order(str(trial.get("trialId", "")))
+    )
     if training_input.get("hyperparameters") and trials:
         tables.append(("Training Output Trials", *table_rows(TRIALS, trials)))
     return tables
