@@ -218,7 +218,12 @@ def dry_run_plan(submission: Submission) -> LaunchPlan:
             files.append(sdist.name)
             wheelhouse = bool(submission.runtime_image and requirements_for([*submission.local_packages, sdist]))
     inputs = plan_inputs(submission, Path("<job work dir>/packages"), files, wheelhouse)
-    return plan(submission.job, submission.replicas, inputs)
+    trial = None
+    if submission.job.training_input.hyperparameters:
+        from aiptrain.tuning import first_trial
+
+        trial = first_trial(submission.job.training_input.hyperparameters, "<job work dir>/trials/1")
+    return plan(submission.job, submission.replicas, inputs, trial)
 
 
 class Submitter:
@@ -240,6 +245,7 @@ class Submitter:
         self.settings.ensure_dirs()
         if self.store.exists(job.job_id):
             raise duplicate_job(job.job_id)
+        self._check_resumed_study(job)
         lock = JobLock.try_acquire(self.settings.job_lock_path(job.job_id))
         if lock is None:
             raise duplicate_job(job.job_id)  # another process is submitting this very ID
@@ -257,14 +263,38 @@ class Submitter:
             lock.release()
         return self.store.get(job.job_id)
 
+    def _check_resumed_study(self, job: Job) -> None:
+        spec = job.training_input.hyperparameters
+        previous_id = spec.resume_previous_job_id if spec else None
+        if not previous_id:
+            return
+        previous = self.store.get(previous_id)
+        if previous is None or not previous.training_input.hyperparameters:
+            raise ValidationError(
+                f"trainingInput.hyperparameters.resumePreviousJobId [{previous_id}] is not a hyperparameter "
+                "tuning job here: name one that `aiptrain jobs list` shows, or leave it out."
+            )
+        if not previous.state.is_terminal:
+            raise ValidationError(
+                f"resumePreviousJobId [{previous_id}] is still {previous.state.value}: wait for it to end."
+            )
+
     def _launch(self, submission: Submission, job: Job, job_log: JobLogWriter) -> None:
-        """From a recorded job to running replicas, telling the job's log as the service would."""
+        """From a recorded job to running replicas, telling the job's log as the service would.
+        A tuning job's trials are launched by its supervisor (aiptrain.tuning), from the plan
+        inputs left in the job's work dir."""
         job_log.service("Validating job requirements...")
-        launch_plan = self._stage_and_plan(submission, job)
+        launch_plan, inputs = self._stage_and_plan(submission, job)
         job_log.service("Job creation request has been successfully validated.")
         job_log.service(f"Job {job.job_id} is queued.")
         self.store.transition(job.job_id, State.PREPARING, [State.QUEUED])
         job_log.service("Waiting for job to be provisioned.")
+        if job.training_input.hyperparameters:
+            from aiptrain.tuning import save_plan_inputs
+
+            save_plan_inputs(self.settings.job_work_dir(job.job_id), inputs)
+            self.store.transition(job.job_id, State.RUNNING, [State.PREPARING])
+            return
         self._step(f"Starting {len(launch_plan.containers)} replica(s)")
         try:
             self.backend.launch(launch_plan)
@@ -275,7 +305,7 @@ class Submitter:
         self.store.transition(job.job_id, State.RUNNING, [State.PREPARING])
         job_log.service("Waiting for training program to start.")
 
-    def _stage_and_plan(self, submission: Submission, job: Job) -> LaunchPlan:
+    def _stage_and_plan(self, submission: Submission, job: Job) -> tuple[LaunchPlan, PlanInputs]:
         """Package, resolve dependencies, stage, fetch and plan; on any error leave no trace
         of the job. What can be refused (the build, a missing gs:// package, a dependency with
         no wheel) is refused before anything is written to the bucket."""
@@ -323,7 +353,7 @@ class Submitter:
             inputs = plan_inputs(submission, package_dir, package_files, bool(wheels), self._host_gateway(ti.job_dir))
             launch_plan = plan(job, submission.replicas, inputs)
             self.backend.check_ready(launch_plan)
-            return launch_plan
+            return launch_plan, inputs
         except BaseException:
             if staged is not None:
                 staged.discard()

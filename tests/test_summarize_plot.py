@@ -98,9 +98,9 @@ def test_summary_tables_follow_gclouds_format():
     assert tables["Training Output Summary"] == (["TRIALS", "ML_UNITS"], [["3", "0.5"]])
     headers, rows = tables["Training Output Trials"]
     assert headers == ["TRIAL", "OBJECTIVE_VALUE", "STEP", "HYPERPARAMETERS"]
-    assert [row[0] for row in rows] == ["1", "2", "3", "4", "10"]
-    assert rows[0] == ["1", "0.8", "100", "lr=0.05\nunits=64\ncell=gru"]
-    assert rows[2][1:3] == ["", ""]  # a failed trial has no metric
+    assert [row[0] for row in rows] == ["10", "1", "2", "4", "3"]  # best objective first, none last
+    assert rows[1] == ["1", "0.8", "100", "lr=0.05\nunits=64\ncell=gru"]
+    assert rows[4][1:3] == ["", ""]  # a failed trial has no metric
 
 
 def test_summary_of_a_plain_job_has_no_trials():
@@ -117,7 +117,7 @@ def test_describe_summarize_prints_boxed_tables(cli, store_job):
         assert title in out
     assert "┌" in out and "│ JOB_ID" in out and "SUCCEEDED" in out
     assert "\x1b[" not in out  # piped: no terminal styling
-    assert out.index("lr=0.05") < out.index("lr=0.001") < out.index("lr=0.01")  # trials 1, 2, 10
+    assert out.index("lr=0.01") < out.index("lr=0.05") < out.index("lr=0.001")  # trials 10, 1, 2
     assert "units=64" in out and "cell=gru" in out
     assert "stream-logs tune_1" in result.stderr
 
@@ -192,3 +192,11 @@ def _points(*objectives, stopped=()):
 def test_best_so_far_skips_failed_and_stopped_trials(goal, expected):
     points = _points(0.5, 0.3, None, 0.9, 0.01, stopped={5})
     assert best_so_far(points, goal) == expected
+
+
+def test_trials_sort_best_first_for_the_goal():
+    from aiptrain.cli.summary import best_first
+
+    trials = [t.to_resource() for t in TRIALS]
+    assert [t["trialId"] for t in best_first(trials, {"goal": "MINIMIZE"})] == ["4", "2", "1", "10", "3"]
+    assert [t["trialId"] for t in best_first(trials, {})] == ["10", "1", "2", "4", "3"]

@@ -64,6 +64,19 @@ def table_rows(columns: Iterable[Column], resources: list[dict[str, Any]]) -> tu
                                                 for row in range(len(resources))]
 
 
+def best_first(trials: list[dict[str, Any]], spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Trials sorted by objective, the best first for the study's goal (gcloud sorts by trialId,
+    which hides the answer a study exists for); trials without an objective last, by trialId."""
+    sign = 1 if str(spec.get("goal", "")).upper() == "MINIMIZE" else -1
+
+    def key(trial: dict[str, Any]):
+        objective = (trial.get("finalMetric") or {}).get("objectiveValue")
+        ranked = (0, sign * objective) if objective is not None else (1, 0.0)
+        return ranked, trial_order(str(trial.get("trialId", "")))
+
+    return sorted(trials, key=key)
+
+
 def summary_tables(resource: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, headers, rows) of each table, in gcloud's order."""
     training_input = resource.get("trainingInput", {})
@@ -73,9 +86,7 @@ def summary_tables(resource: dict[str, Any]) -> list[tuple[str, list[str], list[
         ("Training Input Summary", *table_rows(TRAINING_INPUT, [training_input])),
         ("Training Output Summary", *table_rows(TRAINING_OUTPUT, [training_output])),
     ]
-    trials = sorted(  # gcloud: sort(trialId), as text; numerically here
-        training_output.get("trials") or [], key=lambda trial: trial_order(str(trial.get("trialId", "")))
-    )
+    trials = best_first(training_output.get("trials") or [], training_input.get("hyperparameters") or {})
     if training_input.get("hyperparameters") and trials:
         tables.append(("Training Output Trials", *table_rows(TRIALS, trials)))
     return tables

@@ -1,0 +1,64 @@
+"""The study rule and the metric files, without Docker."""
+
+import json
+
+import pytest
+
+from aiptrain.model import State
+from aiptrain.tuning import StudyCounts, StudyStep, failure_limit, read_metrics, schedule
+
+
+def counts(budget=6, started=0, running=0, succeeded=0, failed=0):
+    return StudyCounts(budget, started, running, succeeded, failed)
+
+
+@pytest.mark.parametrize(
+    "name, state, max_parallel, max_failed, expected",
+    [
+        ("a new study fills its parallel slots", counts(), 2, None, StudyStep(start=2)),
+        ("never more than the budget", counts(budget=3, started=2, running=1, succeeded=1), 4, None,
+         StudyStep(start=1)),
+        ("full slots: wait", counts(started=2, running=2), 2, None, StudyStep()),
+        ("one slot freed", counts(started=2, running=1, succeeded=1), 2, None, StudyStep(start=1)),
+        ("budget spent, trials still running: wait", counts(started=6, running=1, succeeded=5), 2, None,
+         StudyStep()),
+        ("budget spent, nothing running: done", counts(started=6, succeeded=5, failed=1), 2, None,
+         StudyStep(end=State.SUCCEEDED)),
+        ("every trial failed below the limit still ends FAILED", counts(budget=1, started=1, failed=0), 1, 5,
+         StudyStep(end=State.FAILED, reason="No trial succeeded.")),
+        ("maxFailedTrials reached", counts(started=3, running=1, succeeded=0, failed=2), 2, 2,
+         StudyStep(end=State.FAILED, reason="2 of the trials failed (the limit is 2).")),
+        ("below maxFailedTrials: go on", counts(started=3, running=1, succeeded=1, failed=1), 2, 2,
+         StudyStep(start=1)),
+        ("default limit is half the budget", counts(started=4, running=1, failed=3), 2, 0,
+         StudyStep(end=State.FAILED, reason="3 of the trials failed (the limit is 3).")),
+        ("an exhausted grid ends early", counts(budget=4, started=4, succeeded=4), 2, None,
+         StudyStep(end=State.SUCCEEDED)),
+    ],
+)
+def test_schedule(name, state, max_parallel, max_failed, expected):
+    assert schedule(state, max_parallel, max_failed) == expected, name
+
+
+@pytest.mark.parametrize("given, budget, limit", [(None, 6, 3), (0, 1, 1), (0, 7, 4), (2, 100, 2)])
+def test_failure_limit(given, budget, limit):
+    assert failure_limit(given, budget) == limit
+
+
+def test_read_metrics_takes_the_tag_in_hypertunes_format(tmp_path):
+    path = tmp_path / "master-replica-0.metrics"
+    lines = [
+        {"accuracy": "0.5", "global_step": "100", "timestamp": 1.0, "trial": "1"},
+        {"loss": "0.3", "global_step": "150", "timestamp": 1.5, "trial": "1"},
+        {"accuracy": "0.75", "global_step": "200", "timestamp": 2.0, "trial": "1"},
+    ]
+    path.write_text("\n".join(json.dumps(line, sort_keys=True) for line in lines) + "\n{\"accur")
+    assert read_metrics(path, "accuracy") == [(100, 0.5), (200, 0.75)]
+    assert read_metrics(path, "loss") == [(150, 0.3)]
+    assert read_metrics(tmp_path / "missing", "accuracy") == []
+
+
+def test_read_metrics_skips_values_that_are_not_numbers(tmp_path):
+    path = tmp_path / "m"
+    path.write_text('{"m": "nan", "global_step": "1"}\n{"m": "x"}\n{"m": "2", "global_step": ""}\n')
+    assert read_metrics(path, "m") == [(0, 2.0)]
