@@ -295,9 +295,20 @@ def _mounts(inputs: PlanInputs, trial: Trial | None) -> tuple[Mount, ...]:
     return tuple(mounts)
 
 
+def as_replicas_see_it(job: Job, inputs: PlanInputs) -> Job:
+    """The job that replicas are told about (--job-dir, TF_CONFIG's job): a gs:// job dir kept
+    on this machine (AIPTRAIN_GCS=local) is its local directory there; the record keeps the URL."""
+    if not inputs.job_dir_mount or job.training_input.job_dir in (None, inputs.job_dir_mount):
+        return job
+    seen = job.model_copy(deep=True)
+    seen.training_input.job_dir = inputs.job_dir_mount
+    return seen
+
+
 def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | None = None) -> LaunchPlan:
     """The launch plan of the job, or of one hyperparameter trial of it (its own network,
     names carrying the trial ID, the trial's values and job dir)."""
+    job = as_replicas_see_it(job, inputs)
     job_id = job.job_id
     base = base_name(job_id, trial)
     owner = {LABEL_INSTALLATION: inputs.installation} if inputs.installation else {}

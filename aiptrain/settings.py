@@ -47,6 +47,9 @@ class Settings:
     stop_grace_seconds: int = field(default_factory=lambda: _env_int("AIPTRAIN_STOP_GRACE_SECONDS", 10))
     # How often the supervisor looks at the replicas when no Docker event woke it earlier.
     poll_seconds: float = field(default_factory=lambda: _env_float("AIPTRAIN_POLL_SECONDS", 1.0))
+    # gs:// paths: `remote` (Cloud Storage), `local` (kept under gcs_root), or `auto`: remote when
+    # Google credentials or a storage emulator are configured, local otherwise.
+    gcs_mode: str = field(default_factory=lambda: os.environ.get("AIPTRAIN_GCS", "auto"))
 
     @property
     def installation_id(self) -> str:
@@ -63,6 +66,11 @@ class Settings:
     @property
     def bucket_root(self) -> Path:
         return self.home / "bucket"
+
+    @property
+    def gcs_root(self) -> Path:
+        """Where gs://BUCKET/PATH is kept when Cloud Storage is not used: <gcs_root>/BUCKET/PATH."""
+        return self.home / "gcs"
 
     @property
     def logs_dir(self) -> Path:

@@ -118,12 +118,14 @@ def stage(
     prefix: str,
     index: StagedIndex | None = None,
     wheelhouse: Sequence[Path] = (),
+    gcs_root: Path | None = None,
 ) -> StagedPackages:
     """Put `files` under `<prefix>/<sha256>/` (and `wheelhouse` under `.../wheelhouse/`),
-    sending the bytes of each only if the bucket cannot have them otherwise."""
+    sending the bytes of each only if the bucket cannot have them otherwise. With `gcs_root`,
+    gs:// buckets are kept on this machine there."""
     if not files:
         return StagedPackages(uris=[])
-    bucket = open_bucket(bucket_url)
+    bucket = open_bucket(bucket_url, gcs_root)
     digest_prefix = f"{prefix}/{combined_sha256(files)}"
     staged = StagedPackages(uris=[], bucket=bucket)
     try:
@@ -172,14 +174,15 @@ def _put(bucket: Bucket, path: Path, object_path: str, index: StagedIndex | None
 # -- bringing packages to the replicas ----------------------------------------------------------
 
 
-def fetch(uris: list[str], destination: Path) -> list[str]:
-    """Copy the packages at `uris` into `destination`; return their file names in order."""
+def fetch(uris: list[str], destination: Path, gcs_root: Path | None = None) -> list[str]:
+    """Copy the packages at `uris` into `destination`; return their file names in order.
+    With `gcs_root`, gs:// packages are taken from there, where this machine keeps gs:// paths."""
     destination.mkdir(parents=True, exist_ok=True)
     names = []
     for uri in uris:
         bucket_url, path = split_url(uri)
         if is_gcs(uri):
-            bucket = open_bucket(bucket_url)
+            bucket = open_bucket(bucket_url, gcs_root)
         else:
             bucket, path = open_bucket(str(Path(path).parent)), Path(path).name
         name = path.rsplit("/", 1)[-1]

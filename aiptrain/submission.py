@@ -29,7 +29,7 @@ from aiptrain.planning import LaunchPlan, Mount, PlanInputs, plan
 from aiptrain.settings import Settings
 from aiptrain.staging import WHEELHOUSE
 from aiptrain.store import JobStore, duplicate_job
-from aiptrain.storage import is_gcs, local_path
+from aiptrain.storage import check_gcs_uri, gcs_root_for, is_gcs, local_gcs_path, local_path
 from aiptrain.topology import Replica, replicas_for
 from aiptrain.validation import (
     parse_duration_seconds,
@@ -59,6 +59,15 @@ class Submission:
     staging_bucket: str | None = None
     limit_resources: bool = False
     installation: str = ""
+    gcs_root: Path | None = None  # where gs:// paths are kept on this machine; None: Cloud Storage
+    notices: tuple[str, ...] = ()  # one-line warnings for the user, said once at submit
+
+    @property
+    def remote_job_dir(self) -> bool:
+        """The job dir is in Cloud Storage: replicas must reach it themselves."""
+        job_dir = self.job.training_input.job_dir
+        return bool(job_dir and is_gcs(job_dir) and self.gcs_root is None)
+
 
 
 def replica_user() -> str:
@@ -67,8 +76,9 @@ def replica_user() -> str:
     return NOBODY if uid == 0 else f"{uid}:{gid}"
 
 
-def _local_job_dir(job_dir: str) -> str:
-    path = Path(local_path(job_dir))
+def _local_job_dir(job_dir: str, path: Path | None = None) -> str:
+    """The job dir's directory on this host (`path`, or `job_dir` itself), once it is safe to mount."""
+    path = path or Path(local_path(job_dir))
     for socket in DOCKER_SOCKETS:
         if Path(socket).resolve().is_relative_to(path):
             raise ValidationError(
@@ -109,15 +119,33 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
         ti.runtime_version = ti.runtime_version or settings.default_runtime_version
         runtime_image = runtime(ti.runtime_version).image
 
+    staging_bucket = flags.staging_bucket or settings.default_bucket or None
+    gcs_root, notice = _gcs_mode([ti.job_dir, staging_bucket, *remote_packages, *(ti.package_uris or [])], settings)
     job_dir_mount = None
     if ti.job_dir and not is_gcs(ti.job_dir):
         job_dir_mount = ti.job_dir = _local_job_dir(ti.job_dir)
+    elif ti.job_dir and gcs_root is not None:
+        job_dir_mount = _local_job_dir(ti.job_dir, local_gcs_path(gcs_root, ti.job_dir))
     return Submission(
         job, replicas, package_path, local_packages, remote_packages, runtime_image, job_dir_mount,
-        flags.staging_bucket or settings.default_bucket or None,
+        staging_bucket,
         flags.limit_resources,
         settings.installation_id,
+        gcs_root,
+        (notice,) if notice else (),
     )
+
+
+def _gcs_mode(urls: list[str | None], settings: Settings) -> tuple[Path | None, str | None]:
+    """(where gs:// paths are kept on this machine, or None for Cloud Storage; a notice to show),
+    after checking every gs:// URL of the job. Jobs without gs:// URLs need no decision."""
+    gcs_urls = [url for url in urls if url and is_gcs(url)]
+    if not gcs_urls:
+        return None, None
+    gcs_root, notice = gcs_root_for(settings.gcs_mode, settings.gcs_root)
+    for url in gcs_urls:
+        check_gcs_uri(url, kept_locally=gcs_root is not None)
+    return gcs_root, notice
 
 
 # Each ReplicaConfig: its field, its name in the REST resource, and where users set its image.
@@ -181,8 +209,7 @@ def plan_inputs(
     host_gateway: str | None = None,
 ) -> PlanInputs:
     extra_env, extra_mounts = {}, ()
-    job_dir = submission.job.training_input.job_dir
-    if job_dir and is_gcs(job_dir):
+    if submission.remote_job_dir:
         # Replicas get the gs:// job dir unchanged, and what they need to reach that storage.
         from aiptrain.storage.gcs import replica_access
 
@@ -329,7 +356,7 @@ class Submitter:
             # gs:// packages come first and are passed through; packageUris from --config
             # count only when the flags name no package.
             remote = submission.remote_packages if files or submission.remote_packages else list(ti.package_uris or [])
-            remote_files = staging.fetch(remote, package_dir)
+            remote_files = staging.fetch(remote, package_dir, submission.gcs_root)
             wheels = []
             if submission.runtime_image:
                 from aiptrain import wheelhouse
@@ -344,13 +371,13 @@ class Submitter:
             )
             self._step(f"Staging {len(files) + len(wheels)} file(s) to {bucket_url}")
             index = staging.StagedIndex(self.settings.cache_dir / "staged-objects.json")
-            staged = staging.stage(files, bucket_url, prefix, index, wheels)
+            staged = staging.stage(files, bucket_url, prefix, index, wheels, submission.gcs_root)
             ti.package_uris = (remote + staged.uris) or None  # the service omits empty lists
             self.store.update_resource(job)
-            package_files = staging.fetch(ti.package_uris or [], package_dir)
+            package_files = staging.fetch(ti.package_uris or [], package_dir, submission.gcs_root)
             # Replicas take the wheelhouse from this host's cache: the bucket's copy is the record.
             staging.link_files(wheels, package_dir / WHEELHOUSE)
-            inputs = plan_inputs(submission, package_dir, package_files, bool(wheels), self._host_gateway(ti.job_dir))
+            inputs = plan_inputs(submission, package_dir, package_files, bool(wheels), self._host_gateway(submission))
             launch_plan = plan(job, submission.replicas, inputs)
             self.backend.check_ready(launch_plan)
             return launch_plan, inputs
@@ -364,10 +391,10 @@ class Submitter:
             self.store.delete(job.job_id)
             raise
 
-    def _host_gateway(self, job_dir: str | None) -> str | None:
+    def _host_gateway(self, submission: Submission) -> str | None:
         """This host's address as replicas reach it, needed only to point them at a storage
         emulator running here for a gs:// job dir."""
-        if not (job_dir and is_gcs(job_dir) and os.environ.get("STORAGE_EMULATOR_HOST")):
+        if not (submission.remote_job_dir and os.environ.get("STORAGE_EMULATOR_HOST")):
             return None
         return self.backend.host_address()
 

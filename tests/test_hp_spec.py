@@ -19,7 +19,7 @@ from aiptrain.model import (
     ParameterType,
     ScaleType,
 )
-from tests.conftest import SAMPLE_TRAINER
+from conftest import SAMPLE_TRAINER
 
 LR = {"parameterName": "learning_rate", "type": "DOUBLE", "minValue": 0.001, "maxValue": 0.1}
 UNITS = {"parameterName": "units", "type": "INTEGER", "minValue": 8, "maxValue": 64}

@@ -152,18 +152,27 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
     )
     submission = prepare(submit_flags, services.settings)
     if dry_run:
+        _warn(submission.notices, verbosity)
         click.echo(_yaml(dry_run_plan(submission).to_dict()), nl=False)
         return
     from aiptrain.cli.output import spinner
 
     with spinner() as report:
         job = Submitter(services.settings, services.store, services.backend, report).submit(submission)
+    _warn(submission.notices, verbosity)  # after the job exists: a refused submit says one line, its error
     click.echo(f"Job [{job.job_id}] submitted successfully.", err=True)
     if not stream_logs:
         click.echo(_follow_up(job.job_id), err=True)
         click.echo(_summary(job, ("jobId", "state")), nl=False)
         return
     sys.exit(_stream_then_summarize(services, job.job_id))
+
+
+def _warn(notices, verbosity: str) -> None:
+    """Warnings about the submission, unless --verbosity asks for errors only."""
+    if verbosity not in ("error", "critical", "none"):
+        for notice in notices:
+            click.echo(f"WARNING: {notice}", err=True)
 
 
 def _configure_logging(verbosity: str) -> None:
@@ -214,7 +223,8 @@ def _print_logs(services: Services, job_id: str, task_name, allow_multiline: boo
               help="Print gcloud's summary tables (overview, input, output, HP trials) instead of the resource.")
 def describe(job_id, summarize) -> None:
     """Print a job as the REST resource (YAML, camelCase)."""
-    job = Services().job(job_id)
+    services = Services()
+    job = services.job(job_id)
     if summarize:
         from aiptrain.cli.summary import print_summary
 
@@ -223,7 +233,19 @@ def describe(job_id, summarize) -> None:
         print_summary(job)
     else:
         click.echo(_yaml(job.to_resource()), nl=False)
+    _say_where_gcs_paths_are(job, services.settings.gcs_root)
     click.echo(f"\nView the logs with:\n  $ aiptrain jobs stream-logs {job_id}", err=True)
+
+
+def _say_where_gcs_paths_are(job, gcs_root) -> None:
+    """The resource keeps the gs:// URLs as given; those kept on this machine are named here."""
+    from aiptrain.storage import kept_locally
+
+    ti = job.training_input
+    found = kept_locally(gcs_root, [url for url in (ti.job_dir, *(ti.package_uris or [])) if url])
+    if found:
+        lines = "".join(f"\n  {url} -> {path}" for url, path in found)
+        click.echo(f"\ngs:// paths kept on this machine (AIPTRAIN_GCS=local):{lines}", err=True)
 
 
 @jobs.command()

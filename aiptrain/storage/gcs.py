@@ -14,12 +14,12 @@ down, no network) is not retried: the user hears about it in seconds, not minute
 from __future__ import annotations
 
 import os
-import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from aiptrain.errors import ValidationError
+from aiptrain.storage import bucket_name, object_name
 
 # Files above this size are sent as resumable uploads, in chunks of this size
 # (a multiple of 256 KiB, as the API requires); a failed chunk is resent, not the file.
@@ -27,8 +27,6 @@ CHUNK_SIZE = 8 << 20
 TIMEOUT = (10, 120)  # seconds: (connect, read) for each HTTP request
 RETRY_SECONDS = 60  # total time the library may spend retrying one call
 EMULATOR_PROJECT = "test"
-# Bucket naming rules, simplified: lowercase letters, digits, dots, dashes, underscores.
-_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 
 
 def endpoint() -> str:
@@ -38,21 +36,15 @@ def endpoint() -> str:
 
 class GcsBucket:
     def __init__(self, bucket_url: str, prefix: str = ""):
-        name = bucket_url[len("gs://") :] if bucket_url.startswith("gs://") else bucket_url
-        name = name.strip("/")
-        if not _BUCKET_NAME.match(name):
-            raise ValidationError(
-                f"[gs://{name}] is not a valid bucket name: use 3-63 lowercase letters, digits, '-', '_' or '.'."
-            )
-        self.name = name
+        self.name = bucket_name(bucket_url)
         self.prefix = prefix.strip("/")
-        self.url = f"gs://{name}"
+        self.url = f"gs://{self.name}"
         self._handle = None
 
     # -- object paths ----------------------------------------------------------------------
 
     def _name(self, path: str) -> str:
-        return "/".join(p for p in (self.prefix, path.strip("/")) if p)
+        return object_name(self.prefix, path)
 
     def uri(self, path: str) -> str:
         return f"{self.url}/{self._name(path)}"
@@ -170,7 +162,8 @@ class GcsBucket:
         except auth.DefaultCredentialsError:
             raise ValidationError(
                 f"No Google Cloud credentials for bucket [{self.url}]: run `gcloud auth application-default login`, "
-                "set GOOGLE_APPLICATION_CREDENTIALS, or set STORAGE_EMULATOR_HOST to use an emulator."
+                "set GOOGLE_APPLICATION_CREDENTIALS, set STORAGE_EMULATOR_HOST to use an emulator, or set "
+                "AIPTRAIN_GCS=local to keep gs:// paths on this machine."
             ) from None
         except auth.RefreshError as exc:
             raise ValidationError(

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from aiptrain.errors import ValidationError
+from aiptrain.storage import bucket_name, check_gcs_uri, object_name
 
 
 def feed_file(digest, path: Path):
@@ -38,6 +39,7 @@ class LocalBucket:
     def __init__(self, root: Path):
         self.root = root.resolve()
         self.url = f"file://{self.root}"
+        self.keep = self.root  # emptied directories are removed up to this one, not it
 
     def _object_path(self, path: str) -> Path:
         """The file for an object path; an object path can never leave the bucket root."""
@@ -48,6 +50,9 @@ class LocalBucket:
 
     def uri(self, path: str) -> str:
         return f"file://{self._object_path(path)}"
+
+    def _missing(self, path: str) -> str:
+        return f"[{self.uri(path)}] does not exist: check the path."
 
     def exists(self, path: str) -> bool:
         return self._object_path(path).is_file()
@@ -75,6 +80,8 @@ class LocalBucket:
 
     def download(self, path: str, destination: Path) -> None:
         source = self._object_path(path)
+        if not source.is_file():
+            raise ValidationError(self._missing(path))
         destination.parent.mkdir(parents=True, exist_ok=True)
         link_or_copy(source, destination)
 
@@ -86,11 +93,42 @@ class LocalBucket:
             shutil.rmtree(target)
         elif target.exists():
             target.unlink()
-        # Drop parent directories the object left empty, up to the bucket root.
+        # Drop parent directories the object left empty, up to the bucket root (`keep`).
         for parent in target.parents:
-            if parent == self.root or not parent.is_relative_to(self.root):
+            if parent == self.keep or not parent.is_relative_to(self.keep):
                 break
             try:
                 parent.rmdir()
             except OSError:
                 break
+
+
+class LocalGcsBucket(LocalBucket):
+    """A gs:// bucket kept on this machine (AIPTRAIN_GCS=local): its objects are the files under
+    `<gcs root>/<bucket>/`, a directory made by the first write (nobody creates buckets here
+    first). URLs stay gs://, so the job's record reads as it does on the service."""
+
+    def __init__(self, gcs_root: Path, bucket_url: str, prefix: str = ""):
+        name = bucket_name(bucket_url)
+        super().__init__(gcs_root / name)
+        self.url = f"gs://{name}"
+        self.prefix = prefix.strip("/")
+        self.keep = gcs_root.resolve()  # a bucket left empty by a discarded submission goes too
+
+    def _name(self, path: str) -> str:
+        return object_name(self.prefix, path)
+
+    def _object_path(self, path: str) -> Path:
+        check_gcs_uri(self.uri(path), kept_locally=True)
+        return super()._object_path(self._name(path))
+
+    object_file = _object_path  # the file that holds the object at a path (which may not exist yet)
+
+    def uri(self, path: str) -> str:
+        return f"{self.url}/{self._name(path)}".rstrip("/")
+
+    def _missing(self, path: str) -> str:
+        return (
+            f"[{self.uri(path)}] does not exist on this machine, where gs:// paths are kept (AIPTRAIN_GCS=local): "
+            f"put the file at {self.object_file(path)}, or set AIPTRAIN_GCS=remote to read it from Cloud Storage."
+        )
