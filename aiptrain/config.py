@@ -48,6 +48,7 @@ class SubmitFlags:
     service_account: str | None = None
     enable_web_access: bool = False
     limit_resources: bool = False  # aiptrain's own: enforce machine types' cpus/memory, scaled to the host
+    project: str | None = None  # gcloud's --project: recorded beside the job, not in its REST body
     user_args: list[str] = field(default_factory=list)
 
 

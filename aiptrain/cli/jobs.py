@@ -49,9 +49,26 @@ def _yaml(data) -> str:
     return yaml.safe_dump(data, sort_keys=True, default_flow_style=False, allow_unicode=True)
 
 
-def _summary(job, fields=("endTime", "jobId", "startTime", "state")) -> str:
-    resource = job.to_resource()
+def _summary(resource: dict, fields=("endTime", "jobId", "startTime", "state")) -> str:
     return _yaml({k: resource[k] for k in fields if k in resource})
+
+
+def _global_flags():
+    """gcloud's global flags of this invocation (taken out of argv by aiptrain.cli.gcloud)."""
+    from aiptrain.cli.gcloud import GlobalFlags
+
+    return click.get_current_context().find_object(GlobalFlags) or GlobalFlags()
+
+
+def _echo_formatted(data, default) -> None:
+    """`data` in the --format asked for, or as `default(data)` renders it."""
+    spec = _global_flags().format
+    if spec:
+        from aiptrain.cli.formats import render
+
+        click.echo(render(data, spec), nl=False)
+    else:
+        click.echo(default(data), nl=False)
 
 
 def _follow_up(job_id: str) -> str:
@@ -128,17 +145,13 @@ def submit() -> None:
 @click.option("--limit-resources", is_flag=True, envvar="AIPTRAIN_LIMIT_RESOURCES",
               help="Limit each replica to its machine type's vCPUs and memory, scaled so the job fits this host.")
 @click.option("--dry-run", is_flag=True, help="Print the launch plan (every container) and do nothing else.")
-@click.option("--verbosity", type=click.Choice(["debug", "info", "warning", "error", "critical", "none"]),
-              default="warning", help="How much aiptrain says about what it does.")
-def training(job_id, user_args, config, labels, packages, async_, stream_logs, dry_run,
-             verbosity, **flags) -> None:
+def training(job_id, user_args, config, labels, packages, async_, stream_logs, dry_run, **flags) -> None:
     """Submit a training job, as `gcloud ai-platform jobs submit training`."""
     from aiptrain.config import SubmitFlags
     from aiptrain.submission import Submitter, dry_run_plan, prepare
 
     if async_ and stream_logs:
         raise click.UsageError("argument --async: At most one of --async | --stream-logs may be specified.")
-    _configure_logging(verbosity)
     if async_:
         click.echo(
             "WARNING: The --async flag is deprecated, as the default behavior is to submit the job "
@@ -148,11 +161,11 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
     services = Services()
     submit_flags = SubmitFlags(
         job_id=job_id, config=config, labels=_labels(labels), packages=_packages(packages),
-        user_args=list(user_args), **flags,
+        user_args=list(user_args), project=_global_flags().project, **flags,
     )
     submission = prepare(submit_flags, services.settings)
     if dry_run:
-        click.echo(_yaml(dry_run_plan(submission).to_dict()), nl=False)
+        _echo_formatted(dry_run_plan(submission).to_dict(), _yaml)
         return
     from aiptrain.cli.output import spinner
 
@@ -161,22 +174,9 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
     click.echo(f"Job [{job.job_id}] submitted successfully.", err=True)
     if not stream_logs:
         click.echo(_follow_up(job.job_id), err=True)
-        click.echo(_summary(job, ("jobId", "state")), nl=False)
+        _echo_formatted(job.to_resource(), lambda resource: _summary(resource, ("jobId", "state")))
         return
     sys.exit(_stream_then_summarize(services, job.job_id))
-
-
-def _configure_logging(verbosity: str) -> None:
-    """gcloud's --verbosity for aiptrain's own loggers: messages go to stderr as `DEBUG: ...`."""
-    if verbosity == "warning":
-        return  # the default: aiptrain says nothing below a warning, and logs none itself
-    import logging
-
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
-    logger = logging.getLogger("aiptrain")
-    logger.addHandler(handler)
-    logger.setLevel(logging.CRITICAL + 1 if verbosity == "none" else verbosity.upper())
 
 
 def _stream_then_summarize(services: Services, job_id: str) -> int:
@@ -189,7 +189,7 @@ def _stream_then_summarize(services: Services, job_id: str) -> int:
     from aiptrain.model import State
 
     job = services.job(job_id)
-    click.echo(_summary(job), nl=False)
+    _echo_formatted(job.to_resource(), _summary)
     return EXIT_OK if job.state is State.SUCCEEDED else EXIT_JOB_FAILED
 
 
@@ -212,8 +212,14 @@ def _print_logs(services: Services, job_id: str, task_name, allow_multiline: boo
 @click.argument("job_id", metavar="JOB")
 def describe(job_id) -> None:
     """Print a job as the REST resource (YAML, camelCase)."""
-    job = Services().job(job_id)
-    click.echo(_yaml(job.to_resource()), nl=False)
+    services = Services()
+    job = services.job(job_id)
+    _echo_formatted(job.to_resource(), _yaml)
+    from aiptrain.submission import recorded_project
+
+    project = recorded_project(services.settings, job_id)
+    if project:
+        click.echo(f"\nProject [{project}], given at submit (jobs here are not separated by project).", err=True)
     click.echo(f"\nView the logs with:\n  $ aiptrain jobs stream-logs {job_id}", err=True)
 
 
@@ -229,6 +235,9 @@ def list_(limit, filter_) -> None:
     found = [job for job in services.store.list() if _matches(job, filter_)]
     if limit:
         found = found[:limit]
+    if _global_flags().format:
+        _echo_formatted([job.to_resource() for job in found], None)
+        return
     if not found:
         click.echo("Listed 0 items.", err=True)
         return
