@@ -14,7 +14,7 @@ from typing import Any
 
 from aiptrain.errors import ValidationError
 from aiptrain.model import AcceleratorConfig, Job, ReplicaConfig, TrainingInput
-from aiptrain.topology import normalize_scale_tier
+from aiptrain.topology import normalize_scale_tier, scale_tier_choices
 
 
 @dataclass
@@ -83,10 +83,30 @@ def load_config(path: str) -> Job:
         raise ValidationError(
             f"--config file [{path}] must hold a Job resource (a mapping with a `trainingInput:` key)."
         )
+    _check_scale_tier_spelling(data, path)
     try:
         return Job.model_validate(data)
     except PydanticError as exc:
         raise ValidationError(pydantic_error_line(exc, f"Invalid --config file [{path}]")) from None
+
+
+def _check_scale_tier_spelling(data: dict, path: str) -> None:
+    """The model forgives blanks around a tier; the API's enum decoder does not (`'BASIC '`)."""
+    training_input = data.get("trainingInput")
+    tier = training_input.get("scaleTier") if isinstance(training_input, dict) else None
+    if isinstance(tier, str) and (not tier or tier != tier.strip()):
+        raise ValidationError(
+            f"Invalid --config file [{path}]: trainingInput.scaleTier [{tier}] is not a scale tier: "
+            f"choose one of {scale_tier_choices()} (no blanks)."
+        )
+
+
+def _refuse_empty_values(flags: SubmitFlags) -> None:
+    """`--region ''` and the like are mistakes (an unset shell variable), not requests for a default."""
+    for name, value in vars(flags).items():
+        if isinstance(value, str) and not value.strip() and name != "job_id":
+            flag = "--" + name.replace("_", "-")
+            raise ValidationError(f"argument {flag}: give a non-empty value, or leave the flag out.")
 
 
 def parse_accelerator(value: str, flag: str) -> AcceleratorConfig:
@@ -123,6 +143,7 @@ def _override_replica(
 
 def build_job(flags: SubmitFlags) -> Job:
     """The Job the flags describe, merged over the `--config` file. No validation of meaning here."""
+    _refuse_empty_values(flags)
     job = load_config(flags.config) if flags.config else Job()
     job.job_id = flags.job_id
     if flags.labels is not None:

@@ -163,13 +163,16 @@ class Replica:
 
 
 def normalize_scale_tier(value: str) -> ScaleTier:
-    """Accept gcloud's spellings: `standard-1`, `STANDARD_1`, `Standard_1`."""
-    key = value.strip().upper().replace("-", "_")
+    """Accept gcloud's spellings: `standard-1`, `STANDARD_1`, `Standard_1` (no blanks: gcloud's
+    choices and the API's enum names have none)."""
     try:
-        return ScaleTier(key)
+        return ScaleTier(value.upper().replace("-", "_"))
     except ValueError:
-        choices = ", ".join(t.value.lower().replace("_", "-") for t in ScaleTier)
-        raise ValidationError(f"Invalid --scale-tier [{value}]: choose one of {choices}.") from None
+        raise ValidationError(f"Invalid --scale-tier [{value}]: choose one of {scale_tier_choices()}.") from None
+
+
+def scale_tier_choices() -> str:
+    return ", ".join(t.value.lower().replace("_", "-") for t in ScaleTier)
 
 
 def _accelerator(config: ReplicaConfig | None, flag: str) -> Accelerator | None:
@@ -217,11 +220,28 @@ def _flag_name(accelerator_type: str) -> str:
     return accelerator_type.lower().replace("_", "-")
 
 
+@dataclass(frozen=True)
+class _Group:
+    """A replica type's fields in TrainingInput and the names users know them by (evaluators
+    have no flags: they come from --config only)."""
+
+    task_type: str
+    field_prefix: str  # worker -> worker_type, worker_count, worker_config
+    type_name: str
+    count_name: str
+    accelerator_name: str
+
+
+_MASTER_GROUP = _Group(MASTER, "master", "--master-machine-type", "", "--master-accelerator")
 _GROUPS = (
-    # task type, type field, count field, config field, flag prefix
-    (WORKER, "worker_type", "worker_count", "worker_config", "--worker"),
-    (PS, "parameter_server_type", "parameter_server_count", "parameter_server_config", "--parameter-server"),
-    (EVALUATOR, "evaluator_type", "evaluator_count", "evaluator_config", "evaluator"),
+    _Group(WORKER, "worker", "--worker-machine-type", "--worker-count", "--worker-accelerator"),
+    _Group(PS, "parameter_server", "--parameter-server-machine-type", "--parameter-server-count",
+           "--parameter-server-accelerator"),
+    _Group(EVALUATOR, "evaluator", "evaluatorType", "evaluatorCount", "evaluatorConfig.acceleratorConfig"),
+)
+# Fields that describe a custom cluster, and the names users know them by.
+_CUSTOM_FIELDS = (("master_type", _MASTER_GROUP.type_name),) + tuple(
+    pair for g in _GROUPS for pair in ((f"{g.field_prefix}_type", g.type_name), (f"{g.field_prefix}_count", g.count_name))
 )
 
 
@@ -245,7 +265,7 @@ def effective_scale_tier(ti: TrainingInput) -> ScaleTier:
             )
         return ScaleTier.CUSTOM
     if tier is not ScaleTier.CUSTOM and given:
-        counts = [flag for flag in given if flag.endswith("-count")]
+        counts = [flag for flag in given if flag.endswith(("-count", "Count"))]
         if counts:
             raise ValidationError(f"{counts[0]} can only be used when --scale-tier is CUSTOM.")
         raise ValidationError(
@@ -255,28 +275,16 @@ def effective_scale_tier(ti: TrainingInput) -> ScaleTier:
     return tier
 
 
-# Fields that describe a custom cluster, and the flags users know them by.
-_CUSTOM_FIELDS = (
-    ("master_type", "--master-machine-type"),
-    ("worker_type", "--worker-machine-type"),
-    ("worker_count", "--worker-count"),
-    ("parameter_server_type", "--parameter-server-machine-type"),
-    ("parameter_server_count", "--parameter-server-count"),
-    ("evaluator_type", "evaluatorType"),
-    ("evaluator_count", "evaluatorCount"),
-)
-
-
 def _custom_groups(ti: TrainingInput) -> dict[str, tuple[int, str]]:
     if not ti.master_type:
         raise ValidationError("--master-machine-type is required if scale-tier is set to `CUSTOM`.")
     groups = {MASTER: (1, ti.master_type)}
-    for task_type, type_field, count_field, _, flag in _GROUPS:
-        type_name, count = getattr(ti, type_field), getattr(ti, count_field)
+    for group in _GROUPS:
+        type_name, count = getattr(ti, f"{group.field_prefix}_type"), getattr(ti, f"{group.field_prefix}_count")
         if count and not type_name:
-            raise ValidationError(f"{flag}-machine-type is required when {flag}-count is greater than 0.")
+            raise ValidationError(f"{group.type_name} is required when {group.count_name} is greater than 0.")
         if count:
-            groups[task_type] = (count, type_name)
+            groups[group.task_type] = (count, type_name)
     return groups
 
 
@@ -297,12 +305,13 @@ def replicas_for(ti: TrainingInput) -> list[Replica]:
             "types (e.g. `n1-highcpu-16`); this job mixes both."
         )
 
-    configs = {MASTER: ti.master_config, **{t: getattr(ti, c) for t, _, _, c, _ in _GROUPS}}
+    by_type = {g.task_type: g for g in (_MASTER_GROUP, *_GROUPS)}
     replicas = []
     for task_type, (count, _) in groups.items():
-        config = configs[task_type]
+        group = by_type[task_type]
+        config = getattr(ti, f"{group.field_prefix}_config")
         machine = machines[task_type]
-        accelerator = _accelerator(config, f"--{task_type.replace('ps', 'parameter-server')}-accelerator")
+        accelerator = _accelerator(config, group.accelerator_name)
         accelerator = _machine_accelerator(task_type, machine, accelerator)
         replicas += [Replica(task_type, i, machine, accelerator, config) for i in range(count)]
     return replicas

