@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from aiptrain.errors import ValidationError
-from aiptrain.model import AcceleratorConfig, Job, ReplicaConfig, TrainingInput
+from aiptrain.model import AcceleratorConfig, EncryptionConfig, Job, ReplicaConfig, TrainingInput
 from aiptrain.topology import normalize_scale_tier, scale_tier_choices
 
 
@@ -49,6 +49,12 @@ class SubmitFlags:
     enable_web_access: bool = False
     limit_resources: bool = False  # aiptrain's own: enforce machine types' cpus/memory, scaled to the host
     project: str | None = None  # gcloud's --project: recorded beside the job, not in its REST body
+    kms_key: str | None = None  # the full key name by the time build_job sees it
+    kms_keyring: str | None = None
+    kms_location: str | None = None
+    kms_project: str | None = None
+    network: str | None = None
+    tpu_tf_version: str | None = None
     user_args: list[str] = field(default_factory=list)
 
 
@@ -144,6 +150,8 @@ def _override_replica(
 def build_job(flags: SubmitFlags) -> Job:
     """The Job the flags describe, merged over the `--config` file. No validation of meaning here."""
     _refuse_empty_values(flags)
+    if flags.tpu_tf_version:
+        raise ValidationError("--tpu-tf-version configures Cloud TPU workers, which aiptrain cannot emulate: drop it.")
     job = load_config(flags.config) if flags.config else Job()
     job.job_id = flags.job_id
     if flags.labels is not None:
@@ -165,6 +173,7 @@ def build_job(flags: SubmitFlags) -> Job:
         "parameter_server_count": flags.parameter_server_count,
         "use_chief_in_tf_config": flags.use_chief_in_tf_config,
         "enable_web_access": flags.enable_web_access or None,
+        "network": flags.network,
         "args": flags.user_args or None,
     }
     updates = {name: value for name, value in simple.items() if value is not None}
@@ -182,5 +191,7 @@ def build_job(flags: SubmitFlags) -> Job:
         flags.parameter_server_accelerator,
         "--parameter-server-accelerator",
     )
+    if flags.kms_key:
+        ti.encryption_config = EncryptionConfig(kms_key_name=flags.kms_key)
     job.training_input = ti
     return job

@@ -113,12 +113,18 @@ def main(argv: list[str] | None = None) -> None:
 
 def configure_logging(verbosity: str) -> None:
     """gcloud's --verbosity for aiptrain's own loggers: messages go to stderr as `INFO: ...`."""
-    if verbosity == "warning":
-        return  # the default: aiptrain says nothing below a warning, and logs none itself
+    if verbosity == "warning" and "logging" not in sys.modules:
+        return  # the default, and nothing configured before: keep start-up free of the import
     import logging
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     logger = logging.getLogger("aiptrain")
+    for handler in [h for h in logger.handlers if h.get_name() == "aiptrain-verbosity"]:
+        logger.removeHandler(handler)  # main() may run more than once in a process (tests)
+    logger.setLevel(logging.NOTSET)
+    if verbosity == "warning":
+        return  # the default: aiptrain says nothing below a warning, and logs none itself
+    handler = logging.StreamHandler(sys.stderr)
+    handler.set_name("aiptrain-verbosity")
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.CRITICAL + 1 if verbosity == "none" else verbosity.upper())

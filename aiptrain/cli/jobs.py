@@ -92,6 +92,16 @@ def _labels(value: str | None) -> dict[str, str] | None:
     return labels
 
 
+def _kms_key_name(flags) -> str | None:
+    """gcloud's resource argument: a full key name, or an ID completed by the other --kms-* flags."""
+    if not flags.kms_key or flags.kms_key.startswith("projects/"):
+        return flags.kms_key
+    project = flags.kms_project or flags.project
+    if not (project and flags.kms_location and flags.kms_keyring):
+        raise click.UsageError("Encryption key not fully specified.")
+    return f"projects/{project}/locations/{flags.kms_location}/keyRings/{flags.kms_keyring}/cryptoKeys/{flags.kms_key}"
+
+
 def _packages(value: tuple[str, ...]) -> list[str]:
     packages = []
     for item in value:
@@ -140,6 +150,12 @@ def submit() -> None:
 @click.option("--use-chief-in-tf-config", type=click.BOOL, help="Name the primary `chief` in TF_CONFIG.")
 @click.option("--service-account", help="Recorded on the job.")
 @click.option("--enable-web-access", is_flag=True, help="Recorded on the job.")
+@click.option("--kms-key", help="Recorded as encryptionConfig.kmsKeyName; nothing is encrypted here.")
+@click.option("--kms-keyring", help="With --kms-key as a bare ID.")
+@click.option("--kms-location", help="With --kms-key as a bare ID.")
+@click.option("--kms-project", help="With --kms-key as a bare ID (default: --project).")
+@click.option("--network", help="(beta) Recorded on the job; replicas share the job's own Docker network.")
+@click.option("--tpu-tf-version", help="(beta) Refused: TPUs cannot be emulated.")
 @click.option("--async", "async_", is_flag=True, help="Deprecated: submitting is asynchronous by default.")
 @click.option("--stream-logs", is_flag=True, help="Stream the logs until the job ends; exit 1 unless it succeeded.")
 @click.option("--limit-resources", is_flag=True, envvar="AIPTRAIN_LIMIT_RESOURCES",
@@ -163,6 +179,7 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
         job_id=job_id, config=config, labels=_labels(labels), packages=_packages(packages),
         user_args=list(user_args), project=_global_flags().project, **flags,
     )
+    submit_flags.kms_key = _kms_key_name(submit_flags)
     submission = prepare(submit_flags, services.settings)
     if dry_run:
         _echo_formatted(dry_run_plan(submission).to_dict(), _yaml)
