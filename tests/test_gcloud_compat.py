@@ -50,7 +50,14 @@ def test_global_flag_values_both_spellings_last_wins():
     ]
 
 
+def test_switches_take_an_explicit_boolean():
+    _, flags = normalize(["jobs", "list", "--quiet=false", "--user-output-enabled=false"])
+    assert flags.quiet is False and "--user-output-enabled" in flags.given
+    assert normalize(["-q", "jobs"])[1].quiet is True
+
+
 @pytest.mark.parametrize("argv, message", [
+    (["jobs", "--log-http=maybe"], "argument --log-http: give true or false, not [maybe]"),
     (["jobs", "list", "--project"], "argument --project: expected one argument"),
     (["jobs", "list", "--format", "--", "x"], "argument --format: expected one argument"),
     (["--verbosity", "loud", "jobs"], "Invalid choice: 'loud'"),
@@ -300,7 +307,7 @@ def test_the_tables_cover_every_flag_and_the_readme_lists_them():
     from aiptrain.cli.jobs import training
 
     flags = {opt for param in training.params for opt in param.opts if opt.startswith("-")}
-    flags |= set(VALUE_FLAGS) | {"--flags-file"} | {s for s in SWITCHES if not s.startswith("--no-")}
+    flags |= set(VALUE_FLAGS) | {"--flags-file", "-q"} | {s for s in SWITCHES if not s.startswith("--no-")}
     assert flags - set(ACCEPTED) - set(REFUSED) == set()
     readme = (REPO / "README.md").read_text()
     table = readme[readme.index("### Flags of `jobs submit training`"):]

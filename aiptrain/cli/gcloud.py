@@ -32,7 +32,7 @@ VALUE_FLAGS = (
 # ... and those that are switches (the --no- forms are gcloud's too).
 SWITCHES = {
     "--quiet": ("quiet", True),
-    "-q": ("quiet", True),
+    "--no-quiet": ("quiet", False),
     "--log-http": ("log_http", True),
     "--no-log-http": ("log_http", False),
     "--user-output-enabled": ("user_output_enabled", True),
@@ -126,10 +126,17 @@ def split_global_flags(argv: list[str]) -> tuple[list[str], GlobalFlags]:
                 raise GcloudUsageError(f"--flags-file [{value}]: more than {MAX_FLAGS_FILES} flags files; is one including itself?")
             else:
                 argv[index + 1:index + 1] = flags_file_tokens(value)  # read next, in place
-        elif token in SWITCHES:
-            attribute, setting = SWITCHES[token]
+        elif name in SWITCHES:
+            attribute, setting = SWITCHES[name]
+            if has_value:  # `--log-http=false`, as older gcloud scripts write switches
+                if value.lower() not in ("true", "false"):
+                    raise GcloudUsageError(f"argument {name}: give true or false, not [{value}].")
+                setting = setting == (value.lower() == "true")
             if attribute == "quiet":
                 flags.quiet = setting
+            flags.given.append(name)
+        elif token == "-q":
+            flags.quiet = True
             flags.given.append(token)
         else:
             rest.append(token)
