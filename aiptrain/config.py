@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from aiptrain.errors import ValidationError
-from aiptrain.model import AcceleratorConfig, Job, ReplicaConfig, TrainingInput
-from aiptrain.topology import normalize_scale_tier
+from aiptrain.model import AcceleratorConfig, EncryptionConfig, Job, ReplicaConfig, TrainingInput
+from aiptrain.topology import normalize_scale_tier, scale_tier_choices
 
 
 @dataclass
@@ -48,6 +48,13 @@ class SubmitFlags:
     service_account: str | None = None
     enable_web_access: bool = False
     limit_resources: bool = False  # aiptrain's own: enforce machine types' cpus/memory, scaled to the host
+    project: str | None = None  # gcloud's --project: recorded beside the job, not in its REST body
+    kms_key: str | None = None  # the full key name by the time build_job sees it
+    kms_keyring: str | None = None
+    kms_location: str | None = None
+    kms_project: str | None = None
+    network: str | None = None
+    tpu_tf_version: str | None = None
     user_args: list[str] = field(default_factory=list)
 
 
@@ -87,10 +94,30 @@ def load_config(path: str) -> Job:
         raise ValidationError(
             f"--config file [{path}] must hold a Job resource (a mapping with a `trainingInput:` key)."
         )
+    _check_scale_tier_spelling(data, path)
     try:
         return Job.model_validate(data)
     except PydanticError as exc:
         raise ValidationError(pydantic_error_line(exc, f"Invalid --config file [{path}]")) from None
+
+
+def _check_scale_tier_spelling(data: dict, path: str) -> None:
+    """The model forgives blanks around a tier; the API's enum decoder does not (`'BASIC '`)."""
+    training_input = data.get("trainingInput")
+    tier = training_input.get("scaleTier") if isinstance(training_input, dict) else None
+    if isinstance(tier, str) and (not tier or tier != tier.strip()):
+        raise ValidationError(
+            f"Invalid --config file [{path}]: trainingInput.scaleTier [{tier}] is not a scale tier: "
+            f"choose one of {scale_tier_choices()} (no blanks)."
+        )
+
+
+def _refuse_empty_values(flags: SubmitFlags) -> None:
+    """`--region ''` and the like are mistakes (an unset shell variable), not requests for a default."""
+    for name, value in vars(flags).items():
+        if isinstance(value, str) and not value.strip() and name != "job_id":
+            flag = "--" + name.replace("_", "-")
+            raise ValidationError(f"argument {flag}: give a non-empty value, or leave the flag out.")
 
 
 def parse_accelerator(value: str, flag: str) -> AcceleratorConfig:
@@ -127,6 +154,9 @@ def _override_replica(
 
 def build_job(flags: SubmitFlags) -> Job:
     """The Job the flags describe, merged over the `--config` file. No validation of meaning here."""
+    _refuse_empty_values(flags)
+    if flags.tpu_tf_version:
+        raise ValidationError("--tpu-tf-version configures Cloud TPU workers, which aiptrain cannot emulate: drop it.")
     job = load_config(flags.config) if flags.config else Job()
     job.job_id = flags.job_id
     if flags.labels is not None:
@@ -148,6 +178,7 @@ def build_job(flags: SubmitFlags) -> Job:
         "parameter_server_count": flags.parameter_server_count,
         "use_chief_in_tf_config": flags.use_chief_in_tf_config,
         "enable_web_access": flags.enable_web_access or None,
+        "network": flags.network,
         "args": flags.user_args or None,
     }
     updates = {name: value for name, value in simple.items() if value is not None}
@@ -165,5 +196,7 @@ def build_job(flags: SubmitFlags) -> Job:
         flags.parameter_server_accelerator,
         "--parameter-server-accelerator",
     )
+    if flags.kms_key:
+        ti.encryption_config = EncryptionConfig(kms_key_name=flags.kms_key)
     job.training_input = ti
     return job

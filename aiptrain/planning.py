@@ -227,6 +227,14 @@ def trial_job_dir(job_dir: str, trial: Trial | None) -> str:
     return f"{job_dir.rstrip('/')}/{trial.trial_id}" if trial else job_dir
 
 
+def installs_packages(job: Job, inputs: PlanInputs) -> bool:
+    """Whether the replicas install the staged packages and run `python3 -m MODULE`: always in a
+    runtime image, and in a custom image given together with a module and packages (as with
+    AI Platform's pre-built framework containers)."""
+    ti = job.training_input
+    return not ti.uses_custom_container or bool(ti.python_module and inputs.package_files)
+
+
 def _image_and_command(
     job: Job, replica: Replica, inputs: PlanInputs, trial: Trial | None
 ) -> tuple[str, list[str] | None, list[str]]:
@@ -236,9 +244,12 @@ def _image_and_command(
     hyperparameters = trial.user_args() if trial else []
     job_dir = ["--job-dir", trial_job_dir(ti.job_dir, trial)] if ti.job_dir else []
     user_args = [*(ti.args or []), *hyperparameters, *job_dir]
-    if ti.uses_custom_container:
-        return _custom_container(ti, replica.config, user_args, hyperparameters)
-    return inputs.runtime_image or "", None, ["sh", "-c", BOOTSTRAP, ti.python_module or "", *user_args]
+    if not ti.uses_custom_container:
+        return inputs.runtime_image or "", None, ["sh", "-c", BOOTSTRAP, ti.python_module or "", *user_args]
+    if installs_packages(job, inputs):
+        # The image's ENTRYPOINT gives way to the bootstrap, as the service's pre-built containers run it.
+        return _replica_image(ti, replica.config), ["sh", "-c", BOOTSTRAP], [ti.python_module, *user_args]
+    return _custom_container(ti, replica.config, user_args, hyperparameters)
 
 
 def _custom_container(
@@ -251,11 +262,16 @@ def _custom_container(
     alone replaces CMD), so nothing is added to them. Only the image defaults to the
     master's: on AI Platform the other ReplicaConfig fields are per replica type. A trial's
     values still follow containerArgs: they are how the program learns them."""
-    image = (config.image_uri if config else None) or ti.master_config.image_uri
+    image = _replica_image(ti, config)
     if config and (config.container_command or config.container_args):
         # Empty lists are unset fields in the proto, hence `or None` rather than an empty ENTRYPOINT.
         return image, config.container_command or None, [*(config.container_args or []), *hyperparameters]
     return image, None, user_args
+
+
+def _replica_image(ti: TrainingInput, config: ReplicaConfig | None) -> str:
+    """A replica type's imageUri, defaulting to the master's as on the service."""
+    return (config.image_uri if config else None) or ti.master_config.image_uri
 
 
 def _limits(replica: Replica, replicas: list[Replica], inputs: PlanInputs) -> tuple[int | None, int | None, int]:
@@ -329,7 +345,8 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | N
             "PYTHONUSERBASE": "/tmp/.local",
             **inputs.extra_env,
         }
-        if package_paths and not job.training_input.uses_custom_container:
+        installs = installs_packages(job, inputs)
+        if package_paths and installs:
             env["AIPTRAIN_PACKAGES"] = package_paths
             if inputs.wheelhouse:
                 env["AIPTRAIN_WHEELHOUSE"] = f"{PACKAGES_DIR}/{inputs.wheelhouse}"
@@ -356,7 +373,7 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | N
                 nano_cpus=nano_cpus,
                 memory_bytes=memory,
                 shm_bytes=shm,
-                working_dir=None if job.training_input.uses_custom_container else "/tmp",
+                working_dir="/tmp" if installs else None,
             )
         )
     return LaunchPlan(job_id, network, tuple(containers), trial.trial_id if trial else None)

@@ -61,6 +61,7 @@ class Submission:
     installation: str = ""
     gcs_root: Path | None = None  # where gs:// paths are kept on this machine; None: Cloud Storage
     notices: tuple[str, ...] = ()  # one-line warnings for the user, said once at submit
+    project: str | None = None
 
     @property
     def remote_job_dir(self) -> bool:
@@ -68,6 +69,18 @@ class Submission:
         job_dir = self.job.training_input.job_dir
         return bool(job_dir and is_gcs(job_dir) and self.gcs_root is None)
 
+
+def _project_path(settings: Settings, job_id: str) -> Path:
+    return settings.job_log_path(job_id).with_suffix(".project")
+
+
+def recorded_project(settings: Settings, job_id: str) -> str | None:
+    """The --project a job was submitted with. gcloud keeps the project in the resource's
+    name (projects/P/jobs/ID), never in its body, so it lives beside the job's log here."""
+    try:
+        return _project_path(settings, job_id).read_text().strip() or None
+    except FileNotFoundError:
+        return None
 
 
 def replica_user() -> str:
@@ -106,8 +119,11 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
     package_path = validate_package_path(flags.package_path) if flags.package_path else None
     local_packages, remote_packages = _split_packages(flags.packages)
     runtime_image = None
+    has_packages = bool(package_path or local_packages or remote_packages or ti.package_uris)
+    if ti.uses_custom_container and has_packages:
+        _check_package_in_image(ti)
     if not ti.uses_custom_container:
-        if not package_path and not local_packages and not remote_packages and not ti.package_uris:
+        if not has_packages:
             raise ValidationError(
                 "If `--package-path` is not specified, at least one Python package must be specified via `--packages`."
             )
@@ -133,6 +149,7 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
         settings.installation_id,
         gcs_root,
         (notice,) if notice else (),
+        flags.project,
     )
 
 
@@ -177,6 +194,25 @@ def _check_custom_container(ti: TrainingInput) -> None:
             raise ValidationError(
                 f"User args (after `--` or `args:` in --config) cannot be combined with {name}.containerCommand "
                 "or containerArgs: put them in containerArgs instead."
+            )
+
+
+def _check_package_in_image(ti: TrainingInput) -> None:
+    """A custom image with packages runs `python3 -m MODULE` after installing them (AI Platform's
+    pre-built framework containers): that needs the module, and leaves no room for
+    containerCommand or containerArgs."""
+    if not ti.python_module:
+        raise ValidationError(
+            "--module-name is required to run a package in the --master-image-uri image: name the module "
+            "(e.g. `trainer.task`), or drop the packages to run the image's own entrypoint."
+        )
+    validate_module_name(ti.python_module)
+    for field, name, _ in _REPLICA_CONFIGS:
+        config = getattr(ti, field)
+        if config and (config.container_command or config.container_args):
+            raise ValidationError(
+                f"{name}.containerCommand and containerArgs cannot be combined with a package and --module-name: "
+                "the package's module is the command; drop one or the other."
             )
 
 
@@ -235,6 +271,8 @@ def dry_run_plan(submission: Submission) -> LaunchPlan:
     """The plan submit would launch, built without the bucket, the store or Docker.
     The sdist is built in a temporary directory to learn its file name and requirements."""
     files = [p.name for p in submission.local_packages] + [u.rsplit("/", 1)[-1] for u in submission.remote_packages]
+    if not files and not submission.package_path:  # as submit: packageUris from --config when no flag names one
+        files = [u.rsplit("/", 1)[-1] for u in submission.job.training_input.package_uris or []]
     wheelhouse = False
     if submission.package_path:
         from aiptrain.packaging import build_sdist
@@ -281,6 +319,8 @@ class Submitter:
         warm_up.start()
         try:
             job = self.store.create(job)
+            if submission.project:
+                _project_path(self.settings, job.job_id).write_text(submission.project + "\n")
             with JobLogWriter(self.settings.job_log_path(job.job_id)) as job_log:
                 self._launch(submission, job, job_log)
             from aiptrain import supervisor
@@ -388,6 +428,7 @@ class Submitter:
                 shutil.rmtree(created_job_dir, ignore_errors=True)
             shutil.rmtree(work_dir, ignore_errors=True)
             self.settings.job_log_path(job.job_id).unlink(missing_ok=True)
+            _project_path(self.settings, job.job_id).unlink(missing_ok=True)
             self.store.delete(job.job_id)
             raise
 

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from aiptrain.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, AiptrainError
+from aiptrain.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, AiptrainError
 
 
 class LazyGroup(click.Group):
@@ -44,6 +44,7 @@ class LazyGroup(click.Group):
     lazy={
         "jobs": ("aiptrain.cli.jobs", "jobs", "Submit and manage training jobs."),
         "runtimes": ("aiptrain.cli.runtimes", "runtimes", "List and build runtime images."),
+        "gcloud-shim": ("aiptrain.cli.shim", "gcloud_shim", "Install a `gcloud` that forwards ai-platform commands here."),
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -54,6 +55,13 @@ def cli() -> None:
     Scripts written for `gcloud ai-platform jobs ...` work with `aiptrain jobs ...`.
 
     \b
+    gcloud's prefixes reach the same commands:
+      aiptrain [beta|alpha] ai-platform|ml-engine jobs ...
+    and its global flags work anywhere before `--`: --project, --format,
+    --verbosity, --quiet/-q, --configuration, --account, --billing-project,
+    --impersonate-service-account, --log-http, --user-output-enabled, --trace-token.
+
+    \b
     Exit status: 0 success; 1 the job failed or was cancelled (when waiting on it);
     2 usage or validation error; 3 environment not ready (Docker, images, GPUs);
     4 aiptrain failed; 130 interrupted.
@@ -61,8 +69,24 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from aiptrain.cli.gcloud import GcloudUsageError, normalize
+
     try:
-        code = cli.main(args=argv, prog_name="aiptrain", standalone_mode=False)
+        argv, global_flags = normalize(sys.argv[1:] if argv is None else list(argv))
+    except GcloudUsageError as exc:
+        click.echo(f"ERROR: (aiptrain) {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    configure_logging(global_flags.verbosity)
+    for line in global_flags.without_local_effect():
+        import logging
+
+        logging.getLogger("aiptrain.cli").info(line)
+    try:
+        if global_flags.format:
+            from aiptrain.cli.formats import parse
+
+            parse(global_flags.format)  # refused before the command runs, not after a job started
+        code = cli.main(args=argv, prog_name="aiptrain", standalone_mode=False, obj=global_flags)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         code = EXIT_INTERRUPTED
@@ -85,3 +109,22 @@ def main(argv: list[str] | None = None) -> None:
                    "(set AIPTRAIN_DEBUG=1 for the traceback)", err=True)
         code = EXIT_INTERNAL
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def configure_logging(verbosity: str) -> None:
+    """gcloud's --verbosity for aiptrain's own loggers: messages go to stderr as `INFO: ...`."""
+    if verbosity == "warning" and "logging" not in sys.modules:
+        return  # the default, and nothing configured before: keep start-up free of the import
+    import logging
+
+    logger = logging.getLogger("aiptrain")
+    for handler in [h for h in logger.handlers if h.get_name() == "aiptrain-verbosity"]:
+        logger.removeHandler(handler)  # main() may run more than once in a process (tests)
+    logger.setLevel(logging.NOTSET)
+    if verbosity == "warning":
+        return  # the default: aiptrain says nothing below a warning, and logs none itself
+    handler = logging.StreamHandler(sys.stderr)
+    handler.set_name("aiptrain-verbosity")
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.CRITICAL + 1 if verbosity == "none" else verbosity.upper())

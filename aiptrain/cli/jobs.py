@@ -49,9 +49,26 @@ def _yaml(data) -> str:
     return yaml.safe_dump(data, sort_keys=True, default_flow_style=False, allow_unicode=True)
 
 
-def _summary(job, fields=("endTime", "jobId", "startTime", "state")) -> str:
-    resource = job.to_resource()
+def _summary(resource: dict, fields=("endTime", "jobId", "startTime", "state")) -> str:
     return _yaml({k: resource[k] for k in fields if k in resource})
+
+
+def _global_flags():
+    """gcloud's global flags of this invocation (taken out of argv by aiptrain.cli.gcloud)."""
+    from aiptrain.cli.gcloud import GlobalFlags
+
+    return click.get_current_context().find_object(GlobalFlags) or GlobalFlags()
+
+
+def _echo_formatted(data, default) -> None:
+    """`data` in the --format asked for, or as `default(data)` renders it."""
+    spec = _global_flags().format
+    if spec:
+        from aiptrain.cli.formats import render
+
+        click.echo(render(data, spec), nl=False)
+    else:
+        click.echo(default(data), nl=False)
 
 
 def _follow_up(job_id: str) -> str:
@@ -73,6 +90,16 @@ def _labels(value: str | None) -> dict[str, str] | None:
             raise click.BadParameter(f"[{item}] is not KEY=VALUE", param_hint="--labels")
         labels[key] = val
     return labels
+
+
+def _kms_key_name(flags) -> str | None:
+    """gcloud's resource argument: a full key name, or an ID completed by the other --kms-* flags."""
+    if not flags.kms_key or flags.kms_key.startswith("projects/"):
+        return flags.kms_key
+    project = flags.kms_project or flags.project
+    if not (project and flags.kms_location and flags.kms_keyring):
+        raise click.UsageError("Encryption key not fully specified.")
+    return f"projects/{project}/locations/{flags.kms_location}/keyRings/{flags.kms_keyring}/cryptoKeys/{flags.kms_key}"
 
 
 def _packages(value: tuple[str, ...]) -> list[str]:
@@ -123,22 +150,24 @@ def submit() -> None:
 @click.option("--use-chief-in-tf-config", type=click.BOOL, help="Name the primary `chief` in TF_CONFIG.")
 @click.option("--service-account", help="Recorded on the job.")
 @click.option("--enable-web-access", is_flag=True, help="Recorded on the job.")
+@click.option("--kms-key", help="Recorded as encryptionConfig.kmsKeyName; nothing is encrypted here.")
+@click.option("--kms-keyring", help="With --kms-key as a bare ID.")
+@click.option("--kms-location", help="With --kms-key as a bare ID.")
+@click.option("--kms-project", help="With --kms-key as a bare ID (default: --project).")
+@click.option("--network", help="(beta) Recorded on the job; replicas share the job's own Docker network.")
+@click.option("--tpu-tf-version", help="(beta) Refused: TPUs cannot be emulated.")
 @click.option("--async", "async_", is_flag=True, help="Deprecated: submitting is asynchronous by default.")
 @click.option("--stream-logs", is_flag=True, help="Stream the logs until the job ends; exit 1 unless it succeeded.")
 @click.option("--limit-resources", is_flag=True, envvar="AIPTRAIN_LIMIT_RESOURCES",
               help="Limit each replica to its machine type's vCPUs and memory, scaled so the job fits this host.")
 @click.option("--dry-run", is_flag=True, help="Print the launch plan (every container) and do nothing else.")
-@click.option("--verbosity", type=click.Choice(["debug", "info", "warning", "error", "critical", "none"]),
-              default="warning", help="How much aiptrain says about what it does.")
-def training(job_id, user_args, config, labels, packages, async_, stream_logs, dry_run,
-             verbosity, **flags) -> None:
+def training(job_id, user_args, config, labels, packages, async_, stream_logs, dry_run, **flags) -> None:
     """Submit a training job, as `gcloud ai-platform jobs submit training`."""
     from aiptrain.config import SubmitFlags
     from aiptrain.submission import Submitter, dry_run_plan, prepare
 
     if async_ and stream_logs:
         raise click.UsageError("argument --async: At most one of --async | --stream-logs may be specified.")
-    _configure_logging(verbosity)
     if async_:
         click.echo(
             "WARNING: The --async flag is deprecated, as the default behavior is to submit the job "
@@ -148,12 +177,13 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
     services = Services()
     submit_flags = SubmitFlags(
         job_id=job_id, config=config, labels=_labels(labels), packages=_packages(packages),
-        user_args=list(user_args), **flags,
+        user_args=list(user_args), project=_global_flags().project, **flags,
     )
+    submit_flags.kms_key = _kms_key_name(submit_flags)
     submission = prepare(submit_flags, services.settings)
     if dry_run:
-        _warn(submission.notices, verbosity)
-        click.echo(_yaml(dry_run_plan(submission).to_dict()), nl=False)
+        _warn(submission.notices)
+        _echo_formatted(dry_run_plan(submission).to_dict(), _yaml)
         return
     from aiptrain.cli.output import spinner
 
@@ -163,29 +193,16 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
     click.echo(f"Job [{job.job_id}] submitted successfully.", err=True)
     if not stream_logs:
         click.echo(_follow_up(job.job_id), err=True)
-        click.echo(_summary(job, ("jobId", "state")), nl=False)
+        _echo_formatted(job.to_resource(), lambda resource: _summary(resource, ("jobId", "state")))
         return
     sys.exit(_stream_then_summarize(services, job.job_id))
 
 
-def _warn(notices, verbosity: str) -> None:
+def _warn(notices) -> None:
     """Warnings about the submission, unless --verbosity asks for errors only."""
-    if verbosity not in ("error", "critical", "none"):
+    if _global_flags().verbosity not in ("error", "critical", "none"):
         for notice in notices:
             click.echo(f"WARNING: {notice}", err=True)
-
-
-def _configure_logging(verbosity: str) -> None:
-    """gcloud's --verbosity for aiptrain's own loggers: messages go to stderr as `DEBUG: ...`."""
-    if verbosity == "warning":
-        return  # the default: aiptrain says nothing below a warning, and logs none itself
-    import logging
-
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
-    logger = logging.getLogger("aiptrain")
-    logger.addHandler(handler)
-    logger.setLevel(logging.CRITICAL + 1 if verbosity == "none" else verbosity.upper())
 
 
 def _stream_then_summarize(services: Services, job_id: str) -> int:
@@ -198,7 +215,7 @@ def _stream_then_summarize(services: Services, job_id: str) -> int:
     from aiptrain.model import State
 
     job = services.job(job_id)
-    click.echo(_summary(job), nl=False)
+    _echo_formatted(job.to_resource(), _summary)
     return EXIT_OK if job.state is State.SUCCEEDED else EXIT_JOB_FAILED
 
 
@@ -228,12 +245,17 @@ def describe(job_id, summarize) -> None:
     if summarize:
         from aiptrain.cli.summary import print_summary
 
-        if click.get_current_context().params.get("format"):
+        if _global_flags().format:
             click.echo("WARNING: --format is ignored when --summarize is present", err=True)
         print_summary(job)
     else:
-        click.echo(_yaml(job.to_resource()), nl=False)
+        _echo_formatted(job.to_resource(), _yaml)
     _say_where_gcs_paths_are(job, services.settings.gcs_root)
+    from aiptrain.submission import recorded_project
+
+    project = recorded_project(services.settings, job_id)
+    if project:
+        click.echo(f"\nProject [{project}], given at submit (jobs here are not separated by project).", err=True)
     click.echo(f"\nView the logs with:\n  $ aiptrain jobs stream-logs {job_id}", err=True)
 
 
@@ -275,6 +297,9 @@ def list_(limit, filter_) -> None:
     found = [job for job in services.store.list() if _matches(job, filter_)]
     if limit:
         found = found[:limit]
+    if _global_flags().format:
+        _echo_formatted([job.to_resource() for job in found], None)
+        return
     if not found:
         click.echo("Listed 0 items.", err=True)
         return
