@@ -26,6 +26,8 @@ from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State, TrainingInput
 from aiptrain.ownership import JobLock
 from aiptrain.planning import LaunchPlan, Mount, PlanInputs, plan
+from aiptrain.runtime_catalog import Runtime
+from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings
 from aiptrain.staging import WHEELHOUSE
 from aiptrain.store import JobStore, duplicate_job
@@ -59,6 +61,8 @@ class Submission:
     staging_bucket: str | None = None
     limit_resources: bool = False
     installation: str = ""
+    runtime: Runtime | None = None  # what --runtime-version (or runtimeVersion) named
+    runtime_given_as: str = "--runtime-version"  # where it was named, for messages
 
 
 def replica_user() -> str:
@@ -95,7 +99,7 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
 
     package_path = validate_package_path(flags.package_path) if flags.package_path else None
     local_packages, remote_packages = _split_packages(flags.packages)
-    runtime_image = None
+    runtime_image, rt, runtime_given_as = None, None, "--runtime-version"
     if not ti.uses_custom_container:
         if not package_path and not local_packages and not remote_packages and not ti.package_uris:
             raise ValidationError(
@@ -104,10 +108,10 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
         if not ti.python_module:
             raise ValidationError("--module-name is required: name the module to run, e.g. `trainer.task`.")
         validate_module_name(ti.python_module)
-        from aiptrain.runtimes import runtime
-
+        runtime_given_as = _runtime_given_as(flags, ti.runtime_version)
         ti.runtime_version = ti.runtime_version or settings.default_runtime_version
-        runtime_image = runtime(ti.runtime_version).image
+        rt = lookup_runtime(ti.runtime_version, settings.home, runtime_given_as)
+        runtime_image = rt.image
 
     job_dir_mount = None
     if ti.job_dir and not is_gcs(ti.job_dir):
@@ -117,7 +121,16 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
         flags.staging_bucket or settings.default_bucket or None,
         flags.limit_resources,
         settings.installation_id,
+        rt,
+        runtime_given_as,
     )
+
+
+def _runtime_given_as(flags: SubmitFlags, runtime_version: str | None) -> str:
+    """Where the runtime version came from, as errors about it name it."""
+    if flags.runtime_version:
+        return "--runtime-version"
+    return "runtimeVersion in the config file" if runtime_version else "AIPTRAIN_DEFAULT_RUNTIME"
 
 
 # Each ReplicaConfig: its field, its name in the REST resource, and where users set its image.
@@ -237,6 +250,10 @@ class Submitter:
 
     def submit(self, submission: Submission) -> Job:
         job = submission.job
+        if submission.runtime:
+            from aiptrain.runtimes import check_available
+
+            check_available(submission.runtime, submission.runtime_given_as)
         self.settings.ensure_dirs()
         if self.store.exists(job.job_id):
             raise duplicate_job(job.job_id)
@@ -301,14 +318,15 @@ class Submitter:
             remote = submission.remote_packages if files or submission.remote_packages else list(ti.package_uris or [])
             remote_files = staging.fetch(remote, package_dir)
             wheels = []
-            if submission.runtime_image:
+            if submission.runtime:
                 from aiptrain import wheelhouse
-                from aiptrain.runtimes import runtime
 
                 fetched = [package_dir / name for name in remote_files]
                 self._step("Resolving the packages' dependencies into a wheelhouse")
-                preinstalled = runtime(ti.runtime_version).provides
-                wheels = wheelhouse.resolve([*files, *fetched], self.settings.cache_dir, preinstalled=preinstalled)
+                rt = submission.runtime
+                wheels = wheelhouse.resolve(
+                    [*files, *fetched], self.settings.cache_dir, rt.python, preinstalled=rt.provides
+                )
             bucket_url, prefix = staging.staging_target(
                 job.job_id, submission.staging_bucket, ti.job_dir, str(self.settings.bucket_root)
             )

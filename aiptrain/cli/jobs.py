@@ -151,6 +151,8 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
         user_args=list(user_args), **flags,
     )
     submission = prepare(submit_flags, services.settings)
+    if submission.runtime and submission.runtime.note:
+        click.echo(submission.runtime.note, err=True)
     if dry_run:
         click.echo(_yaml(dry_run_plan(submission).to_dict()), nl=False)
         return
