@@ -14,10 +14,13 @@ $(BIN)/aiptrain: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	@touch $@
 
-# The images the tests run: the base image (debootstrap, no registry) and the runtimes.
+# The images the tests run: the base images (debootstrap, no registry; bookworm for minimal,
+# bullseye for the 2.x runtimes) and the runtimes. AIPTRAIN_IMAGE_REPOSITORY and
+# AIPTRAIN_BASE_REPOSITORY move them to other tags.
 images: install
 	scripts/ensure-docker.sh
-	scripts/build-base-image.sh
+	scripts/build-base-image.sh bookworm
+	scripts/build-base-image.sh bullseye
 	$(BIN)/aiptrain runtimes build $(RUNTIMES)
 
 test: images

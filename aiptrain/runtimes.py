@@ -1,73 +1,78 @@
-"""Runtime versions: `--runtime-version` names a local image that aiptrain builds itself.
+"""Runtime images: building them, and the versions a team mapped to its own images.
 
-AI Platform's runtime versions ran Python 3.7 with the TensorFlow of the same number.
-Our images run the base image's Python (3.11 on Debian bookworm), so each runtime
-version pins the nearest framework releases that have wheels for it: TensorFlow 2.12
-is the oldest release built for Python 3.11, so the 2.x runtimes get 2.12.1.
-
-Images are built offline: the host downloads a wheelhouse for the engine's platform
-(`pip download`), and the Dockerfile shipped with aiptrain installs from it.
+What each runtime version installs is the catalog's (aiptrain/runtime_catalog.py, pure);
+this module touches Docker. Images are built offline: the host downloads a wheelhouse for
+the base image's Python and the engine's platform (building pure-Python wheels from sdists
+where a project publishes no wheel, such as cloudml-hypertune), and the Dockerfile shipped
+with aiptrain installs from it.
 """
 
 from __future__ import annotations
 
-import re
+import json
 import shutil
-import subprocess
-import sys
 import tempfile
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Callable
 
+from aiptrain import wheelhouse
 from aiptrain.errors import EnvironmentNotReady, ValidationError
+from aiptrain.runtime_catalog import RUNTIMES, SOURCE_URL, Runtime, image_repository, runtime
 
-IMAGE_REPOSITORY = "aiptrain/runtime"
+__all__ = ["RUNTIMES", "SOURCE_URL", "Runtime", "image_repository", "runtime", "lookup", "build_image"]
 
-
-@dataclass(frozen=True)
-class Runtime:
-    version: str
-    packages: tuple[str, ...]  # pip requirement strings installed into the image
-    description: str
-
-    @property
-    def image(self) -> str:
-        return f"{IMAGE_REPOSITORY}:{self.version}"
-
-    @property
-    def provides(self) -> frozenset[str]:
-        """Distributions preinstalled in the image (canonical names): a trainer's requirement
-        of one of them is served by the image, as on AI Platform, not installed again."""
-        names = {re.split(r"[<>=!~\[; ]", p, maxsplit=1)[0].lower().replace("_", "-") for p in self.packages}
-        return frozenset(names | {alias for name in names for alias in _PROVIDES_ALSO.get(name, ())})
+MAPPINGS_FILE = "runtimes.json"  # under AIPTRAIN_HOME: versions mapped to a team's images
 
 
-# `tensorflow-cpu` installs the same `tensorflow` module: a trainer asking for `tensorflow`
-# runs on the image's build instead of pulling the 500 MB GPU build into every job.
-_PROVIDES_ALSO = {"tensorflow-cpu": ("tensorflow",)}
-_TF2 = ("tensorflow-cpu==2.12.1", "scikit-learn==1.2.2", "pandas==1.5.3")
-RUNTIMES = {
-    r.version: r
-    for r in (
-        Runtime("2.11", _TF2, "TensorFlow 2.12.1 (nearest to 2.11 for Python 3.11), scikit-learn, pandas"),
-        Runtime("2.8", _TF2, "same frameworks as 2.11 (no older TensorFlow runs on Python 3.11)"),
-        Runtime("2.5", _TF2, "same frameworks as 2.11 (no older TensorFlow runs on Python 3.11)"),
-        Runtime("2.1", _TF2, "same frameworks as 2.11 (no older TensorFlow runs on Python 3.11)"),
-        Runtime("minimal", (), "Python and pip only: fast to build, for trainers without frameworks"),
-    )
-}
+# -- versions a team mapped to its own images -----------------------------------------------
 
 
-def runtime(version: str, given_as: str = "--runtime-version") -> Runtime:
-    try:
-        return RUNTIMES[version]
-    except KeyError:
-        known = ", ".join(RUNTIMES)
-        raise ValidationError(
-            f"Unknown {given_as} [{version}]: choose one of {known} (`aiptrain runtimes list`)."
-        ) from None
+def mapped(home: Path) -> dict[str, dict]:
+    path = home / MAPPINGS_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def lookup(version: str, home: Path, given_as: str = "--runtime-version") -> Runtime:
+    return runtime(version, given_as, mapped(home))
+
+
+def add_mapping(version: str, image: str, home: Path) -> dict:
+    """Map `version` to `image` (which must be on the engine); returns the stored entry."""
+    if not image_exists(image):
+        raise EnvironmentNotReady(
+            f"Image [{image}] is not on this Docker engine: pull, load or build it first, then run this again."
+        )
+    entry = {"image": image, "python": _python_of(image)}
+    _write_mappings(home, {**mapped(home), version: entry})
+    return entry
+
+
+def remove_mapping(version: str, home: Path) -> None:
+    entries = mapped(home)
+    if version not in entries:
+        raise ValidationError(f"Runtime version [{version}] is not mapped to an image (`aiptrain runtimes list`).")
+    del entries[version]
+    _write_mappings(home, entries)
+
+
+def _write_mappings(home: Path, entries: dict) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    partial = home / f".{MAPPINGS_FILE}.partial"
+    partial.write_text(json.dumps(entries, indent=2, sort_keys=True) + "\n")
+    partial.replace(home / MAPPINGS_FILE)
+
+
+def _python_of(image: str) -> str:
+    """major.minor of an image's Python: its aiptrain.python label, else asked."""
+    from aiptrain.backends.docker import connect
+
+    api = connect()
+    labels = api.inspect_image(image).get("Config", {}).get("Labels") or {}
+    return labels.get("aiptrain.python") or image_python(api, image)[0]
+
+
+# -- availability --------------------------------------------------------------------------------
 
 
 def image_exists(image: str) -> bool:
@@ -82,19 +87,32 @@ def image_exists(image: str) -> bool:
     return True
 
 
-# pip's platform tags for the engine's architecture; tensorflow-cpu's wheels are manylinux_2_27 only.
-PLATFORM_TAGS = {
-    "x86_64": ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_27_x86_64", "manylinux_2_28_x86_64"),
-    "aarch64": ("manylinux2014_aarch64", "manylinux_2_17_aarch64", "manylinux_2_27_aarch64", "manylinux_2_28_aarch64"),
-}
+def unavailable(rt: Runtime, given_as: str = "--runtime-version") -> str:
+    """Why a runtime whose base image only a registry serves cannot be built here, and what would serve."""
+    which = "runtimeVersion in the config file" if given_as.startswith("runtimeVersion") else "--runtime-version"
+    return (
+        f"Runtime {rt.version} needs Python {rt.python} from [{rt.base.image}], which this engine does not have "
+        f"and cannot pull: use {which} 2.x, a custom container (--master-image-uri), or map an image you have "
+        f"with `aiptrain runtimes add {rt.version} --image IMAGE`."
+    )
 
 
-def image_python(api, base_image: str) -> tuple[str, str]:
-    """(version like '3.11', site dir) of the Python inside the base image."""
-    script = "import sys, sysconfig; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"
-    output = api_run(api, base_image, ["python3", "-c", script])
-    version = output.strip()
-    return version, f"/usr/local/lib/python{version}/dist-packages"
+def check_available(rt: Runtime, given_as: str = "--runtime-version") -> None:
+    """At submit: a runtime whose image is missing and cannot be built here fails with what would serve.
+    A missing image that can be built is left to the backend's check (`aiptrain runtimes build`)."""
+    if rt.mapped_image or not rt.base.registry_image or image_exists(rt.image) or image_exists(rt.base.image):
+        return
+    raise EnvironmentNotReady(unavailable(rt, given_as))
+
+
+# -- building ------------------------------------------------------------------------------------
+
+
+def image_python(api, image: str) -> tuple[str, str]:
+    """(version like '3.11', site-packages dir) of the Python inside an image."""
+    script = "import site, sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}', site.getsitepackages()[0])"
+    version, site = api_run(api, image, ["python3", "-c", script]).split()
+    return version, site
 
 
 def api_run(api, image: str, command: list[str]) -> str:
@@ -115,49 +133,68 @@ def download_wheelhouse(packages: tuple[str, ...], python_version: str, arch: st
     (target / "requirements.txt").write_text("".join(f"{p}\n" for p in packages))
     if not packages:
         return
-    platforms = [arg for tag in PLATFORM_TAGS.get(arch, PLATFORM_TAGS["x86_64"]) for arg in ("--platform", tag)]
-    command = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-        "--only-binary=:all:", "--implementation", "cp", "--python-version", python_version,
-        *platforms, "--dest", str(target), *packages,
-    ]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        last = (result.stderr.strip().splitlines() or ["pip download failed"])[-1]
-        raise EnvironmentNotReady(f"Cannot download the runtime's wheels for Python {python_version}: {last}")
+    try:
+        wheelhouse.download(list(packages), python_version, wheelhouse.platform_tags(arch), target)
+    except ValidationError as exc:
+        raise EnvironmentNotReady(f"Cannot download the runtime's wheels for Python {python_version}: {exc}") from None
+
+
+def _ensure_base(api, rt: Runtime, given_as: str, progress: Callable[[str], None]) -> str:
+    base = rt.base.image
+    if image_exists(base):
+        return base
+    if not rt.base.registry_image:
+        raise EnvironmentNotReady(
+            f"Base image [{base}] is missing: build it with {rt.base.how_to_get}"
+            + (" or set AIPTRAIN_BASE_IMAGE." if rt.base.name == "bookworm" else ".")
+        )
+    progress(f"Pulling {base}")
+    try:
+        api.pull(base)
+    except Exception:  # no registry answers here: say what would serve instead
+        raise EnvironmentNotReady(unavailable(rt, given_as)) from None
+    return base
 
 
 def build_image(
     rt: Runtime,
-    base_image: str,
     cache_dir: Path,
     progress: Callable[[str], None] = lambda line: None,
+    given_as: str = "runtime version",
 ) -> str:
     """Build (or rebuild) the runtime's image; return its name."""
     from aiptrain.backends.docker import connect
 
+    if rt.mapped_image:
+        raise ValidationError(
+            f"Runtime {rt.version} is mapped to [{rt.mapped_image}]: there is nothing to build "
+            f"(`aiptrain runtimes remove {rt.version}` drops the mapping)."
+        )
     api = connect(timeout=1800)
-    if not image_exists(base_image):
-        raise EnvironmentNotReady(
-            f"Base image [{base_image}] is missing: build it with `scripts/build-base-image.sh` "
-            "(debootstrap, no registry needed) or set AIPTRAIN_BASE_IMAGE."
-        ) from None
-
+    base_image = _ensure_base(api, rt, given_as, progress)
     python_version, site = image_python(api, base_image)
+    if python_version != rt.python:
+        raise EnvironmentNotReady(
+            f"Base image [{base_image}] has Python {python_version}, runtime {rt.version} needs {rt.python}: "
+            f"build the base with {rt.base.how_to_get}."
+        )
     arch = api.info().get("Architecture", "x86_64")
-    wheelhouse = cache_dir / "wheelhouse" / f"{rt.version}-py{python_version}-{arch}"
-    progress(f"Downloading wheels for Python {python_version} ({arch}) into {wheelhouse}")
-    download_wheelhouse(rt.packages, python_version, arch, wheelhouse)
+    wheels = cache_dir / "wheelhouse" / f"{rt.version}-py{python_version}-{arch}"
+    progress(f"Downloading wheels for Python {python_version} ({arch}) into {wheels}")
+    download_wheelhouse(rt.packages, python_version, arch, wheels)
 
     with tempfile.TemporaryDirectory(prefix="aiptrain-runtime-") as context:
         dockerfile = resources.files("aiptrain.runtime").joinpath("runtime.Dockerfile").read_text()
         (Path(context) / "Dockerfile").write_text(dockerfile)
-        shutil.copytree(wheelhouse, Path(context) / "wheelhouse")
+        shutil.copytree(wheels, Path(context) / "wheelhouse")
         progress(f"Building {rt.image} from {base_image}")
         stream = api.build(
             path=context,
             tag=rt.image,
-            buildargs={"BASE_IMAGE": base_image, "PYTHON_SITE": site, "RUNTIME_VERSION": rt.version},
+            buildargs={
+                "BASE_IMAGE": base_image, "PYTHON_SITE": site, "RUNTIME_VERSION": rt.version,
+                "BASE_NAME": rt.base.name, "PYTHON_VERSION": python_version,
+            },
             rm=True,
             forcerm=True,
             decode=True,

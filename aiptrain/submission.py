@@ -26,6 +26,8 @@ from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State, TrainingInput
 from aiptrain.ownership import JobLock
 from aiptrain.planning import LaunchPlan, Mount, PlanInputs, plan
+from aiptrain.runtime_catalog import Runtime
+from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings
 from aiptrain.staging import WHEELHOUSE
 from aiptrain.store import JobStore, duplicate_job
@@ -62,6 +64,8 @@ class Submission:
     gcs_root: Path | None = None  # where gs:// paths are kept on this machine; None: Cloud Storage
     notices: tuple[str, ...] = ()  # one-line warnings for the user, said once at submit
     project: str | None = None
+    runtime: Runtime | None = None  # what --runtime-version (or runtimeVersion) named
+    runtime_given_as: str = "--runtime-version"  # where it was named, for messages
 
     @property
     def remote_job_dir(self) -> bool:
@@ -118,7 +122,7 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
 
     package_path = validate_package_path(flags.package_path) if flags.package_path else None
     local_packages, remote_packages = _split_packages(flags.packages)
-    runtime_image = None
+    runtime_image, rt, runtime_given_as = None, None, "--runtime-version"
     has_packages = bool(package_path or local_packages or remote_packages or ti.package_uris)
     if ti.uses_custom_container and has_packages:
         _check_package_in_image(ti)
@@ -130,10 +134,10 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
         if not ti.python_module:
             raise ValidationError("--module-name is required: name the module to run, e.g. `trainer.task`.")
         validate_module_name(ti.python_module)
-        from aiptrain.runtimes import runtime
-
+        runtime_given_as = _runtime_given_as(flags, ti.runtime_version)
         ti.runtime_version = ti.runtime_version or settings.default_runtime_version
-        runtime_image = runtime(ti.runtime_version).image
+        rt = lookup_runtime(ti.runtime_version, settings.home, runtime_given_as)
+        runtime_image = rt.image
 
     staging_bucket = flags.staging_bucket or settings.default_bucket or None
     gcs_root, notice = _gcs_mode([ti.job_dir, staging_bucket, *remote_packages, *(ti.package_uris or [])], settings)
@@ -143,13 +147,21 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
     elif ti.job_dir and gcs_root is not None:
         job_dir_mount = _local_job_dir(ti.job_dir, local_gcs_path(gcs_root, ti.job_dir))
     return Submission(
-        job, replicas, package_path, local_packages, remote_packages, runtime_image, job_dir_mount,
-        staging_bucket,
-        flags.limit_resources,
-        settings.installation_id,
-        gcs_root,
-        (notice,) if notice else (),
-        flags.project,
+        job=job,
+        replicas=replicas,
+        package_path=package_path,
+        local_packages=local_packages,
+        remote_packages=remote_packages,
+        runtime_image=runtime_image,
+        job_dir_mount=job_dir_mount,
+        staging_bucket=staging_bucket,
+        limit_resources=flags.limit_resources,
+        installation=settings.installation_id,
+        gcs_root=gcs_root,
+        notices=(notice,) if notice else (),
+        project=flags.project,
+        runtime=rt,
+        runtime_given_as=runtime_given_as,
     )
 
 
@@ -163,6 +175,13 @@ def _gcs_mode(urls: list[str | None], settings: Settings) -> tuple[Path | None, 
     for url in gcs_urls:
         check_gcs_uri(url, kept_locally=gcs_root is not None)
     return gcs_root, notice
+
+
+def _runtime_given_as(flags: SubmitFlags, runtime_version: str | None) -> str:
+    """Where the runtime version came from, as errors about it name it."""
+    if flags.runtime_version:
+        return "--runtime-version"
+    return "runtimeVersion in the config file" if runtime_version else "AIPTRAIN_DEFAULT_RUNTIME"
 
 
 # Each ReplicaConfig: its field, its name in the REST resource, and where users set its image.
@@ -307,6 +326,10 @@ class Submitter:
 
     def submit(self, submission: Submission) -> Job:
         job = submission.job
+        if submission.runtime:
+            from aiptrain.runtimes import check_available
+
+            check_available(submission.runtime, submission.runtime_given_as)
         self.settings.ensure_dirs()
         if self.store.exists(job.job_id):
             raise duplicate_job(job.job_id)
@@ -398,14 +421,15 @@ class Submitter:
             remote = submission.remote_packages if files or submission.remote_packages else list(ti.package_uris or [])
             remote_files = staging.fetch(remote, package_dir, submission.gcs_root)
             wheels = []
-            if submission.runtime_image:
+            if submission.runtime:
                 from aiptrain import wheelhouse
-                from aiptrain.runtimes import runtime
 
                 fetched = [package_dir / name for name in remote_files]
                 self._step("Resolving the packages' dependencies into a wheelhouse")
-                preinstalled = runtime(ti.runtime_version).provides
-                wheels = wheelhouse.resolve([*files, *fetched], self.settings.cache_dir, preinstalled=preinstalled)
+                rt = submission.runtime
+                wheels = wheelhouse.resolve(
+                    [*files, *fetched], self.settings.cache_dir, rt.python, preinstalled=rt.provides
+                )
             bucket_url, prefix = staging.staging_target(
                 job.job_id, submission.staging_bucket, ti.job_dir, str(self.settings.bucket_root)
             )

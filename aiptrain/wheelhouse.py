@@ -4,8 +4,10 @@ resolved once on this host into a wheelhouse the replicas install from with
 have no route to one here, and a job must not depend on what an index serves the
 moment each replica starts.
 
-Wheels only (`--only-binary=:all:`), for the replicas' Python and platform rather than
-this host's, so nothing is ever compiled inside a replica. Wheelhouses are cached by
+Wheels only (`--only-binary=:all:`), for the replicas' Python (the runtime's) and platform
+rather than this host's, so nothing is ever compiled inside a replica. A project that
+publishes only an sdist (cloudml-hypertune) gets its wheel built here when it is pure
+Python; one that needs compiling is refused with the fix. Wheelhouses are cached by
 what they were resolved for (the requirements, Python version and platform tags), so
 resubmitting a job resolves nothing; a cached wheelhouse keeps the versions it was
 resolved with, which is what makes reruns reproducible.
@@ -32,10 +34,17 @@ from aiptrain.errors import EnvironmentNotReady, ValidationError
 
 log = logging.getLogger(__name__)
 
-# The Python of every runtime image (Debian bookworm's 3.11, see aiptrain/runtimes.py).
-# Custom containers install nothing, so they need no wheelhouse.
-REPLICA_PYTHON = "3.11"
-CACHE_FORMAT = "1"
+# The replicas' Python comes from the runtime (aiptrain/runtime_catalog.py); custom
+# containers install nothing, so they need no wheelhouse.
+CACHE_FORMAT = "2"
+# pip's platform tags per architecture: tensorflow-cpu 2.5-2.10 ship manylinux2010 wheels,
+# later ones manylinux_2_27 only, xgboost 0.90 manylinux1.
+PLATFORM_TAGS = {
+    arch: tuple(f"{tag}_{arch}" for tag in ("manylinux1", "manylinux2010", "manylinux2014", "manylinux_2_17",
+                                            "manylinux_2_27", "manylinux_2_28"))
+    for arch in ("x86_64", "aarch64")
+}
+_NO_DISTRIBUTION = re.compile(r"No matching distribution found for (\S+)")
 _NAME = re.compile(r"^\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)")
 
 
@@ -127,8 +136,6 @@ def platform_tags(machine: str | None = None) -> tuple[str, ...]:
     """pip's platform tags for the replicas: the engine runs on this host (it bind-mounts
     host paths), so it has this host's architecture. The same tags the runtime images'
     own wheels were downloaded for."""
-    from aiptrain.runtimes import PLATFORM_TAGS
-
     machine = (machine or platform.machine()).lower()
     machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
     return PLATFORM_TAGS.get(machine, PLATFORM_TAGS["x86_64"])
@@ -137,7 +144,7 @@ def platform_tags(machine: str | None = None) -> tuple[str, ...]:
 def resolve(
     packages: list[Path],
     cache_dir: Path,
-    python_version: str = REPLICA_PYTHON,
+    python_version: str,
     preinstalled: frozenset[str] = frozenset(),
 ) -> list[Path]:
     """The wheels `packages` need installed beside them in a replica; [] when they need none."""
@@ -157,7 +164,7 @@ def resolve(
     entry.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
     try:
-        _download(requirements, python_version, platforms, partial)
+        download(requirements, python_version, platforms, partial)
         # Written last: an entry with requirements.txt is complete.
         (partial / "requirements.txt").write_text("".join(f"{r}\n" for r in requirements))
         shutil.rmtree(entry, ignore_errors=True)  # an incomplete entry left by a killed submit
@@ -174,24 +181,108 @@ def resolve(
     return wheels
 
 
-def _download(requirements: list[str], python_version: str, platforms: tuple[str, ...], destination: Path) -> None:
+def download(requirements: list[str], python_version: str, platforms: tuple[str, ...], destination: Path) -> None:
+    """Wheels for `requirements` and their dependencies into `destination`. Where pip finds no
+    wheel for a project that has an sdist, its wheel is built here (pure Python only) and the
+    resolution runs again with it."""
+    built = destination / ".built-from-sdists"
+    tried: set[str] = set()
+    while True:
+        output = _pip_download(requirements, python_version, platforms, destination, built)
+        if output is None:
+            missed = marker_requirements_missed(destination, python_version)
+            if not missed:
+                shutil.rmtree(built, ignore_errors=True)
+                return
+            log.debug("pip skipped %s (markers for Python %s): downloading them too.", ", ".join(missed), python_version)
+            requirements = [*requirements, *missed]
+            continue
+        missing = _NO_DISTRIBUTION.search(output)
+        name = requirement_name(missing.group(1)) if missing else None
+        if not name or name in tried:
+            raise _resolution_error(output, python_version, platforms)
+        tried.add(name)
+        log.debug("No wheel for %s: building one from its sdist.", missing.group(1))
+        if build_pure_wheel(missing.group(1), built) is None:  # no sdist either
+            raise _resolution_error(output, python_version, platforms)
+
+
+def marker_requirements_missed(wheels: Path, python_version: str) -> list[str]:
+    """Requirements of the downloaded wheels that apply on the replicas' Python but are not
+    there: pip evaluates markers (`importlib-metadata; python_version < "3.10"`) for the
+    host's Python even with --python-version."""
+    from packaging.requirements import Requirement
+
+    environment = {
+        "python_version": python_version, "python_full_version": f"{python_version}.0",
+        "implementation_name": "cpython", "platform_python_implementation": "CPython",
+        "sys_platform": "linux", "os_name": "posix", "platform_system": "Linux", "extra": "",
+    }
+    present, missed = set(), []
+    for wheel in wheels.glob("*.whl"):
+        name, requires = read_metadata(wheel)
+        present.add(canonical_name(name))
+        for text in requires:
+            requirement = Requirement(text)
+            if requirement.marker and "extra" not in str(requirement.marker) and requirement.marker.evaluate(environment):
+                missed.append(str(requirement).split(";")[0].strip())
+    return sorted({r for r in missed if requirement_name(r) not in present})
+
+
+def build_pure_wheel(requirement: str, destination: Path) -> Path | None:
+    """Build `requirement`'s wheel from its sdist on this host (no deps); None when it has no sdist.
+    One that needs compiling is refused: a wheel built here would not fit the replicas."""
+    destination.mkdir(parents=True, exist_ok=True)
+    name = requirement_name(requirement) or requirement
+    with tempfile.TemporaryDirectory(prefix="aiptrain-sdist-") as scratch:
+        command = [
+            sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "--no-input",
+            "--progress-bar", "off", "--no-binary", name, "--wheel-dir", scratch, requirement,
+        ]
+        result = subprocess.run(command, capture_output=True, text=True)
+        wheels = list(Path(scratch).glob("*.whl"))
+        output = result.stdout + result.stderr
+        if result.returncode != 0 and _NO_DISTRIBUTION.search(output):
+            return None
+        if result.returncode != 0 or not wheels:
+            raise ValidationError(
+                f"[{name}] publishes no wheel for the replicas and building one from its sdist failed "
+                f"({_last_error(output)}): require a version that has a wheel, or pass one with --packages."
+            )
+        wheel = wheels[0]
+        if not wheel.name.endswith("-none-any.whl"):
+            raise ValidationError(
+                f"[{name}] publishes no wheel for the replicas and its sdist needs compiling ({wheel.name}): "
+                "require a version that has a wheel, or build one for the replicas' Python and pass it with --packages."
+            )
+        return Path(shutil.move(str(wheel), destination / wheel.name))
+
+
+def _pip_download(
+    requirements: list[str], python_version: str, platforms: tuple[str, ...], destination: Path, built: Path
+) -> str | None:
+    """pip's output when the download failed, None when it succeeded."""
     command = [
         sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-input",
         "--progress-bar", "off", "--only-binary=:all:", "--implementation", "cp",
         "--python-version", python_version, *[arg for tag in platforms for arg in ("--platform", tag)],
-        "--dest", str(destination), *requirements,
+        "--find-links", str(built), "--dest", str(destination), *requirements,
     ]
     result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode == 0:
-        return
-    output = result.stdout + result.stderr
+    return None if result.returncode == 0 else result.stdout + result.stderr
+
+
+def _resolution_error(output: str, python_version: str, platforms: tuple[str, ...]) -> Exception:
     if "No module named pip" in output:
-        raise EnvironmentNotReady(
+        return EnvironmentNotReady(
             f"pip is not installed for {sys.executable}: install it to resolve the packages' dependencies."
         )
-    errors = [line[len("ERROR:") :].strip() for line in output.splitlines() if line.startswith("ERROR:")]
-    detail = (errors or output.strip().splitlines() or ["pip download failed"])[-1].rstrip(".")
-    raise ValidationError(
+    return ValidationError(
         f"Cannot resolve the packages' dependencies for the replicas (Python {python_version}, {platforms[0]}, "
-        f"wheels only): {detail}. Require a version that has such a wheel, or pass the wheel with --packages."
+        f"wheels only): {_last_error(output)}. Require a version that has such a wheel, or pass the wheel with --packages."
     )
+
+
+def _last_error(output: str) -> str:
+    errors = [line[len("ERROR:") :].strip() for line in output.splitlines() if line.startswith("ERROR:")]
+    return (errors or output.strip().splitlines() or ["pip failed"])[-1].rstrip(".")

@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
-# Build the base image the runtime images start FROM, offline-friendly: no registry is needed,
+# Build a base image the runtime images start FROM, offline-friendly: no registry is needed,
 # only Debian's package mirror on the host. Does nothing when the image already exists.
-#   usage: scripts/build-base-image.sh [IMAGE]   (default: $AIPTRAIN_BASE_IMAGE or aiptrain/base:bookworm)
+#   usage: scripts/build-base-image.sh [SUITE [IMAGE]]
+#   SUITE: bookworm (Python 3.11, the default) or bullseye (Python 3.9)
+#   IMAGE: default ${AIPTRAIN_BASE_REPOSITORY:-aiptrain/base}:SUITE
+#          (for bookworm, $AIPTRAIN_BASE_IMAGE when set)
 set -euo pipefail
 
-image="${1:-${AIPTRAIN_BASE_IMAGE:-aiptrain/base:bookworm}}"
+suite="${1:-bookworm}"
+case "$suite" in
+  bookworm) python=3.11 default="${AIPTRAIN_BASE_IMAGE:-}" ;;
+  bullseye) python=3.9 default="" ;;
+  *) echo "Unknown suite [$suite]: choose bookworm or bullseye." >&2; exit 2 ;;
+esac
+image="${2:-${default:-${AIPTRAIN_BASE_REPOSITORY:-aiptrain/base}:$suite}}"
 if docker image inspect "$image" >/dev/null 2>&1; then
   exit 0
 fi
+labels=(-c "LABEL aiptrain.base=debian-$suite aiptrain.python=$python")
 # A registry may be reachable on some machines: a pull is faster than debootstrap.
-if docker pull -q python:3.11-slim-bookworm >/dev/null 2>&1; then
-  docker tag python:3.11-slim-bookworm "$image"
+if docker pull -q "python:$python-slim-$suite" >/dev/null 2>&1; then
+  echo "FROM python:$python-slim-$suite
+LABEL aiptrain.base=python:$python-slim-$suite aiptrain.python=$python" | docker build -q -t "$image" - >/dev/null
   exit 0
 fi
 if ! command -v debootstrap >/dev/null 2>&1; then
@@ -27,9 +38,9 @@ if [ "$(id -u)" != 0 ]; then
 fi
 rootfs=$(mktemp -d)
 trap 'rm -rf "$rootfs"' EXIT
-echo "Building base image $image with debootstrap (about a minute) ..." >&2
+echo "Building base image $image (Debian $suite, Python $python) with debootstrap (about a minute) ..." >&2
 debootstrap --variant=minbase --include=python3,python3-pip,python3-venv \
-  bookworm "$rootfs" http://deb.debian.org/debian >/dev/null
+  "$suite" "$rootfs" http://deb.debian.org/debian >/dev/null
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-tar -C "$rootfs" -c . | docker import -c 'ENV LANG=C.UTF-8' - "$image" >/dev/null
+tar -C "$rootfs" -c . | docker import -c 'ENV LANG=C.UTF-8' "${labels[@]}" - "$image" >/dev/null
 echo "Built $image" >&2

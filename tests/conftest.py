@@ -46,8 +46,15 @@ def require_image(api, image: str) -> None:
 
 @pytest.fixture(scope="session")
 def minimal_runtime(docker_api):
-    require_image(docker_api, "aiptrain/runtime:minimal")
+    require_image(docker_api, runtime_image("minimal"))
     return "minimal"
+
+
+def runtime_image(version: str) -> str:
+    """A runtime's image name, where AIPTRAIN_IMAGE_REPOSITORY (if set) puts it."""
+    from aiptrain.runtime_catalog import image_repository
+
+    return f"{image_repository()}:{version}"
 
 
 @pytest.fixture

@@ -181,24 +181,24 @@ def test_unreadable_package_is_one_line(tmp_path):
 
 def test_no_requirements_no_wheelhouse(tmp_path):
     sdist = build_sdist(SAMPLE, tmp_path)
-    assert resolve([sdist.path], tmp_path / "cache") == []
+    assert resolve([sdist.path], tmp_path / "cache", "3.11") == []
     assert not (tmp_path / "cache" / "wheelhouses").exists()
 
 
 def test_wheelhouse_is_resolved_once_and_cached(tmp_path):
     sdist = build_sdist(WITH_DEPENDENCY, tmp_path)
-    wheels = resolve([sdist.path], tmp_path / "cache")
+    wheels = resolve([sdist.path], tmp_path / "cache", "3.11")
     assert [w.name.split("-")[0] for w in wheels] == ["tabulate"]
     assert wheels[0].name.endswith("-py3-none-any.whl")
     mtime = wheels[0].stat().st_mtime_ns
-    assert resolve([sdist.path], tmp_path / "cache") == wheels
+    assert resolve([sdist.path], tmp_path / "cache", "3.11") == wheels
     assert wheels[0].stat().st_mtime_ns == mtime
 
 
 def test_unresolvable_dependency_is_one_line(tmp_path):
     wheel = _wheel(tmp_path, "trainer", ["aiptrain-no-such-project-xyz==1.0"])
     with pytest.raises(ValidationError) as caught:
-        resolve([wheel], tmp_path / "cache")
+        resolve([wheel], tmp_path / "cache", "3.11")
     message = str(caught.value)
     assert "\n" not in message
     assert "Python 3.11" in message and "aiptrain-no-such-project-xyz" in message and "--packages" in message

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, job_resources, require_image
+from conftest import REPO, job_resources, require_image, runtime_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.tensorflow]
 
@@ -21,7 +21,7 @@ STEPS = 100
 
 @pytest.fixture(scope="session")
 def tf_runtime(docker_api):
-    require_image(docker_api, f"aiptrain/runtime:{RUNTIME}")
+    require_image(docker_api, runtime_image(RUNTIME))
     return RUNTIME
 
 

@@ -181,6 +181,8 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
     )
     submit_flags.kms_key = _kms_key_name(submit_flags)
     submission = prepare(submit_flags, services.settings)
+    if submission.runtime and submission.runtime.note:
+        click.echo(submission.runtime.note, err=True)
     if dry_run:
         _warn(submission.notices)
         _echo_formatted(dry_run_plan(submission).to_dict(), _yaml)

@@ -1,4 +1,5 @@
-"""`aiptrain runtimes ...`: which runtime versions exist, and building their images.
+"""`aiptrain runtimes ...`: which runtime versions exist, building their images, and
+mapping a version to an image a team already has.
 
 Only click is imported with this module: rich, docker and the runtime table load when
 a command runs, so `aiptrain runtimes --help` stays fast.
@@ -23,15 +24,25 @@ def runtimes() -> None:
 
 @runtimes.command(name="list")
 def list_() -> None:
-    """List runtime versions: image, whether it is built, frameworks."""
+    """List runtime versions: image, whether it is built, base Python, frameworks."""
     from aiptrain.cli.output import print_table
-    from aiptrain.runtimes import RUNTIMES
+    from aiptrain.runtimes import RUNTIMES, mapped
+    from aiptrain.settings import Settings
 
     built, problem = _built_images()
     if problem:
         click.echo(f"WARNING: cannot tell which images are built: {problem}", err=True)
-    rows = [(rt.version, rt.image, _status(rt.image, built), _frameworks(rt.packages)) for rt in RUNTIMES.values()]
-    print_table(("VERSION", "IMAGE", "STATUS", "FRAMEWORKS"), rows, header_style="bold")
+    teams = mapped(Settings().home)
+    rows = [
+        (rt.version, rt.image, _status(rt.image, built), f"{rt.python} ({rt.base.name})", _frameworks(rt.packages))
+        for rt in RUNTIMES.values()
+        if rt.version not in teams
+    ]
+    rows += [
+        (version, entry["image"], _status(entry["image"], built), entry.get("python", "?"), "mapped (runtimes add)")
+        for version, entry in teams.items()
+    ]
+    print_table(("VERSION", "IMAGE", "STATUS", "PYTHON", "FRAMEWORKS"), rows, header_style="bold")
 
 
 def _status(image: str, built: set[str] | None):
@@ -43,18 +54,18 @@ def _status(image: str, built: set[str] | None):
 
 
 def _frameworks(packages: tuple[str, ...]) -> str:
-    return ", ".join(p.replace("==", " ") for p in packages) or "none (Python and pip only)"
+    shown = [p.replace("==", " ") for p in packages if "==" in p]  # constraints (numpy<1.24) are not frameworks
+    return ", ".join(shown) or "none (Python and pip only)"
 
 
 def _built_images() -> tuple[set[str] | None, str | None]:
-    """The runtime image tags on the engine, or (None, why not) when it cannot be asked."""
+    """The image tags on the engine, or (None, why not) when it cannot be asked."""
     from aiptrain.errors import AiptrainError
 
     try:
         from aiptrain.backends.docker import connect
-        from aiptrain.runtimes import IMAGE_REPOSITORY
 
-        images = connect(timeout=10).images(name=IMAGE_REPOSITORY)
+        images = connect(timeout=10).images()
     except AiptrainError as exc:
         return None, str(exc)
     except Exception as exc:  # the engine answered, but not as expected
@@ -67,18 +78,41 @@ def _built_images() -> tuple[set[str] | None, str | None]:
 @click.option("--force", is_flag=True, help="Rebuild even if the image exists.")
 def build(versions, force) -> None:
     """Build the images of runtime VERSIONs (offline: the host downloads the wheels)."""
-    from aiptrain.runtimes import build_image, image_exists, runtime
+    from aiptrain.runtimes import build_image, image_exists, lookup
     from aiptrain.settings import Settings
 
-    chosen = [runtime(v, given_as="runtime version") for v in versions]  # all checked before a long build
     settings = Settings()
+    chosen = [lookup(v, settings.home, given_as="runtime version") for v in versions]  # all checked first
     for rt in chosen:
         if not force and image_exists(rt.image):
             click.echo(f"Runtime {rt.version}: {rt.image} is already built (--force rebuilds it).")
             continue
         with _build_display(f"Building runtime {rt.version} ({rt.image})") as progress:
-            image = build_image(rt, settings.base_image, settings.cache_dir, progress)
+            image = build_image(rt, settings.cache_dir, progress)
         click.echo(f"Runtime {rt.version}: built {image}.")
+
+
+@runtimes.command()
+@click.argument("version")
+@click.option("--image", required=True, help="An image on this Docker engine that has Python and pip.")
+def add(version, image) -> None:
+    """Map runtime VERSION to an IMAGE you already have; submit then runs it."""
+    from aiptrain.runtimes import add_mapping
+    from aiptrain.settings import Settings
+
+    entry = add_mapping(version, image, Settings().home)
+    click.echo(f"Runtime {version}: mapped to {image} (Python {entry['python']}).")
+
+
+@runtimes.command()
+@click.argument("version")
+def remove(version) -> None:
+    """Drop the image mapped to runtime VERSION (the image itself is kept)."""
+    from aiptrain.runtimes import remove_mapping
+    from aiptrain.settings import Settings
+
+    remove_mapping(version, Settings().home)
+    click.echo(f"Runtime {version}: mapping removed.")
 
 
 @contextmanager

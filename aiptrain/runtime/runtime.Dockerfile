@@ -6,15 +6,18 @@ FROM ${BASE_IMAGE} AS install
 # Labelled so the builder can delete this stage (and its copy of the wheelhouse) afterwards.
 LABEL aiptrain.build-stage=install
 COPY wheelhouse /wheelhouse
+# An environment variable, not --break-system-packages: bullseye's pip 20.3 has no such flag.
 RUN if [ -s /wheelhouse/requirements.txt ]; then \
-      python3 -m pip install --no-index --find-links /wheelhouse --target /install \
-        --no-cache-dir --disable-pip-version-check --no-warn-script-location --break-system-packages \
-        -r /wheelhouse/requirements.txt; \
+      PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-index --find-links /wheelhouse --target /install \
+        --no-cache-dir --disable-pip-version-check --no-warn-script-location \
+        -r /wheelhouse/requirements.txt || exit 1; \
     fi; mkdir -p /install/bin
 
 FROM ${BASE_IMAGE}
 ARG PYTHON_SITE
 ARG RUNTIME_VERSION
+ARG BASE_NAME
+ARG PYTHON_VERSION
 COPY --from=install /install ${PYTHON_SITE}
 ENV PATH=/usr/local/bin:${PYTHON_SITE}/bin:/usr/bin:/bin \
     PIP_BREAK_SYSTEM_PACKAGES=1 \
@@ -22,4 +25,5 @@ ENV PATH=/usr/local/bin:${PYTHON_SITE}/bin:/usr/bin:/bin \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONUNBUFFERED=1 \
     LANG=C.UTF-8
-LABEL aiptrain.runtime-version=${RUNTIME_VERSION}
+# What the image runs: submit resolves the trainer's dependencies for this Python.
+LABEL aiptrain.runtime-version=${RUNTIME_VERSION} aiptrain.base=${BASE_NAME} aiptrain.python=${PYTHON_VERSION}

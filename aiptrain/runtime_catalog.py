@@ -1,0 +1,233 @@
+"""Every runtime version AI Platform Training offered, and what ours run: pure data and rules,
+no Docker (the image builder is aiptrain/runtimes.py).
+
+AI Platform's runtime versions pinned TensorFlow, scikit-learn, XGBoost and pandas (the
+"runtime version list", SOURCE_URL) and ran Python 3.7 from 1.15 on (2.7/3.5 before).
+Ours install those exact releases wherever the base image's Python has wheels for them:
+  - 2.5-2.11 on Debian bullseye (Python 3.9): the real versions.
+  - 2.1-2.4 on bullseye: TensorFlow 2.1-2.4 have no Python 3.9 wheels, so the nearest
+    releases that do (TensorFlow 2.5.3 ...), said in one line at submit (`Runtime.note`).
+  - 1.x on the official `python:3.7-slim` image (no Debian reachable here ships 3.7): it is
+    pulled from a registry, so these build only on a machine where one answers.
+  - minimal: Debian bookworm's Python 3.11 and pip, nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from aiptrain.errors import ValidationError
+
+SOURCE_URL = "https://cloud.google.com/ai-platform/training/docs/runtime-version-list"
+FRAMEWORKS = ("tensorflow", "scikit-learn", "xgboost", "pandas")
+# Published only as an sdist: the image builder builds its wheel on the host.
+HYPERTUNE = "cloudml-hypertune==0.1.0.dev6"
+DEFAULT_IMAGE_REPOSITORY = "aiptrain/runtime"
+DEFAULT_BASE_REPOSITORY = "aiptrain/base"
+
+
+def image_repository() -> str:
+    """Where runtime images are tagged; AIPTRAIN_IMAGE_REPOSITORY moves them (e.g. to try a
+    change without touching the images other checkouts use)."""
+    return os.environ.get("AIPTRAIN_IMAGE_REPOSITORY") or DEFAULT_IMAGE_REPOSITORY
+
+
+@dataclass(frozen=True)
+class Base:
+    name: str  # bookworm, bullseye, python3.7
+    python: str  # major.minor of its Python: the replicas' Python
+    description: str
+    registry_image: str | None = None  # pulled as is; None: built by scripts/build-base-image.sh
+
+    @property
+    def image(self) -> str:
+        if self.registry_image:
+            return self.registry_image
+        if self.name == "bookworm" and os.environ.get("AIPTRAIN_BASE_IMAGE"):
+            return os.environ["AIPTRAIN_BASE_IMAGE"]
+        return f"{os.environ.get('AIPTRAIN_BASE_REPOSITORY') or DEFAULT_BASE_REPOSITORY}:{self.name}"
+
+    @property
+    def how_to_get(self) -> str:
+        if self.registry_image:
+            return f"`docker pull {self.registry_image}` on a machine with a registry"
+        return f"`scripts/build-base-image.sh {self.name}` (debootstrap, no registry needed)"
+
+
+BASES = {
+    b.name: b
+    for b in (
+        Base("bookworm", "3.11", "Debian bookworm"),
+        Base("bullseye", "3.9", "Debian bullseye"),
+        Base("python3.7", "3.7", "official Python 3.7 image", registry_image="python:3.7-slim"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Runtime:
+    version: str
+    base: Base
+    installs: dict[str, str]  # framework -> the release our image installs
+    service: dict[str, str] = field(default_factory=dict)  # framework -> what AI Platform pinned
+    extra: tuple[str, ...] = ()  # further pip requirements (constraints, cloudml-hypertune)
+    mapped_image: str | None = None  # `aiptrain runtimes add`: a team's own image
+
+    @property
+    def python(self) -> str:
+        return self.base.python
+
+    @property
+    def image(self) -> str:
+        return self.mapped_image or f"{image_repository()}:{self.version}"
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        """pip requirement strings installed into the image."""
+        pins = tuple(f"{_distribution(fw, v)}=={v}" for fw, v in self.installs.items())
+        return pins + self.extra
+
+    @property
+    def provides(self) -> frozenset[str]:
+        """Distributions preinstalled in the image (canonical names): a trainer's requirement
+        of one of them is served by the image, as on AI Platform, not installed again."""
+        names = {_requirement_name(p) for p in self.packages if not _is_constraint(p)}
+        return frozenset(names | {alias for name in names for alias in _PROVIDES_ALSO.get(name, ())})
+
+    @property
+    def note(self) -> str | None:
+        """One line for submit when the image runs other releases than AI Platform did."""
+        differs = [fw for fw in FRAMEWORKS if fw in self.service and self.installs.get(fw) != self.service[fw]]
+        if not differs:
+            return None
+        ours = ", ".join(f"{_TITLE[fw]} {self.installs[fw]}" for fw in differs)
+        theirs = ", ".join(f"{_TITLE[fw]} {self.service[fw]}" for fw in differs)
+        plural = "s" if len(differs) > 1 else ""
+        return (
+            f"NOTE: runtime {self.version} runs {ours}, the nearest release{plural} for Python {self.python} "
+            f"(AI Platform ran {theirs})."
+        )
+
+
+_TITLE = {"tensorflow": "TensorFlow", "scikit-learn": "scikit-learn", "xgboost": "XGBoost", "pandas": "pandas"}
+# `tensorflow-cpu` installs the same `tensorflow` module at a quarter of the size: a trainer
+# asking for `tensorflow` runs on the image's build instead of pulling the GPU build.
+_PROVIDES_ALSO = {"tensorflow-cpu": ("tensorflow",)}
+
+
+def _distribution(framework: str, version: str) -> str:
+    if framework == "tensorflow" and _release(version) >= (1, 15):  # tensorflow-cpu starts at 1.15
+        return "tensorflow-cpu"
+    return framework
+
+
+def _is_constraint(requirement: str) -> bool:
+    """An upper bound only (`numpy<1.24`): keeps old frameworks importable, provides nothing."""
+    return bool(re.fullmatch(r"[A-Za-z0-9._-]+<[\d.]+", requirement))
+
+
+def _requirement_name(requirement: str) -> str:
+    return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+# AI Platform's pins, from the runtime version list (SOURCE_URL):
+# version: (TensorFlow, scikit-learn, XGBoost, pandas); None where the runtime had none.
+SERVICE_PINS: dict[str, tuple[str | None, ...]] = {
+    "2.11": ("2.11.0", "1.0.2", "1.6.2", "1.3.5"),
+    "2.10": ("2.10.0", "1.0.2", "1.6.1", "1.3.5"),
+    "2.9": ("2.9.1", "1.0.2", "1.6.1", "1.3.5"),
+    "2.8": ("2.8.0", "1.0.2", "1.5.2", "1.3.5"),
+    "2.7": ("2.7.0", "1.0.1", "1.5.0", "1.3.4"),
+    "2.6": ("2.6.0", "0.24.2", "1.4.2", "1.3.2"),
+    "2.5": ("2.5.0", "0.24.2", "1.4.2", "1.2.4"),
+    "2.4": ("2.4.0", "0.24.0", "1.3.1", "1.1.5"),
+    "2.3": ("2.3.0", "0.23.2", "1.2.0", "1.1.1"),
+    "2.2": ("2.2.0", "0.22.2", "1.1.1", "1.0.4"),
+    "2.1": ("2.1.0", "0.22.1", "0.90", "0.25.3"),
+    "1.15": ("1.15.0", "0.20.4", "0.90", "0.24.2"),
+    "1.14": ("1.14.0", "0.20.2", "0.82", "0.24.2"),
+    "1.13": ("1.13.1", "0.20.2", "0.81", "0.24.0"),
+    "1.12": ("1.12.0", "0.20.0", "0.80", "0.23.4"),
+    "1.11": ("1.11.0", "0.19.1", "0.72", "0.22.0"),
+    "1.10": ("1.10.0", "0.19.1", "0.72", "0.22.0"),
+    "1.9": ("1.9.0", "0.19.1", "0.72", "0.22.0"),
+    "1.8": ("1.8.0", "0.19.1", "0.72", "0.22.0"),
+    "1.7": ("1.7.0", "0.19.1", "0.72", "0.22.0"),
+    "1.6": ("1.6.0", "0.19.1", "0.72", "0.22.0"),
+    "1.5": ("1.5.0", "0.19.1", "0.72", "0.22.0"),
+    "1.4": ("1.4.0", "0.19.1", "0.72", "0.22.0"),
+    "1.2": ("1.2.0", None, None, None),
+    "1.0": ("1.0.1", None, None, None),
+}
+
+# Per base Python, per framework: (the oldest release with wheels for it, the release that
+# stands in for older pins: the final patch of that minor series). Checked with
+# `pip download --only-binary=:all: --python-version ...`.
+_NEAREST = {
+    "3.9": {
+        "tensorflow": ("2.5.0", "2.5.3"), "scikit-learn": ("0.24.0", "0.24.2"),
+        "xgboost": ("0.80", "0.90"), "pandas": ("1.1.3", "1.1.5"),
+    },
+    "3.7": {
+        "tensorflow": ("1.13.1", "1.13.2"), "scikit-learn": ("0.19.2", "0.19.2"),
+        "xgboost": ("0.80", "0.80"), "pandas": ("0.23.2", "0.23.4"),
+    },
+}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+def _installs(service: dict[str, str], python: str) -> dict[str, str]:
+    """The service's pin where the base's Python has a wheel for it, else the nearest that has."""
+    installs = {}
+    for fw, pin in service.items():
+        oldest, stand_in = _NEAREST[python][fw]
+        installs[fw] = pin if _release(pin) >= _release(oldest) else stand_in
+    return installs
+
+
+def _tensorflow_runtime(version: str) -> Runtime:
+    service = dict((fw, v) for fw, v in zip(FRAMEWORKS, SERVICE_PINS[version]) if v)
+    base = BASES["bullseye"] if version.startswith("2.") else BASES["python3.7"]
+    constraints = _CONSTRAINTS[base.python] + _VERSION_CONSTRAINTS.get(version, ())
+    return Runtime(version, base, _installs(service, base.python), service, extra=(*constraints, HYPERTUNE))
+
+
+# Upper bounds the frameworks of that era did not declare but need: numpy 1.24 dropped
+# np.object/np.bool, protobuf 4 breaks TensorFlow's generated code, TF 1.x predates numpy 1.19.
+_CONSTRAINTS = {"3.9": ("numpy<1.24", "protobuf<3.20"), "3.7": ("numpy<1.19", "protobuf<3.20")}
+# TensorFlow 2.6.0 asked for keras~=2.6, which newer Keras releases satisfy and break.
+_VERSION_CONSTRAINTS = {"2.6": ("keras<2.7", "tensorflow-estimator<2.7")}
+
+
+RUNTIMES: dict[str, Runtime] = {
+    **{v: _tensorflow_runtime(v) for v in SERVICE_PINS},
+    "minimal": Runtime("minimal", BASES["bookworm"], {}),
+}
+
+
+def runtime(version: str, given_as: str = "--runtime-version", mapped: dict[str, dict] | None = None) -> Runtime:
+    """The runtime a version names: a team's mapped image first (`aiptrain runtimes add`),
+    then the catalog."""
+    if mapped and version in mapped:
+        entry = mapped[version]
+        python = entry.get("python", "")
+        base = Base(f"image {entry['image']}", python, f"the mapped image {entry['image']}")
+        return Runtime(version, base, {}, mapped_image=entry["image"])
+    try:
+        return RUNTIMES[version]
+    except KeyError:
+        known = ", ".join(_known_versions(mapped))
+        raise ValidationError(
+            f"Unknown {given_as} [{version}]: choose one of {known} (`aiptrain runtimes list`)."
+        ) from None
+
+
+def _known_versions(mapped: dict | None) -> list[str]:
+    return [*RUNTIMES, *(v for v in mapped or {} if v not in RUNTIMES)]
+
+
