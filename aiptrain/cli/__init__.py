@@ -43,6 +43,7 @@ class LazyGroup(click.Group):
     cls=LazyGroup,
     lazy={
         "jobs": ("aiptrain.cli.jobs", "jobs", "Submit and manage training jobs."),
+        "local": ("aiptrain.cli.local", "local", "Run a trainer on this machine, without Docker."),
         "runtimes": ("aiptrain.cli.runtimes", "runtimes", "List and build runtime images."),
     },
     context_settings={"help_option_names": ["-h", "--help"]},
