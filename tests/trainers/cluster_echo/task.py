@@ -32,7 +32,9 @@ def main():
     primary = task["type"] in ("chief", "master", "single")
     if args.ignore_sigterm and not primary:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) if args.child and not primary else None
+    child = None
+    if args.child and not primary:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     report = {
         "pid": os.getpid(),
         "child_pid": child.pid if child else None,
