@@ -4,9 +4,10 @@ MASTER_PORT, WORLD_SIZE and RANK alone (issue 8 part 8).
 
 The replicas need torch: `aiptrain-test/pytorch:latest` is the base image plus torch's CPU
 build, installed from a wheelhouse the host downloads once into .cache/ (replicas cannot reach
-a package index). torch is downloaded without its dependencies, and then only the dependencies
-that are not CUDA's (nvidia-*, triton), which a CPU import does not need. The image is built
-once and kept; the trainer goes into a small image on top of it, built per session."""
+a package index). torch is downloaded first without its dependencies, to check that pip found
+the CPU build (a local wheel; PyPI has only the CUDA build, which needs GBs of nvidia-* wheels
+to import), then its dependencies. The image is built once and kept; the trainer goes into a
+small image on top of it, built per session."""
 
 import json
 import platform
@@ -24,6 +25,7 @@ from aiptrain.runtimes import PLATFORM_TAGS, image_python
 from aiptrain.settings import Settings
 from aiptrain.wheelhouse import read_metadata, requirement_name
 from conftest import REPO, job_resources, require_image
+from conftest import _unavailable as unavailable
 
 pytestmark = pytest.mark.docker
 
@@ -71,7 +73,13 @@ def torch_wheelhouse() -> Path:
     try:
         _pip_download(partial, TORCH, no_deps=True)
         _, requires = read_metadata(next(partial.glob("torch-*.whl")))
-        needed = [r for r in requires if "extra ==" not in r and not requirement_name(r).startswith(CUDA_ONLY)]
+        if any(requirement_name(r).startswith(CUDA_ONLY) for r in requires):
+            # PyPI's Linux wheel is the CUDA build: it does not import without ~3 GB of nvidia-*
+            # wheels (tried: "libcudnn.so.9: cannot open shared object file"). A CPU build comes
+            # only from a local wheel or download.pytorch.org, which pip must be pointed at.
+            unavailable(f"pip resolves {TORCH} to a CUDA build here: give pip a CPU wheel "
+                        "(PIP_FIND_LINKS=DIR holding torch-*+cpu-*.whl) to run the PyTorch test")
+        needed = [r for r in requires if "extra ==" not in r]
         needed.append("numpy")  # optional for torch, but it warns at every start without it
         _pip_download(partial, *needed)
         (partial / "complete").write_text("\n".join([TORCH, *needed]))
