@@ -27,7 +27,7 @@ test: images
 	$(BIN)/pytest -q
 
 unit: install
-	$(BIN)/pytest -q -m "not docker"
+	$(BIN)/pytest -q -m "not docker and not tensorflow"
 
 bench: images
 	$(BIN)/python benchmarks/run.py

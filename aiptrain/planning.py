@@ -196,7 +196,8 @@ def hostname(base: str, replica: Replica) -> str:
 
 
 def cluster_env(job: Job, replicas: list[Replica], replica: Replica, trial: Trial | None = None) -> dict[str, str]:
-    """TF_CONFIG as AI Platform sets it, and CLUSTER_SPEC for custom containers.
+    """TF_CONFIG as AI Platform sets it, CLUSTER_SPEC for custom containers, and PyTorch's
+    MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK (see pytorch_env).
 
     TF_CONFIG's cluster never lists evaluators (they are not part of the training
     cluster); CLUSTER_SPEC lists every replica and always calls the primary `master`.
@@ -219,7 +220,27 @@ def cluster_env(job: Job, replicas: list[Replica], replica: Replica, trial: Tria
         "job": job_dict,
         "environment": "cloud",
     }
-    return {"TF_CONFIG": json.dumps(tf_config), "CLUSTER_SPEC": json.dumps(cluster_spec)}
+    primary_host = hostname(base, next(r for r in replicas if r.task_type == MASTER))
+    workers = sum(1 for r in replicas if r.task_type == WORKER)
+    return {
+        "TF_CONFIG": json.dumps(tf_config),
+        "CLUSTER_SPEC": json.dumps(cluster_spec),
+        **pytorch_env(primary_host, TF_PORT, workers, replica.task_type, replica.index),
+    }
+
+
+def pytorch_env(primary_host: str, primary_port: int, workers: int, task_type: str, index: int) -> dict[str, str]:
+    """torch.distributed's env:// variables, derived from the same cluster as TF_CONFIG (as
+    Vertex AI sets them): the primary is rank 0 and worker i is rank i + 1, so a plain
+    `init_process_group()` works. Parameter servers and evaluators are not in the process
+    group: they see where it is and how big, but get no RANK, so a trainer that calls
+    init_process_group() there fails at once instead of joining a group it does not belong to."""
+    env = {"MASTER_ADDR": primary_host, "MASTER_PORT": str(primary_port), "WORLD_SIZE": str(1 + workers)}
+    if task_type == MASTER:
+        env["RANK"] = "0"
+    elif task_type == WORKER:
+        env["RANK"] = str(index + 1)
+    return env
 
 
 def trial_job_dir(job_dir: str, trial: Trial | None) -> str:

@@ -52,6 +52,10 @@ def test_basic_plan_is_one_whole_value():
                 env={
                     "TF_CONFIG": json.dumps(tf_config),
                     "CLUSTER_SPEC": json.dumps(cluster_spec),
+                    "MASTER_ADDR": "my-job-master-0",
+                    "MASTER_PORT": "2222",
+                    "WORLD_SIZE": "1",
+                    "RANK": "0",
                     "PYTHONUNBUFFERED": "1",
                     "HOME": "/tmp",
                     "PYTHONUSERBASE": "/tmp/.local",

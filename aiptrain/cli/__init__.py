@@ -43,6 +43,7 @@ class LazyGroup(click.Group):
     cls=LazyGroup,
     lazy={
         "jobs": ("aiptrain.cli.jobs", "jobs", "Submit and manage training jobs."),
+        "local": ("aiptrain.cli.local", "local", "Run a trainer on this machine, without Docker."),
         "runtimes": ("aiptrain.cli.runtimes", "runtimes", "List and build runtime images."),
         "gcloud-shim": ("aiptrain.cli.shim", "gcloud_shim", "Install a `gcloud` that forwards ai-platform commands here."),
     },
