@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml

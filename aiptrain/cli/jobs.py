@@ -191,7 +191,7 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
 
     with spinner() as report:
         job = Submitter(services.settings, services.store, services.backend, report).submit(submission)
-    _warn(submission.notices, verbosity)  # after the job exists: a refused submit says one line, its error
+    _warn(submission.notices)  # after the job exists: a refused submit says one line, its error
     click.echo(f"Job [{job.job_id}] submitted successfully.", err=True)
     if not stream_logs:
         click.echo(_follow_up(job.job_id), err=True)
