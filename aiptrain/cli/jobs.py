@@ -3,6 +3,7 @@ messages and exit statuses (reference: aiplatform.md §1, §2, §7)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from functools import cached_property
 
@@ -177,7 +178,7 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
     services = Services()
     submit_flags = SubmitFlags(
         job_id=job_id, config=config, labels=_labels(labels), packages=_packages(packages),
-        user_args=list(user_args), project=_global_flags().project, **flags,
+        user_args=list(user_args), project=_global_flags().project or os.environ.get("CLOUDSDK_CORE_PROJECT"), **flags,
     )
     submit_flags.kms_key = _kms_key_name(submit_flags)
     submission = prepare(submit_flags, services.settings)

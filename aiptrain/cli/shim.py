@@ -2,6 +2,12 @@
 and `gcloud ml-engine ...` (beta/alpha and global flags included) with this aiptrain, and
 refuses every other gcloud command, so a pipeline written for gcloud runs unedited.
 
+Pipelines also read and set properties (`PROJECT=$(gcloud config get-value project)`,
+`gcloud config set compute/region us-east1`) and log in (`gcloud auth
+activate-service-account`): the shim keeps properties in `$AIPTRAIN_HOME/gcloud-properties.json`
+(gcloud's `CLOUDSDK_SECTION_NAME` variables win, as in gcloud) and passes them to aiptrain,
+and answers `gcloud auth ...` with a note that it has no local effect.
+
 `python -m aiptrain.cli.shim ARGS...` is what the installed script runs.
 """
 
@@ -61,6 +67,89 @@ def install(directory: Path | None, force: bool) -> None:
         click.echo(f'Put it first on your PATH to use it:\n  export PATH="{directory}:$PATH"', err=True)
 
 
+# -- gcloud properties -------------------------------------------------------------------------
+
+
+def _properties_path() -> Path:
+    from aiptrain.settings import Settings
+
+    return Settings().home / "gcloud-properties.json"
+
+
+def _property_name(name: str) -> str:
+    """`project` is `core/project`, as gcloud reads a property without a section."""
+    return name if "/" in name else f"core/{name}"
+
+
+def _env_name(prop: str) -> str:
+    return "CLOUDSDK_" + prop.replace("/", "_").upper()
+
+
+def load_properties() -> dict[str, str]:
+    import json
+
+    try:
+        stored = json.loads(_properties_path().read_text())
+    except (FileNotFoundError, ValueError):
+        stored = {}
+    return {**stored, **{prop: os.environ[_env_name(prop)] for prop in stored if _env_name(prop) in os.environ}}
+
+
+def _save_properties(properties: dict[str, str]) -> None:
+    import json
+
+    path = _properties_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(properties, indent=2, sort_keys=True))
+
+
+def get_property(prop: str) -> str | None:
+    return os.environ.get(_env_name(prop)) or load_properties().get(prop)
+
+
+def config_command(args: list[str], format_spec: str | None) -> int:
+    """`gcloud config get-value|set|unset|list`, with gcloud's output and messages."""
+    verb, names = (args[0], args[1:]) if args else ("", [])
+    if verb == "get-value" and len(names) == 1:
+        value = get_property(_property_name(names[0]))
+        if value is None:
+            click.echo("(unset)", err=True)
+        else:
+            click.echo(value)
+        return 0
+    if verb == "set" and len(names) == 2:
+        prop = _property_name(names[0])
+        _save_properties({**load_properties(), prop: names[1]})
+        click.echo(f"Updated property [{prop}].", err=True)
+        return 0
+    if verb == "unset" and len(names) == 1:
+        prop = _property_name(names[0])
+        _save_properties({k: v for k, v in load_properties().items() if k != prop})
+        click.echo(f"Unset property [{prop}].", err=True)
+        return 0
+    if verb == "list" and len(names) <= 1:
+        wanted = _property_name(names[0]) if names else None
+        properties = {k: v for k, v in sorted(load_properties().items()) if wanted in (None, k)}
+        if wanted and wanted not in properties and get_property(wanted) is not None:
+            properties[wanted] = get_property(wanted)
+        click.echo(_render_properties(properties, format_spec), nl=False)
+        return 0
+    click.echo("ERROR: (gcloud.config) aiptrain's shim supports `config get-value|set|unset|list PROPERTY`.", err=True)
+    return EXIT_USAGE
+
+
+def _render_properties(properties: dict[str, str], format_spec: str | None) -> str:
+    """gcloud's INI-like listing, or `value(core.project)` as scripts ask for it."""
+    if format_spec and format_spec.startswith("value(") and format_spec.endswith(")"):
+        keys = [key.strip().replace(".", "/", 1) for key in format_spec[6:-1].split(",")]
+        return "\t".join(properties.get(key, "") for key in keys) + "\n"
+    sections: dict[str, list[str]] = {}
+    for prop, value in properties.items():
+        section, _, name = prop.partition("/")
+        sections.setdefault(section, []).append(f"{name} = {value}")
+    return "".join(f"[{section}]\n" + "".join(f"{line}\n" for line in lines) for section, lines in sections.items())
+
+
 def main(argv: list[str] | None = None) -> None:
     """The installed shim: aiptrain's CLI for the gcloud commands it emulates, one line and
     exit 2 for any other."""
@@ -69,10 +158,18 @@ def main(argv: list[str] | None = None) -> None:
 
     argv = sys.argv[1:] if argv is None else argv
     try:
-        rest, _ = split_global_flags(argv)
+        rest, flags = split_global_flags(argv)
     except GcloudUsageError:
         aiptrain_main(argv)  # which reports the malformed flag itself
         return
+    if rest[:1] == ["config"]:
+        sys.exit(config_command(rest[1:], flags.format))
+    if rest[:1] == ["auth"]:
+        click.echo(f"aiptrain's gcloud shim: `gcloud {' '.join(rest[:2])}` has no local effect "
+                   "(jobs run as the calling user, with no Google credentials).", err=True)
+        sys.exit(0)
+    for prop, value in load_properties().items():
+        os.environ.setdefault(_env_name(prop), value)  # gcloud's properties reach aiptrain
     if not is_gcloud_surface(rest):
         command = " ".join(["gcloud", *rest[:2]])
         click.echo(
