@@ -9,6 +9,7 @@ Docker backend is the only code that turns a plan into containers, and
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,6 +136,9 @@ class PlanInputs:
     extra_env: dict[str, str] = field(default_factory=dict)  # e.g. STORAGE_EMULATOR_HOST
     extra_mounts: tuple[Mount, ...] = ()  # e.g. credentials, read-only
     installation: str = ""  # Settings.installation_id: labels scope the job to one aiptrain home
+    # AIPTRAIN_GCS=local: where gs:// paths are kept on this machine; gs:// URLs in the user's
+    # args become paths there, and their buckets' directories are mounted read-write.
+    gcs_root: str | None = None
 
 
 def inputs_to_dict(inputs: PlanInputs) -> dict[str, Any]:
@@ -320,38 +324,63 @@ def _trial_env(trial: Trial | None, replica: Replica) -> dict[str, str]:
     }
 
 
-def _mounts(inputs: PlanInputs, trial: Trial | None) -> tuple[Mount, ...]:
+def _mounts(job: Job, inputs: PlanInputs, trial: Trial | None) -> tuple[Mount, ...]:
     mounts: list[Mount] = []
     if inputs.package_dir:
         mounts.append(Mount(inputs.package_dir, PACKAGES_DIR, read_only=True))
     if inputs.job_dir_mount:
         mounts.append(Mount(inputs.job_dir_mount, inputs.job_dir_mount, read_only=False))
+    if inputs.gcs_root:  # buckets the user's args name: their data in, their outputs out
+        for bucket in gcs_buckets_in(job.training_input.args):
+            path = f"{inputs.gcs_root.rstrip('/')}/{bucket}"
+            mounts.append(Mount(path, path, read_only=False))
     if trial and trial.metrics_dir:
         mounts.append(Mount(trial.metrics_dir, HYPERTUNE_DIR, read_only=False))
     mounts.extend(inputs.extra_mounts)
     return tuple(mounts)
 
 
+# A gs:// URL inside a user arg: a whole token, `--flag=gs://b/x`, or one of a comma list.
+GCS_URL = re.compile(r"(?<![\w+.-])gs://([a-z0-9][a-z0-9._-]*[a-z0-9])(?:/[^\s,;]*)?")
+
+
+def gcs_urls_in(args: list[str] | None) -> list[str]:
+    return [match.group(0) for arg in args or () for match in GCS_URL.finditer(arg)]
+
+
+def gcs_buckets_in(args: list[str] | None) -> list[str]:
+    return sorted({match.group(1) for arg in args or () for match in GCS_URL.finditer(arg)})
+
+
 def as_replicas_see_it(job: Job, inputs: PlanInputs) -> Job:
-    """The job that replicas are told about (--job-dir, TF_CONFIG's job): a gs:// job dir kept
-    on this machine (AIPTRAIN_GCS=local) is its local directory there; the record keeps the URL."""
-    if not inputs.job_dir_mount or job.training_input.job_dir in (None, inputs.job_dir_mount):
+    """The job that replicas are told about (--job-dir, args, TF_CONFIG's job): with gs:// kept
+    on this machine (AIPTRAIN_GCS=local), a gs:// job dir is its local directory there and
+    gs:// URLs in the args are local paths; the record keeps the URLs."""
+    ti = job.training_input
+    moves_job_dir = bool(inputs.job_dir_mount) and ti.job_dir not in (None, inputs.job_dir_mount)
+    moves_args = bool(inputs.gcs_root) and bool(gcs_buckets_in(ti.args))
+    if not (moves_job_dir or moves_args):
         return job
     seen = job.model_copy(deep=True)
-    seen.training_input.job_dir = inputs.job_dir_mount
+    if moves_job_dir:
+        seen.training_input.job_dir = inputs.job_dir_mount
+    if moves_args:
+        root = inputs.gcs_root.rstrip("/")
+        seen.training_input.args = [GCS_URL.sub(lambda m: root + "/" + m.group(0)[len("gs://"):], arg)
+                                    for arg in ti.args]
     return seen
 
 
 def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | None = None) -> LaunchPlan:
     """The launch plan of the job, or of one hyperparameter trial of it (its own network,
     names carrying the trial ID, the trial's values and job dir)."""
+    mounts = _mounts(job, inputs, trial)
     job = as_replicas_see_it(job, inputs)
     job_id = job.job_id
     base = base_name(job_id, trial)
     owner = {LABEL_INSTALLATION: inputs.installation} if inputs.installation else {}
     scope = {LABEL_JOB: job_id, **owner, **({LABEL_TRIAL: trial.trial_id} if trial else {})}
     network = NetworkSpec(name=f"aiptrain-{base}", labels=scope)
-    mounts = _mounts(inputs, trial)
     package_paths = " ".join(f"{PACKAGES_DIR}/{name}" for name in inputs.package_files)
 
     containers = []

@@ -25,7 +25,7 @@ from aiptrain.errors import AiptrainError, ValidationError
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State, TrainingInput
 from aiptrain.ownership import JobLock
-from aiptrain.planning import LaunchPlan, Mount, PlanInputs, plan
+from aiptrain.planning import LaunchPlan, Mount, PlanInputs, gcs_buckets_in, gcs_urls_in, plan
 from aiptrain.runtime_catalog import Runtime
 from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings
@@ -140,7 +140,9 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
         runtime_image = rt.image
 
     staging_bucket = flags.staging_bucket or settings.default_bucket or None
-    gcs_root, notice = _gcs_mode([ti.job_dir, staging_bucket, *remote_packages, *(ti.package_uris or [])], settings)
+    gcs_root, notice = _gcs_mode(
+        [ti.job_dir, staging_bucket, *remote_packages, *(ti.package_uris or []), *gcs_urls_in(ti.args)], settings
+    )
     job_dir_mount = None
     if ti.job_dir and not is_gcs(ti.job_dir):
         job_dir_mount = ti.job_dir = _local_job_dir(ti.job_dir)
@@ -283,6 +285,7 @@ def plan_inputs(
         installation=submission.installation,
         extra_env=extra_env,
         extra_mounts=extra_mounts,
+        gcs_root=str(submission.gcs_root) if submission.gcs_root else None,
     )
 
 
@@ -402,12 +405,16 @@ class Submitter:
         from aiptrain import staging
 
         staged = None
-        created_job_dir = None
+        created_dirs: list[Path | None] = []  # undone if the submission is refused
         work_dir = self.settings.job_work_dir(job.job_id)
         package_dir = work_dir / "packages"
         try:
             if submission.job_dir_mount:
-                created_job_dir = self._ensure_job_dir(Path(submission.job_dir_mount))
+                created_dirs.append(self._ensure_job_dir(Path(submission.job_dir_mount)))
+            if submission.gcs_root:  # the buckets the args name are mounted: they must exist
+                for bucket in gcs_buckets_in(job.training_input.args):
+                    created_dirs.append(self._ensure_job_dir(submission.gcs_root / bucket))
+                    self._let_replicas_write(submission.gcs_root / bucket)
             ti = job.training_input
             files = list(submission.local_packages)
             if submission.package_path:
@@ -448,8 +455,8 @@ class Submitter:
         except BaseException:
             if staged is not None:
                 staged.discard()
-            if created_job_dir is not None:
-                shutil.rmtree(created_job_dir, ignore_errors=True)
+            for created in filter(None, created_dirs):
+                shutil.rmtree(created, ignore_errors=True)
             shutil.rmtree(work_dir, ignore_errors=True)
             self.settings.job_log_path(job.job_id).unlink(missing_ok=True)
             _project_path(self.settings, job.job_id).unlink(missing_ok=True)
@@ -462,6 +469,16 @@ class Submitter:
         if not (submission.remote_job_dir and os.environ.get("STORAGE_EMULATOR_HOST")):
             return None
         return self.backend.host_address()
+
+    @staticmethod
+    def _let_replicas_write(bucket: Path) -> None:
+        """A bucket kept on this machine is written by the job, as a service account writes
+        Cloud Storage: when aiptrain runs as root (replicas as nobody), the bucket's
+        directories are handed to nobody, so a trainer can create its outputs anywhere in it."""
+        if os.getuid() != 0:
+            return
+        for directory, _, _ in os.walk(bucket):
+            os.chown(directory, NOBODY_ID, NOBODY_ID)
 
     @staticmethod
     def _ensure_job_dir(path: Path) -> Path | None:

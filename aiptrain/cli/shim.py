@@ -30,14 +30,14 @@ def default_bin_dir() -> Path:
     return Path(os.environ.get("XDG_BIN_HOME") or Path.home() / ".local" / "bin")
 
 
-def shim_script(python: str, package_root: str) -> str:
-    """The shim: this interpreter with this aiptrain's package first on its path."""
+def shim_script(python: str, package_root: str, module: str = "aiptrain.cli.shim") -> str:
+    """A shim: this interpreter with this aiptrain's package first on its path, running `module`."""
     return (
         "#!/bin/sh\n"
-        f"{MARKER}: runs `gcloud ai-platform|ml-engine ...` with aiptrain and refuses any other gcloud\n"
-        "# command. Written by `aiptrain gcloud-shim install`; delete this file to undo.\n"
+        f"{MARKER}: runs `gcloud ai-platform|ml-engine ...` (or gsutil on gs:// kept locally) with\n"
+        "# aiptrain. Written by `aiptrain gcloud-shim install`; delete this file to undo.\n"
         f"PYTHONPATH={shlex.quote(package_root)}${{PYTHONPATH:+:$PYTHONPATH}} "
-        f'exec {shlex.quote(python)} -m aiptrain.cli.shim "$@"\n'
+        f'exec {shlex.quote(python)} -m {module} "$@"\n'
     )
 
 
@@ -62,6 +62,11 @@ def install(directory: Path | None, force: bool) -> None:
     target.write_text(shim_script(sys.executable, package_root))
     target.chmod(0o755)
     click.echo(f"Wrote [{target}]: `gcloud ai-platform|ml-engine ...` now runs aiptrain.", err=True)
+    gsutil = directory / "gsutil"
+    if not gsutil.exists() or MARKER in gsutil.read_text(errors="replace") or force:
+        gsutil.write_text(shim_script(sys.executable, package_root, "aiptrain.cli.gsutil"))
+        gsutil.chmod(0o755)
+        click.echo(f"Wrote [{gsutil}]: `gsutil` works on gs:// paths kept on this machine.", err=True)
     path_dirs = [Path(p).resolve() for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     if not path_dirs or path_dirs[0] != directory:
         click.echo(f'Put it first on your PATH to use it:\n  export PATH="{directory}:$PATH"', err=True)

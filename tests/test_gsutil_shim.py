@@ -1,0 +1,114 @@
+"""gs:// kept on this machine end to end: the gsutil shim puts a pipeline's data in a bucket,
+the trainer gets local paths for the gs:// URLs in its args, and its outputs come back."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from aiptrain.cli.gsutil import GsutilError, LocalGcs, run, strip_top_level
+
+
+@pytest.fixture
+def gcs(tmp_path):
+    return LocalGcs(tmp_path / "gcs")
+
+
+def test_mb_cp_ls_cat_rm_rb_behave_as_gsutil(gcs, tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.csv").write_text("1,2\n")
+    (data / "eval.csv").write_text("3,4\n")
+    run(gcs, "mb", ["-l", "us-central1", "gs://my-bucket"])
+    with pytest.raises(GsutilError, match="ServiceException: 409"):
+        run(gcs, "mb", ["gs://my-bucket"])
+    with pytest.raises(GsutilError, match=r"Omitting directory .* cp -r"):
+        run(gcs, "cp", [str(data), "gs://my-bucket/"])
+    run(gcs, "cp", ["-r", str(data), "gs://my-bucket/"])
+    run(gcs, "cp", [str(data / "train.csv"), "gs://my-bucket/copy.csv"])
+    capsys.readouterr()
+    run(gcs, "ls", ["gs://my-bucket"])
+    assert capsys.readouterr().out.splitlines() == ["gs://my-bucket/copy.csv", "gs://my-bucket/data/"]
+    run(gcs, "ls", ["-r", "gs://my-bucket/data"])
+    assert capsys.readouterr().out.splitlines() == ["gs://my-bucket/data/eval.csv", "gs://my-bucket/data/train.csv"]
+    run(gcs, "cat", ["gs://my-bucket/data/*.csv"])
+    assert capsys.readouterr().out == "3,4\n1,2\n"
+    run(gcs, "cp", ["gs://my-bucket/data/*", str(tmp_path / "back") + "/"])
+    assert sorted(p.name for p in (tmp_path / "back").iterdir()) == ["eval.csv", "train.csv"]
+    with pytest.raises(GsutilError, match="NotFoundException: 404 gs://other-bucket"):
+        run(gcs, "cp", [str(data / "train.csv"), "gs://other-bucket/x"])
+    with pytest.raises(GsutilError, match="without -r"):
+        run(gcs, "rm", ["gs://my-bucket/data"])
+    with pytest.raises(GsutilError, match="BucketNotEmpty"):
+        run(gcs, "rb", ["gs://my-bucket"])
+    run(gcs, "rm", ["-r", "gs://my-bucket/*"])
+    run(gcs, "rb", ["gs://my-bucket"])
+    run(gcs, "rm", ["-f", "gs://my-bucket/none"])  # -f: a missing object is no error
+    with pytest.raises(GsutilError, match="No URLs matched"):
+        run(gcs, "cat", ["gs://my-bucket/none"])
+
+
+def test_paths_cannot_leave_the_bucket(gcs):
+    from aiptrain.errors import ValidationError
+
+    run(gcs, "mb", ["gs://my-bucket"])
+    with pytest.raises(ValidationError, match=r"'\.\.' segment"):
+        run(gcs, "cp", ["/etc/hostname", "gs://my-bucket/../../escape"])
+
+
+def test_top_level_options_are_dropped():
+    assert strip_top_level(["-m", "-o", "GSUtil:parallel=1", "-q", "cp", "-r", "a", "gs://b"]) == [
+        "cp", "-r", "a", "gs://b"]
+
+
+TRAINER = textwrap.dedent("""\
+    import argparse, os
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--train-files")
+    parser.add_argument("--output-dir")
+    parser.add_argument("--job-dir")
+    args = parser.parse_args()
+    rows = open(args.train_files).read().split()
+    os.makedirs(args.output_dir, exist_ok=True)
+    with open(os.path.join(args.output_dir, "count.txt"), "w") as out:
+        out.write(str(len(rows)))
+    print("read", args.train_files, "wrote", args.output_dir, flush=True)
+    """)
+
+
+@pytest.mark.docker
+def test_a_gcloud_pipeline_runs_unedited_through_the_shims(home, tmp_path, minimal_runtime, monkeypatch):
+    package = tmp_path / "src" / "trainer"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "task.py").write_text(TRAINER)
+    (tmp_path / "train.csv").write_text("a\nb\nc\n")
+    bin_dir = tmp_path / "bin"
+    subprocess.run([sys.executable, "-m", "aiptrain", "gcloud-shim", "install", str(bin_dir)], check=True,
+                   capture_output=True)
+    script = tmp_path / "pipeline.sh"
+    script.write_text(textwrap.dedent(f"""\
+        set -euo pipefail
+        PROJECT=$(gcloud config get-value project)
+        BUCKET=gs://${{PROJECT}}-ml
+        gsutil mb -l us-central1 $BUCKET
+        gsutil cp {tmp_path}/train.csv $BUCKET/data/train.csv
+        gcloud ai-platform jobs submit training pipeline_job --stream-logs \\
+          --package-path {package} --module-name trainer.task --region us-central1 \\
+          --runtime-version {minimal_runtime} --job-dir $BUCKET/jobs/pipeline_job \\
+          -- --train-files=$BUCKET/data/train.csv --output-dir $BUCKET/output
+        gsutil cat $BUCKET/output/count.txt
+        """))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CLOUDSDK_CORE_PROJECT": "acme",
+           "AIPTRAIN_GCS": "local"}
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[-1] == "3"
+    gcs = home / "gcs"
+    assert (gcs / "acme-ml" / "output" / "count.txt").read_text() == "3"
+    assert f"read {gcs}/acme-ml/data/train.csv wrote {gcs}/acme-ml/output" in result.stderr
+    described = subprocess.run([sys.executable, "-m", "aiptrain", "jobs", "describe", "pipeline_job"],
+                               capture_output=True, text=True, env=env)
+    assert "--train-files=gs://acme-ml/data/train.csv" in described.stdout  # the record keeps the URLs
