@@ -28,16 +28,24 @@ LABEL_TRIAL = LABEL_PREFIX + "trial-id"
 # Where a trial's replicas write their cloudml-hypertune metric files (one per task), read-write.
 HYPERTUNE_DIR = "/opt/aiptrain/hypertune"
 
-# Runs in each replica of a runtime image: install the staged packages (offline, as
-# the user, into a tmpfs), then become the trainer. `sh -c SCRIPT MODULE ARGS...`
-# keeps the user's arguments out of any shell quoting. With a wheelhouse (the packages'
-# dependencies, resolved on the host) pip installs the dependencies from it; without
-# one the packages need none, and --no-deps keeps pip from looking.
-BOOTSTRAP = (
-    'echo "Installing the package: $AIPTRAIN_PACKAGES"; '
+USER_BASE = "/tmp/.local"  # PYTHONUSERBASE of every replica: where `pip install --user` puts packages
+INSTALL_TARGET = "/opt/aiptrain/install"  # the install container's PYTHONUSERBASE, read-write
+
+# Installs the staged packages offline, as the user (`--user`: a site dir, so .pth files
+# work). With a wheelhouse (the packages' dependencies, resolved on the host) pip takes the
+# dependencies from it; without one the packages need none, and --no-deps keeps pip from looking.
+INSTALL = (
     'deps=--no-deps; [ -n "$AIPTRAIN_WHEELHOUSE" ] && deps="--find-links $AIPTRAIN_WHEELHOUSE"; '
     "python3 -m pip install --user --no-index $deps --no-build-isolation --no-cache-dir "
-    "--disable-pip-version-check --no-warn-script-location --quiet $AIPTRAIN_PACKAGES || exit 1; "
+    "--disable-pip-version-check --no-warn-script-location --quiet $AIPTRAIN_PACKAGES"
+)
+# Runs in each replica: install the packages unless they were installed once for the whole
+# job (aiptrain.installs: then they are mounted read-only at USER_BASE and AIPTRAIN_PACKAGES
+# is unset), then become the trainer. `sh -c SCRIPT MODULE ARGS...` keeps the user's
+# arguments out of any shell quoting.
+BOOTSTRAP = (
+    'if [ -n "$AIPTRAIN_PACKAGES" ]; then echo "Installing the package: $AIPTRAIN_PACKAGES"; '
+    f"{INSTALL} || exit 1; fi; "
     'echo "Running command: python3 -m $0 $*"; '
     'exec python3 -m "$0" "$@"'
 )
@@ -139,6 +147,9 @@ class PlanInputs:
     # AIPTRAIN_GCS=local: where gs:// paths are kept on this machine; gs:// URLs in the user's
     # args become paths there, and their buckets' directories are mounted read-write.
     gcs_root: str | None = None
+    # The packages installed once for the job's image (aiptrain.installs): a host user base
+    # mounted read-only at USER_BASE, so replicas start the trainer at once.
+    installed: str | None = None
 
 
 def inputs_to_dict(inputs: PlanInputs) -> dict[str, Any]:
@@ -330,6 +341,8 @@ def _mounts(job: Job, inputs: PlanInputs, trial: Trial | None) -> tuple[Mount, .
         mounts.append(Mount(inputs.package_dir, PACKAGES_DIR, read_only=True))
     if inputs.job_dir_mount:
         mounts.append(Mount(inputs.job_dir_mount, inputs.job_dir_mount, read_only=False))
+    if inputs.installed:
+        mounts.append(Mount(inputs.installed, USER_BASE, read_only=True))
     if inputs.gcs_root:  # buckets the user's args name: their data in, their outputs out
         for bucket in gcs_buckets_in(job.training_input.args):
             path = f"{inputs.gcs_root.rstrip('/')}/{bucket}"
@@ -371,6 +384,29 @@ def as_replicas_see_it(job: Job, inputs: PlanInputs) -> Job:
     return seen
 
 
+def install_env(package_paths: str, wheelhouse: str | None) -> dict[str, str]:
+    """What INSTALL reads: the packages, in install order, and the wheelhouse of their dependencies."""
+    env = {"AIPTRAIN_PACKAGES": package_paths}
+    if wheelhouse:
+        env["AIPTRAIN_WHEELHOUSE"] = f"{PACKAGES_DIR}/{wheelhouse}"
+    return env
+
+
+def install_container(image: str, package_dir: str, package_files: tuple[str, ...], wheelhouse: str | None,
+                      target: str, user: str) -> ContainerSpec:
+    """The one short container that installs a job's packages for its image into `target`
+    (a host directory), which every replica then mounts read-only at USER_BASE: the same
+    `pip install --user` a replica would run, once. No network: everything is staged."""
+    package_paths = " ".join(f"{PACKAGES_DIR}/{name}" for name in package_files)
+    return ContainerSpec(
+        name="", hostname="", task_name="install", task_type="install", task_index=0,
+        image=image, entrypoint=None, command=["sh", "-c", INSTALL],
+        env={"HOME": "/tmp", "PYTHONUSERBASE": INSTALL_TARGET, **install_env(package_paths, wheelhouse)},
+        mounts=(Mount(package_dir, PACKAGES_DIR, read_only=True), Mount(target, INSTALL_TARGET, read_only=False)),
+        labels={}, user=user,
+    )
+
+
 def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | None = None) -> LaunchPlan:
     """The launch plan of the job, or of one hyperparameter trial of it (its own network,
     names carrying the trial ID, the trial's values and job dir)."""
@@ -392,14 +428,12 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | N
             **_trial_env(trial, replica),
             "PYTHONUNBUFFERED": "1",
             "HOME": "/tmp",
-            "PYTHONUSERBASE": "/tmp/.local",
+            "PYTHONUSERBASE": USER_BASE,
             **inputs.extra_env,
         }
         installs = installs_packages(job, inputs)
-        if package_paths and installs:
-            env["AIPTRAIN_PACKAGES"] = package_paths
-            if inputs.wheelhouse:
-                env["AIPTRAIN_WHEELHOUSE"] = f"{PACKAGES_DIR}/{inputs.wheelhouse}"
+        if package_paths and installs and not inputs.installed:
+            env.update(install_env(package_paths, inputs.wheelhouse))
         containers.append(
             ContainerSpec(
                 name=f"{base}-{replica.task_type}-{replica.index}",

@@ -11,6 +11,7 @@ later failures are recorded on the job, not undone.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -25,7 +26,7 @@ from aiptrain.errors import AiptrainError, ValidationError
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State, TrainingInput
 from aiptrain.ownership import JobLock
-from aiptrain.planning import LaunchPlan, Mount, PlanInputs, gcs_buckets_in, gcs_urls_in, plan
+from aiptrain.planning import PACKAGES_DIR, LaunchPlan, Mount, PlanInputs, gcs_buckets_in, gcs_urls_in, plan
 from aiptrain.runtime_catalog import Runtime
 from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings
@@ -378,6 +379,9 @@ class Submitter:
         inputs left in the job's work dir."""
         job_log.service("Validating job requirements...")
         launch_plan, inputs = self._stage_and_plan(submission, job)
+        if inputs.installed:
+            packages = " ".join(f"{PACKAGES_DIR}/{name}" for name in inputs.package_files)
+            job_log.service(f"Installed the packages once for every replica: {packages}")
         job_log.service("Job creation request has been successfully validated.")
         job_log.service(f"Job {job.job_id} is queued.")
         self.store.transition(job.job_id, State.PREPARING, [State.QUEUED])
@@ -451,6 +455,9 @@ class Submitter:
             inputs = plan_inputs(submission, package_dir, package_files, bool(wheels), self._host_gateway(submission))
             launch_plan = plan(job, submission.replicas, inputs)
             self.backend.check_ready(launch_plan)
+            if submission.runtime_image and package_files:
+                inputs = dataclasses.replace(inputs, installed=self._install_once(submission, inputs))
+                launch_plan = plan(job, submission.replicas, inputs)
             return launch_plan, inputs
         except BaseException:
             if staged is not None:
@@ -462,6 +469,19 @@ class Submitter:
             _project_path(self.settings, job.job_id).unlink(missing_ok=True)
             self.store.delete(job.job_id)
             raise
+
+    def _install_once(self, submission: Submission, inputs: PlanInputs) -> str:
+        """The packages installed for the runtime image once, for every replica (aiptrain.installs)."""
+        from aiptrain.installs import ensure_installed
+
+        self._step("Installing the packages once for every replica")
+        target, installed_now = ensure_installed(
+            self.backend, submission.runtime_image, Path(inputs.package_dir), list(inputs.package_files),
+            inputs.wheelhouse, self.settings.cache_dir, inputs.user,
+        )
+        log.info("%s the packages for %s: %s", "Installed" if installed_now else "Reused", submission.runtime_image,
+                 target)
+        return str(target)
 
     def _host_gateway(self, submission: Submission) -> str | None:
         """This host's address as replicas reach it, needed only to point them at a storage

@@ -237,7 +237,7 @@ def test_packages_local_and_gs_extras_in_gclouds_order(cli, submit_args, gcs, tm
         f"gs://{gcs.bucket}/gcs_extras/{digest}/{local_extra.name}",
         f"gs://{gcs.bucket}/gcs_extras/{digest}/trainer-0.0.0.tar.gz",
     ]
-    installing = "Installing the package: " + " ".join(
+    installing = "Installed the packages once for every replica: " + " ".join(
         f"/opt/aiptrain/packages/{n}" for n in (gs_extra.name, local_extra.name, "trainer-0.0.0.tar.gz")
     )
     assert installing in result.stderr

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterator, Protocol
 
-from aiptrain.planning import LaunchPlan
+from aiptrain.planning import ContainerSpec, LaunchPlan
 
 CREATED, RUNNING, EXITED, MISSING = "created", "running", "exited", "missing"
 
@@ -46,6 +46,12 @@ class Backend(Protocol):
 
     def check_ready(self, plan: LaunchPlan) -> None:
         """Raise EnvironmentNotReady if the plan cannot run here (no engine, image, GPU)."""
+
+    def image_id(self, image: str) -> str:
+        """The image's content ID: what an install for it is keyed by."""
+
+    def run_to_completion(self, spec: ContainerSpec) -> tuple[int, str]:
+        """Run a one-off container with no network and remove it; (exit status, output)."""
 
     def launch(self, plan: LaunchPlan) -> None:
         """Start every replica of the plan; on failure remove what was created and raise."""

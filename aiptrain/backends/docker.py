@@ -134,13 +134,13 @@ class DockerBackend:
                 raise
             raise AiptrainError(f"Docker could not start the job's replicas: {_first_line(exc)}") from exc
 
-    def _start(self, spec: ContainerSpec, network: str) -> None:
+    def _host_config(self, spec: ContainerSpec, network_mode: str) -> dict:
+        """Every container aiptrain starts runs unprivileged: see the module's docstring."""
         from docker.types import DeviceRequest, Mount
 
-        api = self.api
-        host_config = api.create_host_config(
+        return self.api.create_host_config(
             mounts=[Mount(m.target, m.source, type="bind", read_only=m.read_only) for m in spec.mounts],
-            network_mode=network,
+            network_mode=network_mode,
             init=True,
             read_only=True,
             tmpfs={"/tmp": TMPFS_OPTIONS},
@@ -151,6 +151,28 @@ class DockerBackend:
             mem_limit=spec.memory_bytes,
             device_requests=[DeviceRequest(count=spec.gpus, capabilities=[["gpu"]])] if spec.gpus else None,
         )
+
+    def image_id(self, image: str) -> str:
+        return self.api.inspect_image(image)["Id"]
+
+    def run_to_completion(self, spec: ContainerSpec) -> tuple[int, str]:
+        """Run a one-off container with no network (an install step) and remove it; (status, output)."""
+        api = self.api
+        container = api.create_container(
+            spec.image, command=spec.command, entrypoint=spec.entrypoint, environment=spec.env, user=spec.user,
+            working_dir=spec.working_dir, labels=spec.labels, host_config=self._host_config(spec, "none"),
+        )
+        try:
+            api.start(container["Id"])
+            status = api.wait(container["Id"])["StatusCode"]
+            output = api.logs(container["Id"]).decode(errors="replace")
+        finally:
+            api.remove_container(container["Id"], force=True)
+        return status, output
+
+    def _start(self, spec: ContainerSpec, network: str) -> None:
+        api = self.api
+        host_config = self._host_config(spec, network)
         endpoint = api.create_endpoint_config(aliases=[spec.hostname])
         container = api.create_container(
             spec.image,
