@@ -473,6 +473,68 @@ def bench_logs(b: Bench) -> list[Row]:
     return [run, read]
 
 
+FIRST_LINE_TIERS = (("standard-1", STANDARD_1_REPLICAS), ("premium-1", 31))
+HELLO = "hello from the benchmark trainer"
+
+
+def first_user_lines(log_path: Path, replicas: int, deadline: float) -> list[float]:
+    """Epoch seconds of each replica's first line of user code, read from the job's log."""
+    while time.monotonic() < deadline:
+        firsts: dict[str, float] = {}
+        if log_path.exists():
+            for line in log_path.read_text().splitlines():
+                record = json.loads(line)
+                if record["message"] == HELLO and record["task"] not in firsts:
+                    firsts[record["task"]] = dt.datetime.fromisoformat(record["time"].replace("Z", "+00:00")).timestamp()
+        if len(firsts) == replicas:
+            return list(firsts.values())
+        time.sleep(0.1)
+    raise BenchError(f"not every replica reached user code in time ({log_path})")
+
+
+def bench_first_line(b: Bench) -> list[Row]:
+    rows = []
+    for tier, replicas in FIRST_LINE_TIERS:
+        row = Row(
+            f"7{'ab'[len(rows)]}", f"{tier.upper().replace('-', '_')}: submit -> every replica's first line of "
+            f"user code ({replicas} replicas)", f"submit --scale-tier {tier}, then the job log",
+            f"network create + {replicas} parallel docker run -d IMAGE python3 -c print(1)", "<=1.3x",
+        )
+
+        def ours(i: int, tier=tier, replicas=replicas, row=row) -> None:
+            home = b.new_home()
+            job_id = b.job_id(tier.replace("-", ""))
+            start = time.time()
+            b.submit(home, job_id, "--scale-tier", tier, trainer_args=("--sleep", SLEEP_SECONDS))
+            firsts = first_user_lines(home / "logs" / f"{job_id}.jsonl", replicas, time.monotonic() + 300)
+            row.ours.append(max(firsts) - start)
+            b.cancel(home, job_id)
+
+        def base(i: int, tier=tier, replicas=replicas, row=row) -> None:
+            network = f"bench-{b.run_id}-{tier}-{i}"
+            names = [f"bench-{b.run_id}-{tier}-{i}-{n}" for n in range(replicas)]
+            start = time.time()
+            docker("network", "create", "--label", f"{BENCH_LABEL}={b.run_id}", network)
+            with ThreadPoolExecutor(max_workers=replicas) as pool:
+                list(pool.map(lambda name: docker("run", "-d", "--name", name, "--network", network, "--label",
+                                                  f"{BENCH_LABEL}={b.run_id}", IMAGE, "python3", "-c", "print(1)"),
+                              names))
+            firsts = []
+            for name in names:
+                docker("wait", name)
+                stamp = docker("logs", "-t", name).split()[0]
+                firsts.append(dt.datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00").timestamp())
+            row.base.append(max(firsts) - start)
+            docker("rm", "-f", *names)
+            docker("network", "rm", network)
+
+        interleaved(b.args.repeat, ours, base)
+        row.notes.append(f"7: time from submit to the last of the {replicas} replicas printing its first line, from "
+                         "the engine's log timestamps; the baseline's containers print at once.")
+        rows.append(row)
+    return rows
+
+
 STUDY_TRIALS, STUDY_PARALLEL = 6, 2
 
 
@@ -519,6 +581,7 @@ BENCHMARKS = {
     "4": ("resubmit vs first submit", bench_resubmit),
     "5": ("log streaming", bench_logs),
     "6": ("hyperparameter study", bench_study),
+    "7": ("submit -> every replica in user code", bench_first_line),
 }
 
 
