@@ -10,7 +10,7 @@ from aiptrain.backends import RUNNING
 from aiptrain.errors import JobNotFound
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State
-from aiptrain.ownership import JobLock
+from aiptrain.ownership import JobLock, remove_if_unowned
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
 
@@ -26,7 +26,8 @@ def reconcile(job_id: str, settings: Settings, store: JobStore, backend_factory)
         return  # its submitter or supervisor is alive
     try:
         job = store.get(job_id)
-        if job.state.is_terminal:
+        if job is None or job.state.is_terminal:
+            lock.remove()  # it ended while we waited for its lock
             return
         if job.state in (State.QUEUED, State.PREPARING):
             backend_factory().remove(job_id)
@@ -35,6 +36,7 @@ def reconcile(job_id: str, settings: Settings, store: JobStore, backend_factory)
             with JobLogWriter(settings.job_log_path(job_id)) as job_log:
                 job_log.service(message, "ERROR")
             store.transition(job_id, State.FAILED, [State.QUEUED, State.PREPARING], error_message=message)
+            lock.remove()
             return
         from aiptrain import supervisor
 
@@ -46,6 +48,17 @@ def reconcile(job_id: str, settings: Settings, store: JobStore, backend_factory)
 def reconcile_all(settings: Settings, store: JobStore, backend_factory) -> None:
     for job_id in store.active_job_ids():
         reconcile(job_id, settings, store, backend_factory)
+
+
+def remove_stale_locks(settings: Settings, store: JobStore) -> int:
+    """Remove lock files of jobs that ended or were never recorded (left by a submit killed
+    at the wrong moment, or by older versions); return how many went."""
+    removed = 0
+    for path in sorted(settings.locks_dir.glob("*.lock")):
+        job = store.get(path.stem)
+        if (job is None or job.state.is_terminal) and remove_if_unowned(path):
+            removed += 1
+    return removed
 
 
 def get_job(job_id: str, settings: Settings, store: JobStore, backend_factory) -> Job:

@@ -38,6 +38,18 @@ class LogRecord:
     trial: str = ""
 
 
+# Control characters a terminal acts on (ESC sequences, BEL, carriage returns, C1 codes),
+# tab and newline excepted.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str, keep_newlines: bool = True) -> str:
+    """`text` with terminal control characters shown as escapes (`\x1b`), so a trainer's
+    output or a mistyped argument cannot move the cursor, retitle or recolor a terminal."""
+    escaped = _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return escaped if keep_newlines else escaped.replace("\n", "\\n")
+
+
 def severity_of(stream: str, text: str) -> str:
     """stdout is INFO (print); stderr keeps a level it names, else ERROR."""
     if stream == "stdout":

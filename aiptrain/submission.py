@@ -67,13 +67,20 @@ def replica_user() -> str:
     return NOBODY if uid == 0 else f"{uid}:{gid}"
 
 
-def _local_job_dir(job_dir: str) -> str:
-    path = Path(local_path(job_dir))
+def _local_job_dir(job_dir: str, home: Path) -> str:
+    """The job dir is mounted read-write into every replica: never one that holds the Docker
+    socket or aiptrain's own home (its store, logs and other jobs' packages), nor one inside it."""
+    path, home = Path(local_path(job_dir)), home.resolve()
     for socket in DOCKER_SOCKETS:
         if Path(socket).resolve().is_relative_to(path):
             raise ValidationError(
                 f"--job-dir [{job_dir}] would expose the Docker socket to the replicas: use a dedicated directory."
             )
+    if path.is_relative_to(home) or home.is_relative_to(path):
+        raise ValidationError(
+            f"--job-dir [{job_dir}] would expose aiptrain's home [{home}] (its jobs, logs and packages) to the "
+            "replicas: use a directory outside it."
+        )
     if path.exists() and not path.is_dir():
         raise ValidationError(f"--job-dir [{job_dir}] exists and is not a directory: choose a directory.")
     return str(path)
@@ -111,7 +118,7 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
 
     job_dir_mount = None
     if ti.job_dir and not is_gcs(ti.job_dir):
-        job_dir_mount = ti.job_dir = _local_job_dir(ti.job_dir)
+        job_dir_mount = ti.job_dir = _local_job_dir(ti.job_dir, settings.home)
     return Submission(
         job, replicas, package_path, local_packages, remote_packages, runtime_image, job_dir_mount,
         flags.staging_bucket or settings.default_bucket or None,
@@ -253,8 +260,14 @@ class Submitter:
             from aiptrain import supervisor
 
             supervisor.spawn(job.job_id, lock, self.settings)
+        except BaseException:
+            lock.remove()  # rejected, or failed at launch: nobody will drive this job
+            raise
         finally:
             lock.release()
+        from aiptrain import cache
+
+        cache.prune_if_due(self.settings)
         return self.store.get(job.job_id)
 
     def _launch(self, submission: Submission, job: Job, job_log: JobLogWriter) -> None:
@@ -270,6 +283,7 @@ class Submitter:
             self.backend.launch(launch_plan)
         except AiptrainError as exc:
             job_log.service(str(exc), "ERROR")
+            shutil.rmtree(self.settings.job_work_dir(job.job_id), ignore_errors=True)
             self.store.transition(job.job_id, State.FAILED, [State.PREPARING, State.CANCELLING], str(exc))
             raise
         self.store.transition(job.job_id, State.RUNNING, [State.PREPARING])

@@ -42,6 +42,7 @@ class LazyGroup(click.Group):
 @click.group(
     cls=LazyGroup,
     lazy={
+        "cache": ("aiptrain.cli.cache", "cache", "Prune the cache of packages and wheelhouses."),
         "jobs": ("aiptrain.cli.jobs", "jobs", "Submit and manage training jobs."),
         "runtimes": ("aiptrain.cli.runtimes", "runtimes", "List and build runtime images."),
     },
@@ -67,10 +68,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("Aborted.", err=True)
         code = EXIT_INTERRUPTED
     except click.ClickException as exc:
-        exc.show()
+        _show_click_error(exc)
         code = exc.exit_code
     except AiptrainError as exc:
-        click.echo(f"ERROR: {exc}", err=True)
+        click.echo(f"ERROR: {_printable(str(exc))}", err=True)
         code = exc.exit_code
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
@@ -85,3 +86,18 @@ def main(argv: list[str] | None = None) -> None:
                    "(set AIPTRAIN_DEBUG=1 for the traceback)", err=True)
         code = EXIT_INTERNAL
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _printable(message: str) -> str:
+    from aiptrain.logs import printable
+
+    return printable(message)
+
+
+def _show_click_error(exc: click.ClickException) -> None:
+    """The problem first, on one line (as gcloud's `ERROR: ...`), then the usage hint."""
+    click.echo(f"ERROR: {_printable(exc.format_message())}", err=True)
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and ctx is not None:
+        click.echo(ctx.get_usage(), err=True)
+        click.echo(f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.", err=True)
