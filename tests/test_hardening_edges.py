@@ -267,9 +267,10 @@ def test_stream_logs_escapes_on_a_tty_and_pipes_bytes_unchanged(cli, home, docke
     cli("jobs", "submit", "training", job_id, "--package-path", str(nasty_package(tmp_path)),
         "--module-name", "trainer.task", "--region", "us-central1", "--runtime-version", minimal_runtime,
         "--stream-logs", check_code=0)
-    piped = cli("jobs", "stream-logs", job_id, "--task-name", "master-replica-0", check_code=0).stdout
-    assert "colour \x1b[31mred\x1b[0m and a title \x1b]0;pwned\x07" in piped
-    assert "carriage\rreturn" in piped
+    piped = subprocess.run([sys.executable, "-m", "aiptrain", "jobs", "stream-logs", job_id, "--task-name",
+                            "master-replica-0"], capture_output=True, check=True).stdout  # bytes, as written
+    assert b"colour \x1b[31mred\x1b[0m and a title \x1b]0;pwned\x07\n" in piped
+    assert b"carriage\rreturn\n" in piped
     on_tty = run_on_a_tty(["jobs", "stream-logs", job_id, "--task-name", "master-replica-0"])
     assert "colour \\x1b[31mred\\x1b[0m and a title \\x1b]0;pwned\\x07" in on_tty
     assert "carriage\\x0dreturn" in on_tty
