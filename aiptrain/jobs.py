@@ -13,12 +13,15 @@ from aiptrain.model import Job, State
 from aiptrain.ownership import JobLock, remove_if_unowned
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
+from aiptrain.validation import JOB_ID_PATTERN
 
 
 def reconcile(job_id: str, settings: Settings, store: JobStore, backend_factory) -> None:
     """If the job is active but nobody drives it, take over: restart supervision for a
     launched job, or clean up a submission that died before launch."""
     job = store.get(job_id)
+    if job is None and JOB_ID_PATTERN.fullmatch(job_id) and settings.job_lock_path(job_id).exists():
+        remove_if_unowned(settings.job_lock_path(job_id))  # a submit killed before it recorded the job
     if job is None or job.state.is_terminal:
         return
     lock = JobLock.try_acquire(settings.job_lock_path(job_id))

@@ -136,13 +136,13 @@ class Supervisor:
 
     # -- steps shared with the study loop -------------------------------------------------
 
-    def wait(self, settle: "Settle", max_seconds: float | None = None) -> None:
+    def wait(self, settle: "Settle") -> None:
         """Sleep until the engine reports a change or the poll is due. The engine may still
         list a replica as running just after its `die` event: look again shortly after
         every event, then fall back to the poll."""
         seconds = settle.after(self.changed.is_set(), self.settings.poll_seconds)
         self.changed.clear()
-        self.changed.wait(seconds if max_seconds is None else max(0.0, min(seconds, max_seconds)))
+        self.changed.wait(seconds)
 
     def step_group(self, expected: list[str], observations: list[ReplicaObservation], state_seen: State,
                    trial_id: str = "") -> Decision:
@@ -225,8 +225,8 @@ class Supervisor:
             self.backend.stop(running, self.settings.stop_grace_seconds)
 
     def await_replicas(self, container_ids: set[str], trial_id: str | None) -> list[ReplicaObservation]:
-        """Wait up to the evaluator grace period for these replicas to exit (or a cancel);
-        return the group's observations as they are then."""
+        """Wait up to the evaluator grace period (plus at most one poll) for these replicas to
+        exit, or for a cancel; return the group's observations as they are then."""
         grace = self.settings.evaluator_grace_seconds
         observations = self.observe(trial_id)
         waiting = [o for o in observations if o.container_id in container_ids]
@@ -240,7 +240,7 @@ class Supervisor:
                 break
             if self.store.get(self.job_id).state is State.CANCELLING:
                 break
-            self.wait(settle, max_seconds=deadline - time.monotonic())
+            self.wait(settle)
             observations = self.observe(trial_id)
         return observations
 

@@ -354,3 +354,14 @@ def test_estimator_train_and_evaluate_keeps_the_final_evaluation(cli, home, dock
     assert final["weight"] == pytest.approx(3.0, abs=0.3) and final["bias"] == pytest.approx(1.0, abs=0.3)
     assert "evaluator 0: done" in messages(result.stderr, "evaluator-replica-0")
     assert job_resources(docker_api, job_id) == []
+
+
+def test_reading_a_job_removes_the_lock_of_a_submit_killed_before_it_recorded_it(cli, home, tmp_path):
+    (home / "locks").mkdir(parents=True)
+    (home / "locks" / "never_recorded.lock").touch()
+    outside = tmp_path / "outside.lock"
+    outside.touch()
+    assert cli("jobs", "describe", "never_recorded").returncode == 2
+    assert not (home / "locks" / "never_recorded.lock").exists()
+    cli("jobs", "describe", f"../../{outside.stem}")  # not a job ID: nothing outside the home is touched
+    assert outside.exists()
