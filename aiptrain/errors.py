@@ -35,7 +35,7 @@ class ValidationError(AiptrainError):
 
 class JobNotFound(ValidationError):
     def __init__(self, job_id: str):
-        super().__init__(f"Job [{printable(job_id, keep_newlines=False)}] not found; `aiptrain jobs list` shows the jobs that exist.")
+        super().__init__(f"Job [{printable(job_id, one_line=True)}] not found; `aiptrain jobs list` shows the jobs that exist.")
 
 
 class EnvironmentNotReady(AiptrainError):

@@ -43,11 +43,12 @@ class LogRecord:
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def printable(text: str, keep_newlines: bool = True) -> str:
-    """`text` with terminal control characters shown as escapes (`\x1b`), so a trainer's
-    output or a mistyped argument cannot move the cursor, retitle or recolor a terminal."""
+def printable(text: str, one_line: bool = False) -> str:
+    """`text` with terminal control characters shown as escapes (`\\x1b`), so a trainer's
+    output or a mistyped argument cannot move the cursor, retitle or recolor a terminal.
+    Tabs and newlines stay, unless `one_line` (a value echoed inside a message)."""
     escaped = _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-    return escaped if keep_newlines else escaped.replace("\n", "\\n")
+    return escaped.replace("\t", "\\t").replace("\n", "\\n") if one_line else escaped
 
 
 def severity_of(stream: str, text: str) -> str:

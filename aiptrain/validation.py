@@ -27,7 +27,7 @@ def validate_job_id(job_id: str) -> str:
     else:
         problem = "may contain only letters, digits and underscores"
     raise ValidationError(
-        f"Invalid job ID [{printable(job_id, keep_newlines=False)}]: it {problem}; use e.g. `my_job_1` "
+        f"Invalid job ID [{printable(job_id, one_line=True)}]: it {problem}; use e.g. `my_job_1` "
         "(a letter, then letters, digits or underscores, 128 at most)."
     )
 

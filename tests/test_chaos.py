@@ -298,7 +298,7 @@ def test_fuzzed_job_ids_and_labels(tally, home, capsys):
             pass
         # The CLI echoes what it refuses on one line, escaped.
         with pytest.raises(SystemExit) as exited:
-            main(["jobs", "describe", job_id])
+            main(["jobs", "describe", "--", job_id])
         err = capsys.readouterr().err
         held &= exited.value.code == 2 and err.count("\n") == 1 and one_line_without_controls(err[:-1])
         if not held:

@@ -201,19 +201,19 @@ def test_a_job_dir_that_exposes_aiptrains_home_is_refused(cli, home, where):
 
 
 @pytest.mark.parametrize(
-    "text, keep_newlines, shown",
+    "text, one_line, shown",
     [
-        ("plain\ttab", True, "plain\ttab"),
-        ("\x1b[2J\x1b]0;title\x07", True, "\\x1b[2J\\x1b]0;title\\x07"),
-        ("line\rover", True, "line\\x0dover"),
-        ("a\nb", True, "a\nb"),
-        ("a\nb", False, "a\\nb"),
-        ("\x9b31m\x7f", True, "\\x9b31m\\x7f"),
-        ("ünïcödé ✓", True, "ünïcödé ✓"),
+        ("plain\ttab", False, "plain\ttab"),
+        ("\x1b[2J\x1b]0;title\x07", False, "\\x1b[2J\\x1b]0;title\\x07"),
+        ("line\rover", False, "line\\x0dover"),
+        ("a\nb", False, "a\nb"),
+        ("a\nb\tc", True, "a\\nb\\tc"),
+        ("\x9b31m\x7f", False, "\\x9b31m\\x7f"),
+        ("ünïcödé ✓", False, "ünïcödé ✓"),
     ],
 )
-def test_printable_escapes_terminal_controls(text, keep_newlines, shown):
-    assert printable(text, keep_newlines) == shown
+def test_printable_escapes_terminal_controls(text, one_line, shown):
+    assert printable(text, one_line) == shown
 
 
 def test_error_lines_escape_control_characters_and_lead_with_the_problem(cli, home):
