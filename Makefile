@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUNTIMES ?= 2.11 minimal
 
-.PHONY: install images test unit bench clean
+.PHONY: install images test unit chaos bench clean
 
 install: $(BIN)/aiptrain
 
@@ -28,6 +28,11 @@ test: images
 
 unit: install
 	$(BIN)/pytest -q -m "not docker and not tensorflow"
+
+# The fault suite, CHAOS_RUNS runs per scenario (`make test` runs each once); prints runs/held/orphans.
+CHAOS_RUNS ?= 10
+chaos: images
+	CHAOS_RUNS=$(CHAOS_RUNS) $(BIN)/pytest -q -m chaos tests/test_chaos.py
 
 bench: images
 	$(BIN)/python benchmarks/run.py

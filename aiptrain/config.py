@@ -84,6 +84,8 @@ def load_config(path: str) -> Job:
         raise ValidationError(f"--config file [{path}] does not exist.") from None
     except OSError as exc:
         raise ValidationError(f"--config file [{path}] cannot be read: {exc.strerror}.") from None
+    except RecursionError:
+        raise ValidationError(f"--config file [{path}] nests too deeply to be a Job resource: fix its structure.") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

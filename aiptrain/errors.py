@@ -11,6 +11,8 @@ Exit statuses (also in the README):
 
 from __future__ import annotations
 
+from aiptrain.logs import printable
+
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
 EXIT_USAGE = 2
@@ -33,7 +35,7 @@ class ValidationError(AiptrainError):
 
 class JobNotFound(ValidationError):
     def __init__(self, job_id: str):
-        super().__init__(f"Job [{job_id}] not found; `aiptrain jobs list` shows the jobs that exist.")
+        super().__init__(f"Job [{printable(job_id, one_line=True)}] not found; `aiptrain jobs list` shows the jobs that exist.")
 
 
 class EnvironmentNotReady(AiptrainError):

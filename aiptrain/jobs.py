@@ -10,15 +10,18 @@ from aiptrain.backends import RUNNING
 from aiptrain.errors import JobNotFound
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State
-from aiptrain.ownership import JobLock
+from aiptrain.ownership import JobLock, remove_if_unowned
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
+from aiptrain.validation import JOB_ID_PATTERN
 
 
 def reconcile(job_id: str, settings: Settings, store: JobStore, backend_factory) -> None:
     """If the job is active but nobody drives it, take over: restart supervision for a
     launched job, or clean up a submission that died before launch."""
     job = store.get(job_id)
+    if job is None and JOB_ID_PATTERN.fullmatch(job_id) and settings.job_lock_path(job_id).exists():
+        remove_if_unowned(settings.job_lock_path(job_id))  # a submit killed before it recorded the job
     if job is None or job.state.is_terminal:
         return
     lock = JobLock.try_acquire(settings.job_lock_path(job_id))
@@ -26,7 +29,8 @@ def reconcile(job_id: str, settings: Settings, store: JobStore, backend_factory)
         return  # its submitter or supervisor is alive
     try:
         job = store.get(job_id)
-        if job.state.is_terminal:
+        if job is None or job.state.is_terminal:
+            lock.remove()  # it ended while we waited for its lock
             return
         if job.state in (State.QUEUED, State.PREPARING):
             backend_factory().remove(job_id)
@@ -35,6 +39,7 @@ def reconcile(job_id: str, settings: Settings, store: JobStore, backend_factory)
             with JobLogWriter(settings.job_log_path(job_id)) as job_log:
                 job_log.service(message, "ERROR")
             store.transition(job_id, State.FAILED, [State.QUEUED, State.PREPARING], error_message=message)
+            lock.remove()
             return
         from aiptrain import supervisor
 
@@ -46,6 +51,17 @@ def reconcile(job_id: str, settings: Settings, store: JobStore, backend_factory)
 def reconcile_all(settings: Settings, store: JobStore, backend_factory) -> None:
     for job_id in store.active_job_ids():
         reconcile(job_id, settings, store, backend_factory)
+
+
+def remove_stale_locks(settings: Settings, store: JobStore) -> int:
+    """Remove lock files of jobs that ended or were never recorded (left by a submit killed
+    at the wrong moment, or by older versions); return how many went."""
+    removed = 0
+    for path in sorted(settings.locks_dir.glob("*.lock")):
+        job = store.get(path.stem)
+        if (job is None or job.state.is_terminal) and remove_if_unowned(path):
+            removed += 1
+    return removed
 
 
 def get_job(job_id: str, settings: Settings, store: JobStore, backend_factory) -> Job:

@@ -2,7 +2,8 @@
 
 - Cancel intent beats everything: the job ends CANCELLED, whatever the exit codes.
 - The master decides: when it exits 0 the job SUCCEEDED; the others are then stopped
-  (parameter servers never exit by themselves).
+  (parameter servers never exit by themselves), except evaluators, which first get a
+  grace period to score the final checkpoint and exit on their own (`awaited_at_end`).
 - A replica killed by a signal (exit 130, 137 or 143, the codes AI Platform and
   Kubeflow treat as retryable) is restarted in place, up to `max_restarts` times.
 - Any other non-zero exit, a replica over its restart budget, or a replica whose
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from aiptrain.backends import EXITED, MISSING, ReplicaObservation
+from aiptrain.backends import EXITED, MISSING, RUNNING, ReplicaObservation
 from aiptrain.model import State
 
 RETRYABLE_EXIT_CODES = frozenset({130, 137, 143})
@@ -44,6 +45,20 @@ def failure_message(task_name: str, exit_code: int | None, restarts: int = 0) ->
     return message
 
 
+def master_succeeded(observations: list[ReplicaObservation]) -> bool:
+    return any(o.task_name == MASTER_TASK and o.status == EXITED and o.exit_code == 0 for o in observations)
+
+
+def awaited_at_end(observations: list[ReplicaObservation], cancel_requested: bool) -> list[ReplicaObservation]:
+    """The running replicas a group's end lets finish on their own (within a grace period)
+    before stopping them: evaluators, once the master succeeded. An Estimator evaluator scores
+    the checkpoint the master wrote last only after the master has exited. Workers and
+    parameter servers are stopped at once; after a cancel nobody is waited for."""
+    if cancel_requested or not master_succeeded(observations):
+        return []
+    return [o for o in observations if o.task_type == "evaluator" and o.status == RUNNING]
+
+
 _EPOCH = datetime.min.replace(tzinfo=timezone.utc)
 
 
@@ -56,10 +71,9 @@ def decide(
 ) -> Decision:
     if cancel_requested:
         return Decision(State.CANCELLED)
-    seen = {o.task_name: o for o in observations}
-    master = seen.get(MASTER_TASK)
-    if master and master.status == EXITED and master.exit_code == 0:
+    if master_succeeded(observations):
         return Decision(State.SUCCEEDED)
+    seen = {o.task_name: o for o in observations}
 
     failures: list[tuple[datetime, str, int | None]] = []
     to_restart = []

@@ -38,6 +38,19 @@ class LogRecord:
     trial: str = ""
 
 
+# Control characters a terminal acts on (ESC sequences, BEL, carriage returns, C1 codes),
+# tab and newline excepted.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str, one_line: bool = False) -> str:
+    """`text` with terminal control characters shown as escapes (`\\x1b`), so a trainer's
+    output or a mistyped argument cannot move the cursor, retitle or recolor a terminal.
+    Tabs and newlines stay, unless `one_line` (a value echoed inside a message)."""
+    escaped = _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return escaped.replace("\t", "\\t").replace("\n", "\\n") if one_line else escaped
+
+
 def severity_of(stream: str, text: str) -> str:
     """stdout is INFO (print); stderr keeps a level it names, else ERROR."""
     if stream == "stdout":

@@ -5,6 +5,12 @@ open file, inherited) to the detached supervisor, so there is no moment when a l
 job has no owner. When the owner dies, the kernel releases the lock: any command
 that can take it knows the job is orphaned and reconciles it while holding it, so
 two commands never reconcile the same job at once. No PIDs, so no PID reuse.
+
+Lock files of jobs that ended (or were never recorded) are removed, and only by a
+holder, while it holds the lock. A taker may have opened the file just before it was
+unlinked and then lock an inode no longer at the path; so every taker checks, once it
+holds the lock, that the path still names the inode it locked, and starts over when
+it does not. Two processes therefore never both believe they hold a job's lock.
 """
 
 from __future__ import annotations
@@ -15,25 +21,36 @@ from pathlib import Path
 
 
 class JobLock:
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, path: Path):
         self.fd = fd
+        self.path = path
 
     @classmethod
     def try_acquire(cls, path: Path) -> "JobLock | None":
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        return cls(fd)
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return None
+            if _still_at(path, fd):
+                return cls(fd, path)
+            os.close(fd)  # its holder removed it after we opened it: take the file now there
 
     def release(self) -> None:
         """Close our descriptor; the lock lives on in any child that inherited it."""
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+    def remove(self) -> None:
+        """Unlink the lock file, then release: for a job nobody will drive again. Only while
+        holding it, and only when no child inherited it (the child would lose its claim)."""
+        if self.fd >= 0 and _still_at(self.path, self.fd):
+            self.path.unlink(missing_ok=True)
+        self.release()
 
     def __enter__(self) -> "JobLock":
         return self
@@ -42,10 +59,19 @@ class JobLock:
         self.release()
 
 
-def is_owned(path: Path) -> bool:
-    """True while some live process holds the job's lock."""
+def _still_at(path: Path, fd: int) -> bool:
+    try:
+        on_disk = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino)
+
+
+def remove_if_unowned(path: Path) -> bool:
+    """Remove a lock file nobody holds (of a job that ended or never started); True if removed."""
     lock = JobLock.try_acquire(path)
     if lock is None:
-        return True
-    lock.release()
-    return False
+        return False
+    lock.remove()
+    return True

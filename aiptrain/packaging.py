@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiptrain.cache import touch
 from aiptrain.errors import ValidationError
 from aiptrain.staging import sha256_of
 from aiptrain.storage.local import feed_file
@@ -59,7 +60,11 @@ def _packaging_failed(output: str, generated: bool) -> ValidationError:
             "and providing the output via the `--packages` flag (for example, "
             "`--packages dist/package.tar.gz,dist/package2.whl)`"
         )
-    return ValidationError(f"Packaging of user Python code failed with message:\n\n{output.strip()}\n\n{hint}")
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    problem = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "")
+    return ValidationError(
+        f"Packaging of user Python code failed: {problem}\nFull message:\n\n{output.strip()}\n\n{hint}"
+    )
 
 
 def build_sdist(package_path: Path, out_dir: Path) -> BuiltPackage:
@@ -159,6 +164,7 @@ def cached_sdist(package_path: Path, cache_dir: Path) -> BuiltPackage:
     cached = sorted(entry.glob("*")) if entry.is_dir() else []
     if cached:
         log.debug("Reusing the cached sdist %s (source tree %s unchanged).", cached[0].name, tree_hash[:12])
+        touch(entry)  # its last use, for cache pruning
         return BuiltPackage(cached[0], sha256_of(cached[0]))
     log.debug("Building an sdist of %s (source tree %s not in the cache).", package_path, tree_hash[:12])
     shutil.rmtree(entry, ignore_errors=True)  # an entry someone emptied

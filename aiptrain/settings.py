@@ -50,6 +50,15 @@ class Settings:
     # gs:// paths: `remote` (Cloud Storage), `local` (kept under gcs_root), or `auto`: remote when
     # Google credentials or a storage emulator are configured, local otherwise.
     gcs_mode: str = field(default_factory=lambda: os.environ.get("AIPTRAIN_GCS", "auto"))
+    # Seconds evaluators may keep running after the master succeeded, to score the final
+    # checkpoint and exit on their own, before they are stopped.
+    evaluator_grace_seconds: float = field(
+        default_factory=lambda: _env_float("AIPTRAIN_EVALUATOR_GRACE_SECONDS", 120.0)
+    )
+    # The cache (sdists, wheelhouses, the staged-object index) keeps entries used within this
+    # many days, and at most this many MiB (least recently used go first).
+    cache_max_age_days: float = field(default_factory=lambda: _env_float("AIPTRAIN_CACHE_MAX_AGE_DAYS", 30.0))
+    cache_max_size_mb: int = field(default_factory=lambda: _env_int("AIPTRAIN_CACHE_MAX_SIZE_MB", 10240))
 
     @property
     def installation_id(self) -> str:
@@ -86,6 +95,10 @@ class Settings:
 
     def job_log_path(self, job_id: str) -> Path:
         return self.logs_dir / f"{job_id}.jsonl"
+
+    def supervisor_log_path(self, job_id: str) -> Path:
+        """The supervisor's own output: empty unless it crashed."""
+        return self.logs_dir / f"{job_id}.supervisor.log"
 
     def job_lock_path(self, job_id: str) -> Path:
         return self.locks_dir / f"{job_id}.lock"

@@ -94,14 +94,23 @@ def replica_user() -> str:
     return NOBODY if uid == 0 else f"{uid}:{gid}"
 
 
-def _local_job_dir(job_dir: str, path: Path | None = None) -> str:
-    """The job dir's directory on this host (`path`, or `job_dir` itself), once it is safe to mount."""
-    path = path or Path(local_path(job_dir))
+def _local_job_dir(job_dir: str, home: Path, path: Path | None = None, gcs_root: Path | None = None) -> str:
+    """The job dir's directory on this host (`path`, or `job_dir` itself), once it is safe to
+    mount read-write into every replica: never one that holds the Docker socket or aiptrain's
+    own home (its store, logs and other jobs' packages), nor one inside it, except where gs://
+    paths are kept on this machine (`gcs_root`), which is the job's storage."""
+    path, home = path or Path(local_path(job_dir)), home.resolve()
     for socket in DOCKER_SOCKETS:
         if Path(socket).resolve().is_relative_to(path):
             raise ValidationError(
                 f"--job-dir [{job_dir}] would expose the Docker socket to the replicas: use a dedicated directory."
             )
+    kept_gcs = gcs_root is not None and path.is_relative_to(gcs_root.resolve())
+    if (path.is_relative_to(home) and not kept_gcs) or home.is_relative_to(path):
+        raise ValidationError(
+            f"--job-dir [{job_dir}] would expose aiptrain's home [{home}] (its jobs, logs and packages) to the "
+            "replicas: use a directory outside it."
+        )
     if path.exists() and not path.is_dir():
         raise ValidationError(f"--job-dir [{job_dir}] exists and is not a directory: choose a directory.")
     return str(path)
@@ -146,9 +155,9 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
     )
     job_dir_mount = None
     if ti.job_dir and not is_gcs(ti.job_dir):
-        job_dir_mount = ti.job_dir = _local_job_dir(ti.job_dir)
+        job_dir_mount = ti.job_dir = _local_job_dir(ti.job_dir, settings.home)
     elif ti.job_dir and gcs_root is not None:
-        job_dir_mount = _local_job_dir(ti.job_dir, local_gcs_path(gcs_root, ti.job_dir))
+        job_dir_mount = _local_job_dir(ti.job_dir, settings.home, local_gcs_path(gcs_root, ti.job_dir), gcs_root)
     return Submission(
         job=job,
         replicas=replicas,
@@ -353,8 +362,14 @@ class Submitter:
             from aiptrain import supervisor
 
             supervisor.spawn(job.job_id, lock, self.settings)
+        except BaseException:
+            lock.remove()  # rejected, or failed at launch: nobody will drive this job
+            raise
         finally:
             lock.release()
+        from aiptrain import cache
+
+        cache.prune_if_due(self.settings)
         return self.store.get(job.job_id)
 
     def _check_resumed_study(self, job: Job) -> None:
@@ -397,6 +412,7 @@ class Submitter:
             self.backend.launch(launch_plan)
         except AiptrainError as exc:
             job_log.service(str(exc), "ERROR")
+            shutil.rmtree(self.settings.job_work_dir(job.job_id), ignore_errors=True)
             self.store.transition(job.job_id, State.FAILED, [State.PREPARING, State.CANCELLING], str(exc))
             raise
         self.store.transition(job.job_id, State.RUNNING, [State.PREPARING])

@@ -19,7 +19,7 @@ import traceback
 from datetime import timedelta
 
 from aiptrain.backends import EXITED, RUNNING, Backend, ReplicaObservation
-from aiptrain.lifecycle import Decision, decide, failure_message
+from aiptrain.lifecycle import Decision, awaited_at_end, decide, failure_message, replica_label
 from aiptrain.logs import SERVICE, JobLogWriter, last_times_by_task, parse_engine_time, read_records, severity_of
 from aiptrain.model import State, utc_now
 from aiptrain.ownership import JobLock
@@ -207,12 +207,42 @@ class Supervisor:
 
     def end_group(self, observations: list[ReplicaObservation], trial_id: str | None = None) -> None:
         """Stop what still runs (stopped by us: never a failure), copy the remaining output,
-        and remove the group's containers and network."""
-        still_running = [o.container_id for o in observations if o.status == RUNNING]
-        self.backend.stop(still_running, self.settings.stop_grace_seconds)
+        and remove the group's containers and network. Evaluators of a successful master
+        first get their grace period to finish on their own."""
+        cancelling = self.store.get(self.job_id).state is State.CANCELLING
+        awaited = {o.container_id for o in awaited_at_end(observations, cancelling)}
+        if awaited:
+            self.stop_running([o for o in observations if o.container_id not in awaited])
+            observations = self.await_replicas(awaited, trial_id)
+        self.stop_running(observations)
         self.followers.sync(self.observe(trial_id))  # output of replicas not followed yet
         self.followers.join(timeout=15, trial_id=trial_id)
         self.backend.remove(self.job_id, trial_id)
+
+    def stop_running(self, observations: list[ReplicaObservation]) -> None:
+        running = [o.container_id for o in observations if o.status == RUNNING]
+        if running:
+            self.backend.stop(running, self.settings.stop_grace_seconds)
+
+    def await_replicas(self, container_ids: set[str], trial_id: str | None) -> list[ReplicaObservation]:
+        """Wait up to the evaluator grace period (plus at most one poll) for these replicas to
+        exit, or for a cancel; return the group's observations as they are then."""
+        grace = self.settings.evaluator_grace_seconds
+        observations = self.observe(trial_id)
+        waiting = [o for o in observations if o.container_id in container_ids]
+        names = ", ".join(replica_label(o.task_name) for o in waiting)
+        self.writer.service(f"The master finished: waiting up to {grace:g} s for {names} to finish on its own.",
+                            trial=trial_id or "")
+        deadline, settle = time.monotonic() + grace, Settle()
+        while time.monotonic() < deadline:
+            self.followers.sync(observations)
+            if not any(o.container_id in container_ids and o.status == RUNNING for o in observations):
+                break
+            if self.store.get(self.job_id).state is State.CANCELLING:
+                break
+            self.wait(settle)
+            observations = self.observe(trial_id)
+        return observations
 
     def finish(self, decision: Decision, observations: list[ReplicaObservation], failed_trial: str = "") -> State:
         """End the job: tear everything down, say how it ended, then record the final state
@@ -285,7 +315,7 @@ def log_tail(lines: list[str]) -> list[str]:
 def spawn(job_id: str, lock: JobLock, settings: Settings) -> int:
     """Start a detached supervisor that inherits `lock`; return its PID."""
     settings.logs_dir.mkdir(parents=True, exist_ok=True)
-    with open(settings.logs_dir / f"{job_id}.supervisor.log", "ab") as out:
+    with open(settings.supervisor_log_path(job_id), "ab") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "aiptrain.supervisor", job_id, str(lock.fd)],
             stdin=subprocess.DEVNULL,
@@ -300,8 +330,8 @@ def spawn(job_id: str, lock: JobLock, settings: Settings) -> int:
 
 def main(argv: list[str]) -> int:
     job_id, lock_fd = argv[0], int(argv[1])
-    lock = JobLock(lock_fd)  # inherited, already held
     settings = Settings()
+    lock = JobLock(lock_fd, settings.job_lock_path(job_id))  # inherited, already held
     store = JobStore(settings.store_path)
     from aiptrain.backends.docker import DockerBackend
 
@@ -318,10 +348,24 @@ def main(argv: list[str]) -> int:
             traceback.print_exc()
         reason = traceback.format_exc().strip().splitlines()[-1]
         supervisor.writer.write(SERVICE, "ERROR", f"aiptrain's supervisor failed: {reason}")
+        shutil.rmtree(settings.job_work_dir(job_id), ignore_errors=True)
         store.transition(job_id, State.FAILED, ACTIVE, error_message=f"aiptrain's supervisor failed: {reason}")
         return 4
     finally:
-        lock.release()
+        leave(job_id, lock, settings, store)
+
+
+def leave(job_id: str, lock: JobLock, settings: Settings, store: JobStore) -> None:
+    """Let go of the job: a job that ended needs neither its lock file nor an empty
+    supervisor log (a crash's traceback is kept)."""
+    job = store.get(job_id)
+    if job is None or not job.state.is_terminal:
+        lock.release()  # another command reconciles it
+        return
+    lock.remove()
+    supervisor_log = settings.supervisor_log_path(job_id)
+    if supervisor_log.is_file() and supervisor_log.stat().st_size == 0:
+        supervisor_log.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

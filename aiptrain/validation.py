@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from aiptrain.errors import ValidationError
+from aiptrain.logs import printable
 
 JOB_ID_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 MODULE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -26,7 +27,7 @@ def validate_job_id(job_id: str) -> str:
     else:
         problem = "may contain only letters, digits and underscores"
     raise ValidationError(
-        f"Invalid job ID [{job_id}]: it {problem}; use e.g. `my_job_1` "
+        f"Invalid job ID [{printable(job_id, one_line=True)}]: it {problem}; use e.g. `my_job_1` "
         "(a letter, then letters, digits or underscores, 128 at most)."
     )
 

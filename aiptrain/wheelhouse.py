@@ -30,6 +30,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from aiptrain.cache import touch
 from aiptrain.errors import EnvironmentNotReady, ValidationError
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,7 @@ def resolve(
     entry = cache_dir / "wheelhouses" / key
     if (entry / "requirements.txt").is_file():
         log.debug("Reusing the cached wheelhouse %s for %s.", key[:12], ", ".join(requirements))
+        touch(entry)  # its last use, for cache pruning
         return sorted(entry.glob("*.whl"))
     log.debug("Resolving %s for Python %s (%s) into a wheelhouse.", ", ".join(requirements), python_version,
               platforms[0])

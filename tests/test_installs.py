@@ -1,11 +1,9 @@
 """Install once, not per replica: one install container per (image, packages), mounted by
 every replica; resubmits install nothing; a package that fails to install is refused."""
 
-import os
 import textwrap
 
 import pytest
-import yaml
 
 from aiptrain.installs import install_key
 from aiptrain.planning import INSTALL, INSTALL_TARGET, PACKAGES_DIR, Mount, install_container

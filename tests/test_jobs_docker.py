@@ -69,6 +69,8 @@ def assert_no_trace(cli, home, docker_api, tmp_path, job_id):
     assert not any(tmp_path.glob("*-out"))
     work = home / "work"
     assert not work.exists() or not any(work.iterdir())
+    locks = home / "locks"
+    assert not locks.exists() or not any(locks.iterdir())
 
 
 @pytest.mark.parametrize("job_id", ["1abc", "a-b", "a" * 129, ""])
@@ -112,7 +114,7 @@ def test_broken_setup_py_fails_packaging_with_gclouds_text_and_no_trace(cli, sub
     args[args.index("--package-path") + 1] = str(root / "trainer")
     result = cli(*args)
     assert result.returncode == 2
-    assert "Packaging of user Python code failed with message:" in result.stderr
+    assert "Packaging of user Python code failed: " in result.stderr.splitlines()[0]
     assert "setup.py is broken" in result.stderr and "python setup.py sdist" in result.stderr
     assert sorted(p.name for p in root.iterdir()) == ["setup.py", "trainer"]  # user tree untouched
     assert_no_trace(cli, home, docker_api, tmp_path, "broken_setup")

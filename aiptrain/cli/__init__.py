@@ -42,6 +42,7 @@ class LazyGroup(click.Group):
 @click.group(
     cls=LazyGroup,
     lazy={
+        "cache": ("aiptrain.cli.cache", "cache", "Prune the cache of packages and wheelhouses."),
         "jobs": ("aiptrain.cli.jobs", "jobs", "Submit and manage training jobs."),
         "local": ("aiptrain.cli.local", "local", "Run a trainer on this machine, without Docker."),
         "runtimes": ("aiptrain.cli.runtimes", "runtimes", "List and build runtime images."),
@@ -92,10 +93,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("Aborted.", err=True)
         code = EXIT_INTERRUPTED
     except click.ClickException as exc:
-        exc.show()
+        _show_click_error(exc)
         code = exc.exit_code
     except AiptrainError as exc:
-        click.echo(f"ERROR: {exc}", err=True)
+        click.echo(f"ERROR: {_printable(str(exc))}", err=True)
         code = exc.exit_code
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
@@ -129,3 +130,18 @@ def configure_logging(verbosity: str) -> None:
     handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.CRITICAL + 1 if verbosity == "none" else verbosity.upper())
+
+
+def _printable(message: str) -> str:
+    from aiptrain.logs import printable
+
+    return printable(message)
+
+
+def _show_click_error(exc: click.ClickException) -> None:
+    """The problem first, on one line (as gcloud's `ERROR: ...`), then the usage hint."""
+    click.echo(f"ERROR: {_printable(exc.format_message())}", err=True)
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and ctx is not None:
+        click.echo(ctx.get_usage(), err=True)
+        click.echo(f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.", err=True)

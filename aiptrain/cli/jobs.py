@@ -232,9 +232,12 @@ def _print_logs(services: Services, job_id: str, task_name, allow_multiline: boo
         return services.job(job_id).state.is_terminal
 
     path = services.settings.job_log_path(job_id)
+    # A terminal gets control characters escaped; a pipe gets the trainer's bytes as they were.
+    escape = (sys.stderr if err else sys.stdout).isatty()
     for batch in logs.follow(path, finished, poll_seconds, task=task_name):
-        lines = [line for record in batch for line in logs.format_record(record, allow_multiline)]
-        click.echo("\n".join(lines), err=err)  # one write per batch: thousands of lines a second
+        text = "\n".join(line for record in batch for line in logs.format_record(record, allow_multiline))
+        # One write per batch: thousands of lines a second. color=True: click must not strip ESC.
+        click.echo(logs.printable(text) if escape else text, err=err, color=True)
 
 
 @jobs.command()
