@@ -50,6 +50,10 @@ class Settings:
     # gs:// paths: `remote` (Cloud Storage), `local` (kept under gcs_root), or `auto`: remote when
     # Google credentials or a storage emulator are configured, local otherwise.
     gcs_mode: str = field(default_factory=lambda: os.environ.get("AIPTRAIN_GCS", "auto"))
+    # The project in jobs' REST URIs when neither --project nor the submit named one (gcloud's variable).
+    default_project: str = field(default_factory=lambda: os.environ.get("CLOUDSDK_CORE_PROJECT") or "aiptrain")
+    # A submit whose runtime image is missing builds it first, as `docker run` pulls; 0 refuses (exit 3).
+    auto_build: bool = field(default_factory=lambda: os.environ.get("AIPTRAIN_AUTO_BUILD", "1") != "0")
 
     @property
     def installation_id(self) -> str:
