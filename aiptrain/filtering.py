@@ -61,7 +61,7 @@ class SortKey:
 
 # -- parsing ----------------------------------------------------------------------------------
 
-_TOKEN = re.compile(r"""\s*(?:(?P<paren>[()])|(?P<quoted>"(?:[^"\\]|\\.)*"|'[^']*')|(?P<word>[^\s()]+))""")
+_TOKEN = re.compile(r"""\s*(?:(?P<paren>[()])|(?P<word>(?:"(?:[^"\\]|\\.)*"|'[^']*'|[^\s()"'])+))""")
 _TERM = re.compile(r"(?P<key>[A-Za-z_][\w.\[\]-]*?)(?P<op>!=|<=|>=|!~|:|=|<|>|~)(?P<rest>.*)", re.DOTALL)
 
 
@@ -142,8 +142,9 @@ class _Parser:
         token = self.take()
         if token == "(":
             expr = self.disjunction()
-            if self.take() != ")":
+            if self.peek() != ")":
                 raise self.error("a `(` is not closed")
+            self.take()
             return expr
         if token in (")", "AND", "OR"):
             raise self.error(f"unexpected [{token}]")
@@ -241,9 +242,9 @@ def _has(value: Any, pattern: str) -> bool:
         return any(_has(k, pattern) for k in value)
     if isinstance(value, list):
         return any(_has(item, pattern) for item in value)
-    text, pattern = _text(value).lower(), pattern.lower()
-    words = [text, *re.split(r"[^a-z0-9]+", text)]
-    return any(_glob(pattern, word) for word in words if word)
+    # The pattern (a word, a phrase, `*` wildcards) must start and end at word boundaries.
+    body = ".*".join(re.escape(part) for part in pattern.lower().split("*"))
+    return re.search(rf"(?<![a-z0-9]){body}(?![a-z0-9])", _text(value).lower()) is not None
 
 
 def _instant(text: str) -> str | None:
