@@ -19,12 +19,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from aiptrain import filtering, jobs, logs
+from aiptrain import filtering, jobs, logs, runtimes
 from aiptrain.config import SubmitFlags
 from aiptrain.errors import ValidationError
 from aiptrain.model import Job
 from aiptrain.settings import Settings
-from aiptrain.store import JobStore
+from aiptrain.store import JobStore, duplicate_job
 from aiptrain.submission import Submission, Submitter, prepare
 from aiptrain.validation import validate_labels
 
@@ -83,7 +83,15 @@ class Client:
         """Check a submission without side effects (what `--dry-run` shows)."""
         return prepare(flags, self.settings)
 
-    def submit(self, submission: Submission, report: Callable[[str], None] | None = None) -> Job:
+    def submit(self, submission: Submission, report: Callable[[str], None] | None = None,
+               build_progress: Callable[[str], None] | None = None) -> Job:
+        """Run a prepared submission; `report` hears each step. A runtime image the engine lacks
+        is built first (`build_progress` hears that build) unless AIPTRAIN_AUTO_BUILD=0."""
+        if self.store.exists(submission.job.job_id):
+            raise duplicate_job(submission.job.job_id)
+        if submission.runtime and self.settings.auto_build:
+            runtimes.ensure_image(submission.runtime, self.settings.cache_dir,
+                                  build_progress or report or (lambda line: None), submission.runtime_given_as)
         return Submitter(self.settings, self.store, self.backend, report).submit(submission)
 
     def submit_training(

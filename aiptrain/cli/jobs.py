@@ -173,7 +173,9 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
     from aiptrain.cli.output import spinner
 
     with spinner() as report:
-        job = client.submit(submission, report)
+        # A runtime image built on demand: its steps on the spinner, or as lines in a log.
+        build_progress = report if sys.stderr.isatty() else (lambda line: click.echo(line, err=True))
+        job = client.submit(submission, report, build_progress)
     _warn(submission.notices)  # after the job exists: a refused submit says one line, its error
     click.echo(f"Job [{job.job_id}] submitted successfully.", err=True)
     if not stream_logs:
