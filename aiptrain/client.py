@@ -158,13 +158,17 @@ class Client:
         """Block until the job ends (or `timeout` seconds pass); the job as it then is."""
         return jobs.wait_until_done(job_id, self.settings, self.store, self._backend, timeout)
 
-    def log_batches(self, job_id: str, task_name: str | None = None,
-                    poll_seconds: float = 0.2) -> Iterator[list[logs.LogRecord]]:
-        """The job's log records in batches as they are written, until the job has ended."""
+    def log_batches(self, job_id: str, task_name: str | None = None, poll_seconds: float = 0.2,
+                    on_poll: Callable[[Job], None] | None = None) -> Iterator[list[logs.LogRecord]]:
+        """The job's log records in batches as they are written, until the job has ended;
+        `on_poll` sees the job each time it is looked at."""
         self.get(job_id)  # exists? reconciled.
 
         def finished() -> bool:
-            return self.get(job_id).state.is_terminal
+            job = self.get(job_id)
+            if on_poll:
+                on_poll(job)
+            return job.state.is_terminal
 
         return logs.follow(self.settings.job_log_path(job_id), finished, poll_seconds, task=task_name)
 
@@ -174,6 +178,14 @@ class Client:
         `logs.format_record(record)` gives gcloud's lines."""
         for batch in self.log_batches(job_id, task_name, poll_seconds):
             yield from batch
+
+    def replicas(self, job_id: str):
+        """What the engine says about the job's replicas now (backends.ReplicaObservation)."""
+        return self.backend.observe(job_id)
+
+    def restart_counts(self, job_id: str) -> dict[str, int]:
+        """Restarts so far, by task name."""
+        return self.store.restarts(job_id)
 
     def cancel(self, job_id: str, timeout: float = 60) -> Job:
         """Cancel the job and wait (up to `timeout`) until it has stopped; a job that ended stays as it is."""

@@ -208,14 +208,13 @@ def _stream_then_summarize(client, job_id: str) -> int:
 
 def _print_logs(client, job_id: str, task_name, allow_multiline: bool, err: bool,
                 poll_seconds: float = 0.2) -> None:
-    from aiptrain import logs
-
-    batches = client.log_batches(job_id, task_name, poll_seconds)
     if _live_view_wanted(err):
         from aiptrain.cli.live import print_live
 
-        return print_live(client, job_id, batches, allow_multiline, err)
-    for batch in batches:
+        return print_live(client, job_id, task_name, allow_multiline, err, poll_seconds)
+    from aiptrain import logs
+
+    for batch in client.log_batches(job_id, task_name, poll_seconds):
         lines = [line for record in batch for line in logs.format_record(record, allow_multiline)]
         click.echo("\n".join(lines), err=err)  # one write per batch: thousands of lines a second
 
