@@ -73,6 +73,9 @@ def ended(home):
 def test_describe_flags(ended, run):
     code, out, err = run("jobs", "describe", ended)
     assert code == 0 and yaml.safe_load(out)["state"] == "FAILED"
+    assert "errorMessage: |-\n  It failed.\n  Tail.\n" in out  # a block literal a person can read
+    assert yaml.safe_load(run("jobs", "describe", ended, "--format", "yaml(errorMessage)")[1]) == {
+        "errorMessage": "It failed.\nTail."}
     assert "aiptrain jobs stream-logs ended" in err
     assert json.loads(run("jobs", "describe", ended, "--format", "json")[1])["labels"] == {"a": "1"}
     assert run("jobs", "describe", ended, "--format", "value(state,errorMessage)")[1] == "FAILED\tIt failed.\nTail.\n"

@@ -184,8 +184,6 @@ def _csv_text(headers: list[str] | None, rows: list[list[str]]) -> str:
 
 def render(data: dict | list[dict], spec: str) -> str:
     """One resource or a list of them in the given --format; '' for `none` (and for tables of nothing)."""
-    import yaml
-
     parsed = parse_format(spec)
     kind = parsed.kind
     many = isinstance(data, list)
@@ -209,6 +207,20 @@ def render(data: dict | list[dict], spec: str) -> str:
         return "[]\n" if kind == "json" else ""
     if kind == "json":
         return json.dumps(projected if many else projected[0], indent=2, sort_keys=True) + "\n"
-    documents = [yaml.safe_dump(item, sort_keys=True, default_flow_style=False, allow_unicode=True)
-                 for item in projected]
-    return "---\n".join(documents)
+    return "---\n".join(dump_yaml(item) for item in projected)
+
+
+def dump_yaml(data: Any) -> str:
+    """YAML as gcloud prints resources, multi-line strings (errorMessage) as `|` block literals
+    a person can read."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper: yaml.SafeDumper, value: str):
+        style = "|" if "\n" in value.strip("\n") else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    return yaml.dump(data, Dumper=Dumper, sort_keys=True, default_flow_style=False, allow_unicode=True)

@@ -27,9 +27,9 @@ def _complete_job_ids(ctx, param, incomplete: str):
 
 
 def _yaml(data) -> str:
-    import yaml
+    from aiptrain.cli.formats import dump_yaml
 
-    return yaml.safe_dump(data, sort_keys=True, default_flow_style=False, allow_unicode=True)
+    return dump_yaml(data)
 
 
 def _summary(resource: dict, fields=("endTime", "jobId", "startTime", "state")) -> str:
