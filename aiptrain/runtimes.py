@@ -105,6 +105,56 @@ def check_available(rt: Runtime, given_as: str = "--runtime-version") -> None:
     raise EnvironmentNotReady(unavailable(rt, given_as))
 
 
+# -- building on demand ------------------------------------------------------------------------------
+
+BASE_IMAGE_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "build-base-image.sh"
+
+
+def ensure_image(rt: Runtime, cache_dir: Path, progress: Callable[[str], None], given_as: str) -> bool:
+    """At submit, as `docker run` pulls: build the runtime's image when the engine lacks it (and
+    its base first where this machine can); True when it was built. One build at a time per
+    installation; a submit that waited finds the image ready."""
+    if rt.mapped_image or image_exists(rt.image):
+        return False
+    check_available(rt, given_as)
+    import fcntl
+
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir / "image-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if image_exists(rt.image):
+            return False
+        progress(f"Runtime image [{rt.image}] is not on this Docker engine: building it now, once "
+                 "(AIPTRAIN_AUTO_BUILD=0 refuses instead).")
+        if not rt.base.registry_image and not image_exists(rt.base.image):
+            build_base_image(rt, progress)
+        build_image(rt, cache_dir, progress, given_as)
+    return True
+
+
+def build_base_image(rt: Runtime, progress: Callable[[str], None]) -> None:
+    """The base image through scripts/build-base-image.sh (debootstrap needs root); elsewhere an
+    EnvironmentNotReady that names the command to run."""
+    import os
+    import subprocess
+
+    command = f"sudo {BASE_IMAGE_SCRIPT} {rt.base.name}"
+    if not BASE_IMAGE_SCRIPT.is_file() or os.getuid() != 0:
+        where = command if BASE_IMAGE_SCRIPT.is_file() else f"scripts/build-base-image.sh {rt.base.name} from aiptrain's source"
+        raise EnvironmentNotReady(
+            f"Base image [{rt.base.image}] of runtime {rt.version} is missing, and building it needs root: run `{where}`, "
+            "then submit again."
+        )
+    progress(f"Building base image [{rt.base.image}] with {BASE_IMAGE_SCRIPT.name} (debootstrap; a few minutes)")
+    process = subprocess.Popen([str(BASE_IMAGE_SCRIPT), rt.base.name], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    for line in process.stdout:
+        if line.strip():
+            progress(line.rstrip())
+    if process.wait() != 0 or not image_exists(rt.base.image):
+        raise EnvironmentNotReady(f"Building base image [{rt.base.image}] failed: run `{command}` to see why.")
+
+
 # -- building ------------------------------------------------------------------------------------
 
 

@@ -59,6 +59,10 @@ class Settings:
     # many days, and at most this many MiB (least recently used go first).
     cache_max_age_days: float = field(default_factory=lambda: _env_float("AIPTRAIN_CACHE_MAX_AGE_DAYS", 30.0))
     cache_max_size_mb: int = field(default_factory=lambda: _env_int("AIPTRAIN_CACHE_MAX_SIZE_MB", 10240))
+    # The project in jobs' REST URIs when neither --project nor the submit named one (gcloud's variable).
+    default_project: str = field(default_factory=lambda: os.environ.get("CLOUDSDK_CORE_PROJECT") or "aiptrain")
+    # A submit whose runtime image is missing builds it first, as `docker run` pulls; 0 refuses (exit 3).
+    auto_build: bool = field(default_factory=lambda: os.environ.get("AIPTRAIN_AUTO_BUILD", "1") != "0")
 
     @property
     def installation_id(self) -> str:

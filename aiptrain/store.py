@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterable
 
 from aiptrain.errors import ValidationError
+from aiptrain.filtering import COLUMNS, Condition, Query
 from aiptrain.model import Job, State, TrainingOutput, rfc3339, utc_now
 
 SCHEMA = """
@@ -33,6 +34,13 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id);
 """
+# Added later: `IF NOT EXISTS` makes them a migration that databases made before them take on open.
+INDEXES = """
+CREATE INDEX IF NOT EXISTS jobs_by_create_time ON jobs (create_time);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, create_time);
+"""
+# --sort-by keys and --filter conditions the store answers in SQL (aiptrain.filtering.COLUMNS).
+_SQL_OPERATORS = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
 class JobStore:
@@ -41,7 +49,7 @@ class JobStore:
         self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        self._db.executescript(SCHEMA + INDEXES)
 
     def close(self) -> None:
         self._db.close()
@@ -79,6 +87,48 @@ class JobStore:
     def list(self) -> list[Job]:
         rows = self._db.execute("SELECT resource FROM jobs ORDER BY create_time DESC, job_id").fetchall()
         return [Job.model_validate_json(resource) for (resource,) in rows]
+
+    def query(self, query: Query) -> list[Job]:
+        """Jobs meeting the query's conditions, in its order (newest first by default), at most
+        its limit. Column names come from aiptrain.filtering, values are bound parameters."""
+        where, params = [], []
+        for condition in query.conditions:
+            clause, values = _sql_condition(condition)
+            where.append(clause)
+            params += values
+        order = [f"{COLUMNS[key.key]} {'DESC' if key.descending else 'ASC'}" for key in query.order]
+        sql = "SELECT resource FROM jobs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY " + ", ".join([*order, "create_time DESC", "job_id"])  # ties: newest first, as unsorted
+        if query.limit:
+            sql += " LIMIT ?"
+            params.append(query.limit)
+        return [Job.model_validate_json(resource) for (resource,) in self._db.execute(sql, params).fetchall()]
+
+    def job_ids(self, prefix: str = "") -> list[str]:
+        """IDs starting with `prefix` (case-sensitive), newest first."""
+        rows = self._db.execute(
+            "SELECT job_id FROM jobs WHERE substr(job_id, 1, ?) = ? ORDER BY create_time DESC, job_id",
+            (len(prefix), prefix),
+        ).fetchall()
+        return [job_id for (job_id,) in rows]
+
+    def update_labels(self, job_id: str, change) -> tuple[Job | None, bool]:
+        """Replace the job's labels with `change(labels)` in one compare-and-set; (the job, whether
+        its labels changed). The state and everything else are left as they are."""
+        with self._transaction():
+            row = self._db.execute("SELECT resource FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            if row is None:
+                return None, False
+            job = Job.model_validate_json(row[0])
+            labels = change(dict(job.labels or {}))
+            if labels == (job.labels or {}):
+                return job, False
+            job = job.model_copy(update={"labels": labels or None})
+            # Read and written under one write lock: no transition in between can be undone.
+            self._db.execute("UPDATE jobs SET resource = ? WHERE job_id = ?", (json.dumps(job.to_resource()), job_id))
+        return job, True
 
     def active_job_ids(self) -> list[str]:
         terminal = tuple(s.value for s in (State.SUCCEEDED, State.FAILED, State.CANCELLED))
@@ -160,6 +210,19 @@ class JobStore:
             counts[task_name] = counts.get(task_name, 0) + 1
             self._db.execute("UPDATE jobs SET restarts = ? WHERE job_id = ?", (json.dumps(counts), job_id))
         return counts[task_name]
+
+
+def _sql_condition(condition: Condition) -> tuple[str, list]:
+    column = condition.column
+    if column not in COLUMNS.values():
+        raise ValueError(f"not a job column: {column}")
+    if condition.op == "IN":
+        return f"{column} IN ({','.join('?' * len(condition.value))})", list(condition.value)
+    if condition.op == "PREFIX":
+        return f"substr({column}, 1, ?) = ?", [len(condition.value), condition.value]
+    if condition.op == "CONTAINS_NOCASE":
+        return f"instr(lower({column}), ?) > 0", [condition.value.lower()]
+    return f"{column} {_SQL_OPERATORS[condition.op]} ?", [condition.value]
 
 
 def duplicate_job(job_id: str) -> ValidationError:

@@ -155,7 +155,7 @@ def test_prefixed_help_and_unknown_flags(run):
 
 def test_list_formats(run):
     assert run("ai-platform", "jobs", "list", "--format=json") == (0, "[]\n", "")
-    assert run("jobs", "list", "--format", "value(jobId)") == (0, "", "")
+    assert run("jobs", "list", "--format", "value(jobId)") == (0, "", "Listed 0 items.\n")  # nothing printed
     assert run("jobs", "list")[2] == "Listed 0 items.\n"
 
 

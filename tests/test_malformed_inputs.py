@@ -66,7 +66,7 @@ CASES = [
     ("machine type with a fixed tier", None, ["--scale-tier", "premium-1", "--master-machine-type", "n1-standard-4"]),
     ("image and runtime version", None, ["--master-image-uri", "example.com/img:1", "--runtime-version", "2.11"]),
     ("bad --verbosity", None, ["--verbosity", "loud"]),
-    ("unsupported --format", None, ["--format", "table(jobId)"]),
+    ("unsupported --format", None, ["--format", "flattened"]),
     ("bad label key", None, ["--labels", "Team=ml"]),
     ("--async with --stream-logs", None, ["--async", "--stream-logs"]),
     ("unknown flag", None, ["--bogus-flag", "1"]),
@@ -127,7 +127,7 @@ def test_error_lines_name_the_problem(home, tmp_path, package):
         "--master-machine-type cloud_tpu": "Cloud TPU, which aiptrain cannot emulate",
         "machine type with a fixed tier": "scale tier PREMIUM_1 has fixed machines",
         "worker count without type": "--worker-machine-type is required when --worker-count is greater than 0",
-        "unsupported --format": "--format [table(jobId)] is not supported here",
+        "unsupported --format": "--format [flattened] is not supported here",
     }
     cases = [case for case in CASES if case[0] in wanted]
     for name, result in (_run(case, tmp_path, package) for case in cases):

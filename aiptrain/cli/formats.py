@@ -1,38 +1,105 @@
 """The part of gcloud's `--format` that scripts use on job resources: `json`, `yaml`,
-`value(FIELD,...)`, `json(FIELD,...)`/`yaml(FIELD,...)` projections and `none`.
-FIELDs are dotted keys of the REST resource (`trainingInput.region`)."""
+`value(FIELD,...)`, `json(FIELD,...)`/`yaml(FIELD,...)` projections, `table(FIELD,...)`,
+`csv[no-heading](FIELD,...)` and `none`. FIELDs are dotted keys of the REST resource
+(`trainingInput.region`, `trainingOutput.trials[0].trialId`), optionally with gcloud's
+`.basename()` or `.date(FORMAT)` transform and a `:label=NAME` for the header."""
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from aiptrain.errors import ValidationError
+from aiptrain.filtering import lookup as _lookup
 
-_FORMAT = re.compile(r"\s*(json|yaml|value|none)\s*(?:\((.*)\))?\s*", re.DOTALL)
+_FORMAT = re.compile(
+    r"\s*(?P<kind>json|yaml|value|none|table|csv)\s*(?:\[(?P<attrs>[^\]]*)\])?\s*(?:\((?P<fields>.*)\))?\s*",
+    re.DOTALL,
+)
+_COLUMN = re.compile(r"\s*(?P<key>[A-Za-z_][\w\[\]]*(?:\.[A-Za-z_][\w\[\]]*)*?)"
+                     r"(?:\.(?P<transform>basename|date)\((?P<args>[^)]*)\))?(?P<attrs>(?::[\w-]+(?:=[^:]*)?)*)\s*")
+SUPPORTED = ("json, yaml, none, value(FIELD,...), json(FIELD,...), yaml(FIELD,...), table(FIELD,...) "
+             "or csv[no-heading](FIELD,...); a FIELD may end in .basename() or .date(FORMAT) and carry :label=NAME")
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    label: str
+    transform: str | None = None  # basename | date
+    date_format: str = "%Y-%m-%dT%H:%M:%S"
+
+
+@dataclass(frozen=True)
+class Format:
+    kind: str
+    columns: tuple[Column, ...]
+    no_heading: bool = False
+
+    @property
+    def fields(self) -> list[str]:
+        return [column.key for column in self.columns]
+
+
+def _refuse(spec: str, why: str = "") -> ValidationError:
+    return ValidationError(f"--format [{spec}] is not supported here{why}: use {SUPPORTED}.")
+
+
+def _split_top_level(text: str) -> list[str]:
+    """FIELDs separated by commas outside parentheses and quotes (`date("%Y, %m")`)."""
+    parts, depth, quote, current = [], 0, "", ""
+    for char in text:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "()":
+            depth += 1 if char == "(" else -1
+        elif char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+            continue
+        current += char
+    return [p for p in (*parts, current) if p.strip()]
+
+
+def _column(spec: str, text: str) -> Column:
+    match = _COLUMN.fullmatch(text)
+    if not match:
+        raise _refuse(spec, f" (cannot read the field [{text.strip()}])")
+    key, transform, args = match.group("key", "transform", "args")
+    label = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key.rsplit(".", 1)[-1].split("[")[0]).upper()
+    for attribute in filter(None, match.group("attrs").split(":")):
+        name, _, value = attribute.partition("=")
+        if name == "label":
+            label = value.strip().strip("\"'")
+    date_format = "%Y-%m-%dT%H:%M:%S"
+    if transform == "date":
+        first = [a.strip() for a in _split_top_level(args or "") if "=" not in a]
+        date_format = first[0].strip("\"'") if first else date_format
+    return Column(key, label, transform, date_format)
+
+
+def parse_format(spec: str) -> Format:
+    """A --format value; anything outside the supported subset is a ValidationError (exit 2)."""
+    match = _FORMAT.fullmatch(spec)
+    if not match:
+        raise _refuse(spec)
+    kind, attrs = match.group("kind"), match.group("attrs") or ""
+    columns = tuple(_column(spec, item) for item in _split_top_level(match.group("fields") or ""))
+    if kind in ("value", "table") and not columns:
+        raise _refuse(spec, f" ({kind} needs fields)")
+    if kind in ("json", "yaml", "none") and any(c.transform for c in columns):
+        raise _refuse(spec, " (transforms are for value, table and csv)")
+    return Format(kind, columns, no_heading="no-heading" in attrs)
 
 
 def parse(spec: str) -> tuple[str, list[str]]:
     """(kind, fields) of a --format value; anything else is a ValidationError (exit 2)."""
-    match = _FORMAT.fullmatch(spec)
-    fields = [f.strip() for f in (match.group(2) or "").split(",") if f.strip()] if match else []
-    if not match or (match.group(1) == "value" and not fields):
-        raise ValidationError(
-            f"--format [{spec}] is not supported here: use json, yaml, value(FIELD,...), "
-            "json(FIELD,...), yaml(FIELD,...) or none."
-        )
-    return match.group(1), fields
-
-
-def _lookup(data: Any, path: str) -> Any:
-    """The value at a dotted path; through a list, the list of its items' values."""
-    key, _, rest = path.partition(".")
-    if isinstance(data, (list, tuple)):
-        return [_lookup(item, path) for item in data]
-    if not isinstance(data, dict):
-        return None
-    return _lookup(data.get(key), rest) if rest else data.get(key)
+    parsed = parse_format(spec)
+    return parsed.kind, parsed.fields
 
 
 def _project(resource: dict, fields: list[str]) -> dict:
@@ -63,22 +130,97 @@ def _value_cell(value: Any) -> str:
     return str(value)
 
 
-def render(data: dict | list[dict], spec: str) -> str:
-    """One resource or a list of them in the given --format; '' for `none`."""
-    import yaml
+def _cell(item: dict, column: Column) -> str:
+    value = _lookup(item, column.key)
+    if value is None:
+        return ""
+    if column.transform == "basename":
+        return str(value).rstrip("/").rsplit("/", 1)[-1]
+    if column.transform == "date":
+        from datetime import datetime
 
-    kind, fields = parse(spec)
+        try:
+            moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            return str(value)
+        return moment.astimezone().strftime(column.date_format)
+    return _value_cell(value)
+
+
+def _flat_columns(items: list[dict]) -> tuple[Column, ...]:
+    """Every leaf key of the items, for csv without fields."""
+    keys: dict[str, None] = {}
+
+    def walk(data: dict, prefix: str) -> None:
+        for key, value in data.items():
+            if isinstance(value, dict) and value:
+                walk(value, f"{prefix}{key}.")
+            else:
+                keys[f"{prefix}{key}"] = None
+
+    for item in items:
+        walk(item, "")
+    return tuple(Column(key, key) for key in sorted(keys))
+
+
+def table_text(headers: list[str] | None, rows: list[list[str]]) -> str:
+    """gcloud's table: left-aligned columns two spaces apart, no padding after the last."""
+    lines = ([headers] if headers else []) + rows
+    if not lines:
+        return ""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    return "".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() + "\n" for line in lines)
+
+
+def _csv_text(headers: list[str] | None, rows: list[list[str]]) -> str:
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerows(([headers] if headers else []) + rows)
+    return buffer.getvalue()
+
+
+def render(data: dict | list[dict], spec: str) -> str:
+    """One resource or a list of them in the given --format; '' for `none` (and for tables of nothing)."""
+    parsed = parse_format(spec)
+    kind = parsed.kind
     many = isinstance(data, list)
     items = data if many else [data]
     if kind == "none":
         return ""
-    if kind == "value":
-        return "".join("\t".join(_value_cell(_lookup(item, f)) for f in fields) + "\n" for item in items)
-    projected = [_project(item, fields) for item in items]
+    if kind in ("value", "table", "csv"):
+        columns = parsed.columns or _flat_columns(items)
+        rows = [[_cell(item, column) for column in columns] for item in items]
+        if kind == "value":
+            return "".join("\t".join(row) + "\n" for row in rows)
+        if not rows:
+            return ""
+        if kind == "table":
+            return table_text(None if parsed.no_heading else [column.label for column in columns], rows)
+        # gcloud's csv heads columns with the labels in lower case (`job_id`), keys as-is without fields.
+        headers = [column.label.lower() if parsed.columns else column.key for column in columns]
+        return _csv_text(None if parsed.no_heading else headers, rows)
+    projected = [_project(item, parsed.fields) for item in items]
     if many and not items:
         return "[]\n" if kind == "json" else ""
     if kind == "json":
         return json.dumps(projected if many else projected[0], indent=2, sort_keys=True) + "\n"
-    documents = [yaml.safe_dump(item, sort_keys=True, default_flow_style=False, allow_unicode=True)
-                 for item in projected]
-    return "---\n".join(documents)
+    return "---\n".join(dump_yaml(item) for item in projected)
+
+
+def dump_yaml(data: Any) -> str:
+    """YAML as gcloud prints resources, multi-line strings (errorMessage) as `|` block literals
+    a person can read."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper: yaml.SafeDumper, value: str):
+        style = "|" if "\n" in value.strip("\n") else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    return yaml.dump(data, Dumper=Dumper, sort_keys=True, default_flow_style=False, allow_unicode=True)

@@ -5,49 +5,32 @@ from __future__ import annotations
 
 import os
 import sys
-from functools import cached_property
 
 import click
 
 from aiptrain.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK
 
 
-class Services:
-    """The settings, store and backend a command uses, created on first use."""
+def _client():
+    """The façade every verb goes through (aiptrain.Client)."""
+    from aiptrain.client import Client
 
-    @cached_property
-    def settings(self):
-        from aiptrain.settings import Settings
+    return Client()
 
-        return Settings()
 
-    @cached_property
-    def store(self):
-        from aiptrain.store import JobStore
-
-        self.settings.ensure_dirs()
-        return JobStore(self.settings.store_path)
-
-    @cached_property
-    def backend(self):
-        from aiptrain.backends.docker import DockerBackend
-
-        return DockerBackend(self.settings.installation_id)
-
-    def backend_factory(self):
-        return self.backend
-
-    def job(self, job_id: str):
-        """The job, reconciled first if nobody drives it any more; JobNotFound if there is none."""
-        from aiptrain.jobs import get_job
-
-        return get_job(job_id, self.settings, self.store, self.backend_factory)
+def _complete_job_ids(ctx, param, incomplete: str):
+    """Shell completion of JOB: the IDs in the store that start with what was typed."""
+    try:
+        with _client() as client:
+            return client.job_ids(incomplete)
+    except Exception:  # noqa: BLE001 - completion must never print a traceback into the shell
+        return []
 
 
 def _yaml(data) -> str:
-    import yaml
+    from aiptrain.cli.formats import dump_yaml
 
-    return yaml.safe_dump(data, sort_keys=True, default_flow_style=False, allow_unicode=True)
+    return dump_yaml(data)
 
 
 def _summary(resource: dict, fields=("endTime", "jobId", "startTime", "state")) -> str:
@@ -81,14 +64,14 @@ def _follow_up(job_id: str) -> str:
     )
 
 
-def _labels(value: str | None) -> dict[str, str] | None:
+def _labels(value: str | None, flag: str = "--labels") -> dict[str, str] | None:
     if value is None:
         return None
     labels = {}
     for item in filter(None, value.split(",")):
         key, sep, val = item.partition("=")
         if not sep:
-            raise click.BadParameter(f"[{item}] is not KEY=VALUE", param_hint="--labels")
+            raise click.BadParameter(f"[{item}] is not KEY=VALUE", param_hint=flag)
         labels[key] = val
     return labels
 
@@ -124,7 +107,7 @@ def submit() -> None:
     context_settings={"ignore_unknown_options": False},
     epilog="Arguments after `--` are passed to the trainer; `--job-dir DIR` is appended to them.",
 )
-@click.argument("job_id", metavar="JOB")
+@click.argument("job_id", metavar="JOB", shell_complete=_complete_job_ids)
 @click.argument("user_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- USER_ARGS...]")
 @click.option("--config", help="YAML or JSON file holding a Job resource (trainingInput: ...).")
 @click.option("--job-dir", help="Directory (local path, file:// or gs://) for the job's output; passed as --job-dir.")
@@ -165,7 +148,7 @@ def submit() -> None:
 def training(job_id, user_args, config, labels, packages, async_, stream_logs, dry_run, **flags) -> None:
     """Submit a training job, as `gcloud ai-platform jobs submit training`."""
     from aiptrain.config import SubmitFlags
-    from aiptrain.submission import Submitter, dry_run_plan, prepare
+    from aiptrain.submission import dry_run_plan
 
     if async_ and stream_logs:
         raise click.UsageError("argument --async: At most one of --async | --stream-logs may be specified.")
@@ -175,13 +158,13 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
             "asynchronously; it can be omitted. For synchronous behavior, please pass --stream-logs.",
             err=True,
         )
-    services = Services()
+    client = _client()
     submit_flags = SubmitFlags(
         job_id=job_id, config=config, labels=_labels(labels), packages=_packages(packages),
         user_args=list(user_args), project=_global_flags().project or os.environ.get("CLOUDSDK_CORE_PROJECT"), **flags,
     )
     submit_flags.kms_key = _kms_key_name(submit_flags)
-    submission = prepare(submit_flags, services.settings)
+    submission = client.prepare(submit_flags)
     if submission.runtime and submission.runtime.note:
         click.echo(submission.runtime.note, err=True)
     if dry_run:
@@ -191,14 +174,16 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
     from aiptrain.cli.output import spinner
 
     with spinner() as report:
-        job = Submitter(services.settings, services.store, services.backend, report).submit(submission)
+        # A runtime image built on demand: its steps on the spinner, or as lines in a log.
+        build_progress = report if sys.stderr.isatty() else (lambda line: click.echo(line, err=True))
+        job = client.submit(submission, report, build_progress)
     _warn(submission.notices)  # after the job exists: a refused submit says one line, its error
     click.echo(f"Job [{job.job_id}] submitted successfully.", err=True)
     if not stream_logs:
         click.echo(_follow_up(job.job_id), err=True)
         _echo_formatted(job.to_resource(), lambda resource: _summary(resource, ("jobId", "state")))
         return
-    sys.exit(_stream_then_summarize(services, job.job_id))
+    sys.exit(_stream_then_summarize(client, job.job_id))
 
 
 def _warn(notices) -> None:
@@ -208,46 +193,53 @@ def _warn(notices) -> None:
             click.echo(f"WARNING: {notice}", err=True)
 
 
-def _stream_then_summarize(services: Services, job_id: str) -> int:
+def _stream_then_summarize(client, job_id: str) -> int:
     try:
-        _print_logs(services, job_id, task_name=None, allow_multiline=False, err=True)
+        _print_logs(client, job_id, task_name=None, allow_multiline=False, err=True)
     except KeyboardInterrupt:
         click.echo("Received keyboard interrupt.\n", err=True)
         click.echo(_follow_up(job_id), err=True)
         return EXIT_INTERRUPTED
     from aiptrain.model import State
 
-    job = services.job(job_id)
+    job = client.get(job_id)
     _echo_formatted(job.to_resource(), _summary)
     return EXIT_OK if job.state is State.SUCCEEDED else EXIT_JOB_FAILED
 
 
-def _print_logs(services: Services, job_id: str, task_name, allow_multiline: bool, err: bool,
+def _print_logs(client, job_id: str, task_name, allow_multiline: bool, err: bool,
                 poll_seconds: float = 0.2) -> None:
+    if _live_view_wanted(err):
+        from aiptrain.cli.live import print_live
+
+        return print_live(client, job_id, task_name, allow_multiline, err, poll_seconds)
     from aiptrain import logs
 
-    services.job(job_id)  # exists? reconciled.
-
-    def finished() -> bool:
-        return services.job(job_id).state.is_terminal
-
-    path = services.settings.job_log_path(job_id)
     # A terminal gets control characters escaped; a pipe gets the trainer's bytes as they were.
     escape = (sys.stderr if err else sys.stdout).isatty()
-    for batch in logs.follow(path, finished, poll_seconds, task=task_name):
+    for batch in client.log_batches(job_id, task_name, poll_seconds):
         text = "\n".join(line for record in batch for line in logs.format_record(record, allow_multiline))
         # One write per batch: thousands of lines a second. color=True: click must not strip ESC.
         click.echo(logs.printable(text) if escape else text, err=err, color=True)
 
 
+def _live_view_wanted(err: bool) -> bool:
+    """Colours and a status line on a terminal; gcloud's plain lines through a pipe, in CI, or
+    with NO_COLOR / TERM=dumb."""
+    stream = sys.stderr if err else sys.stdout
+    if not stream.isatty() or os.environ.get("CI") or os.environ.get("NO_COLOR") is not None:
+        return False
+    return os.environ.get("TERM", "") != "dumb"
+
+
 @jobs.command()
-@click.argument("job_id", metavar="JOB")
+@click.argument("job_id", metavar="JOB", shell_complete=_complete_job_ids)
 @click.option("--summarize", is_flag=True,
               help="Print gcloud's summary tables (overview, input, output, HP trials) instead of the resource.")
 def describe(job_id, summarize) -> None:
     """Print a job as the REST resource (YAML, camelCase)."""
-    services = Services()
-    job = services.job(job_id)
+    client = _client()
+    job = client.get(job_id)
     if summarize:
         from aiptrain.cli.summary import print_summary
 
@@ -256,10 +248,8 @@ def describe(job_id, summarize) -> None:
         print_summary(job)
     else:
         _echo_formatted(job.to_resource(), _yaml)
-    _say_where_gcs_paths_are(job, services.settings.gcs_root)
-    from aiptrain.submission import recorded_project
-
-    project = recorded_project(services.settings, job_id)
+    _say_where_gcs_paths_are(job, client.settings.gcs_root)
+    project = client.recorded_project(job_id)
     if project:
         click.echo(f"\nProject [{project}], given at submit (jobs here are not separated by project).", err=True)
     click.echo(f"\nView the logs with:\n  $ aiptrain jobs stream-logs {job_id}", err=True)
@@ -277,7 +267,7 @@ def _say_where_gcs_paths_are(job, gcs_root) -> None:
 
 
 @jobs.command()
-@click.argument("job_id", metavar="JOB")
+@click.argument("job_id", metavar="JOB", shell_complete=_complete_job_ids)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Image file to write: .png, .svg or .pdf.")
 def plot(job_id, output) -> None:
@@ -287,75 +277,78 @@ def plot(job_id, output) -> None:
 
     from aiptrain.plot import plot_study
 
-    plot_study(Services().job(job_id), Path(output))
+    plot_study(_client().get(job_id), Path(output))
     click.echo(f"Plotted job [{job_id}] to [{output}].", err=True)
 
 
+LIST_FORMAT = "table(jobId.basename(), state:label=STATUS, createTime.date(tz=LOCAL):label=CREATED)"
+
+
 @jobs.command(name="list")
-@click.option("--limit", type=click.IntRange(min=1), help="Show at most this many jobs (newest first).")
-@click.option("--filter", "filter_", help="Simple filters: `jobId:prefix*`, `state:FAILED`, joined with AND.")
-def list_(limit, filter_) -> None:
+@click.option("--filter", "filter_", metavar="EXPRESSION",
+              help="gcloud's filter expression, e.g. `jobId:census* AND state:FAILED`, `labels.team=ml`, "
+                   "`createTime>2026-01-01`, `state:(RUNNING QUEUED)`, with AND, OR, NOT and parentheses.")
+@click.option("--limit", type=click.IntRange(min=1), help="Show at most this many jobs (after sorting and filtering).")
+@click.option("--page-size", type=click.IntRange(min=1),
+              help="Accepted for gcloud's scripts: there are no pages here, every job is printed at once.")
+@click.option("--sort-by", metavar="[FIELD,...]", help="Sort by these fields, `~` for descending "
+              "(default: newest first).")
+@click.option("--uri", is_flag=True, help="Print each job's REST URI instead (project: --project, else the one "
+              "given at submit, else $CLOUDSDK_CORE_PROJECT, else `aiptrain`).")
+def list_(filter_, limit, page_size, sort_by, uri) -> None:
     """List jobs, newest first: JOB_ID, STATUS, CREATED."""
-    from aiptrain.jobs import reconcile_all
+    client = _client()
+    found = client.list(filter=filter_, sort_by=sort_by, limit=limit)
+    if uri:
+        text = "".join(client.uri(job.job_id, _global_flags().project) + "\n" for job in found)
+    else:
+        from aiptrain.cli.formats import render
 
-    services = Services()
-    reconcile_all(services.settings, services.store, services.backend_factory)
-    found = [job for job in services.store.list() if _matches(job, filter_)]
-    if limit:
-        found = found[:limit]
-    if _global_flags().format:
-        _echo_formatted([job.to_resource() for job in found], None)
-        return
-    if not found:
+        text = render([job.to_resource() for job in found], _global_flags().format or LIST_FORMAT)
+    if text:
+        click.echo(text, nl=False)
+    else:
         click.echo("Listed 0 items.", err=True)
+
+
+@jobs.command()
+@click.argument("job_id", metavar="JOB", shell_complete=_complete_job_ids)
+@click.option("--update-labels", metavar="KEY=VALUE,...", help="Labels to add or change.")
+@click.option("--remove-labels", metavar="KEY,...", help="Labels to remove; absent keys are ignored.")
+@click.option("--clear-labels", is_flag=True, help="Remove every label (applied before --update-labels).")
+def update(job_id, update_labels, remove_labels, clear_labels) -> None:
+    """Update a job's labels, as `gcloud ai-platform jobs update`: --clear-labels, then
+    --update-labels, then --remove-labels. Finished jobs can be relabelled too."""
+    if clear_labels and remove_labels is not None:
+        raise click.UsageError("argument --clear-labels: At most one of --clear-labels | --remove-labels may be specified.")
+    if update_labels is None and remove_labels is None and not clear_labels:
+        raise click.UsageError("No updates requested.")
+    remove = [key for key in (remove_labels or "").split(",") if key]
+    result = _client().update_labels(job_id, _labels(update_labels, "--update-labels"), remove, clear_labels)
+    if not result.changed:
+        click.echo("No update to perform.", err=True)
         return
-    from aiptrain.cli.output import print_table
-
-    rows = [(job.job_id, job.state.value, _local_time(job.create_time)) for job in found]
-    print_table(("JOB_ID", "STATUS", "CREATED"), rows)
-
-
-def _local_time(moment) -> str:
-    return moment.astimezone().strftime("%Y-%m-%dT%H:%M:%S") if moment else ""
-
-
-def _matches(job, expression: str | None) -> bool:
-    """A subset of gcloud's --filter: `field:value` terms (trailing * = prefix) joined by AND."""
-    if not expression:
-        return True
-    resource = job.to_resource()
-    for term in expression.replace(" and ", " AND ").split(" AND "):
-        key, sep, wanted = term.strip().partition(":")
-        if not sep:
-            raise click.BadParameter(f"[{term}] is not FIELD:VALUE", param_hint="--filter")
-        value = str(resource.get(key.strip(), ""))
-        wanted = wanted.strip().strip("'\"")
-        if not (value.startswith(wanted[:-1]) if wanted.endswith("*") else value == wanted):
-            return False
-    return True
+    click.echo(f"Updated ml engine job [{job_id}].", err=True)
 
 
 @jobs.command(name="stream-logs")
-@click.argument("job_id", metavar="JOB")
+@click.argument("job_id", metavar="JOB", shell_complete=_complete_job_ids)
 @click.option("--task-name", help="Show only this task, e.g. master-replica-0.")
 @click.option("--allow-multiline-logs", is_flag=True, help="Print multi-line messages as one record.")
 @click.option("--polling-interval", type=click.IntRange(min=1), default=1, show_default=True,
               help="Seconds between checks for new lines when none came.")
 def stream_logs(job_id, task_name, allow_multiline_logs, polling_interval) -> None:
     """Stream a job's logs until it ends (Ctrl-C stops the stream, not the job)."""
-    services = Services()
+    client = _client()
     try:
-        _print_logs(services, job_id, task_name, allow_multiline_logs, err=False,
+        _print_logs(client, job_id, task_name, allow_multiline_logs, err=False,
                     poll_seconds=min(polling_interval, 1) / 5)
     except KeyboardInterrupt:
         click.echo("Received keyboard interrupt.", err=True)
 
 
 @jobs.command()
-@click.argument("job_id", metavar="JOB")
+@click.argument("job_id", metavar="JOB", shell_complete=_complete_job_ids)
 def cancel(job_id) -> None:
     """Cancel a job; a job that already ended is left as it is (exit 0)."""
-    from aiptrain.jobs import cancel as cancel_job
-
-    services = Services()
-    cancel_job(job_id, services.settings, services.store, services.backend_factory)
+    _client().cancel(job_id)

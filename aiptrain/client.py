@@ -1,0 +1,216 @@
+"""The Python API, and the one façade every job verb goes through (the CLI included):
+a `Client` holds the settings, the store and the backend, and offers submit, get, list,
+cancel, wait, stream_logs and update_labels, returning the pydantic `Job` the CLI prints.
+
+    import aiptrain
+
+    with aiptrain.Client() as client:
+        job = client.submit_training("run_1", package_path="trainer", module_name="trainer.task",
+                                     job_dir="/tmp/run_1", args=["--steps", "100"])
+        for line in client.stream_logs(job.job_id):
+            print(line)
+        print(client.wait(job.job_id).state)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cached_property
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from aiptrain import filtering, jobs, logs, runtimes
+from aiptrain.config import SubmitFlags
+from aiptrain.errors import ValidationError
+from aiptrain.model import Job
+from aiptrain.settings import Settings
+from aiptrain.store import JobStore, duplicate_job
+from aiptrain.submission import Submission, Submitter, prepare
+from aiptrain.validation import validate_labels
+
+SUBMIT_FLAG_NAMES = frozenset(f.name for f in dataclasses.fields(SubmitFlags))
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelsUpdate:
+    """What `update_labels` did: the job after it, and whether its labels changed."""
+
+    job: Job
+    changed: bool
+
+
+class Client:
+    """One aiptrain installation (AIPTRAIN_HOME, or `home`): its jobs and its engine.
+    The store and the engine are opened on first use; `close()` (or `with`) releases them."""
+
+    def __init__(self, home: str | Path | None = None, settings: Settings | None = None, backend=None):
+        if settings is None:
+            settings = Settings(home=Path(home).expanduser().resolve()) if home else Settings()
+        self.settings = settings
+        if backend is not None:
+            self.__dict__["backend"] = backend  # a given backend (a fake in tests) replaces the engine's
+
+    # -- what the client holds ---------------------------------------------------------------
+
+    @cached_property
+    def store(self) -> JobStore:
+        self.settings.ensure_dirs()
+        return JobStore(self.settings.store_path)
+
+    @cached_property
+    def backend(self):
+        from aiptrain.backends.docker import DockerBackend
+
+        return DockerBackend(self.settings.installation_id)
+
+    def _backend(self):
+        return self.backend
+
+    def close(self) -> None:
+        if "store" in self.__dict__:
+            self.store.close()
+            del self.__dict__["store"]
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- submit ----------------------------------------------------------------------------
+
+    def prepare(self, flags: SubmitFlags) -> Submission:
+        """Check a submission without side effects (what `--dry-run` shows)."""
+        return prepare(flags, self.settings)
+
+    def submit(self, submission: Submission, report: Callable[[str], None] | None = None,
+               build_progress: Callable[[str], None] | None = None) -> Job:
+        """Run a prepared submission; `report` hears each step. A runtime image the engine lacks
+        is built first (`build_progress` hears that build) unless AIPTRAIN_AUTO_BUILD=0."""
+        if self.store.exists(submission.job.job_id):
+            raise duplicate_job(submission.job.job_id)
+        if submission.runtime and self.settings.auto_build:
+            runtimes.ensure_image(submission.runtime, self.settings.cache_dir,
+                                  build_progress or report or (lambda line: None), submission.runtime_given_as)
+        return Submitter(self.settings, self.store, self.backend, report).submit(submission)
+
+    def submit_training(
+        self,
+        job_id: str,
+        package_path: str | Path | None = None,
+        module_name: str | None = None,
+        job_dir: str | Path | None = None,
+        config: str | Path | None = None,
+        args: Iterable[str] = (),
+        **flags,
+    ) -> Job:
+        """`jobs submit training`: keyword arguments are its flags in snake_case
+        (region, scale_tier, runtime_version, labels={...}, packages=[...], master_image_uri, ...)."""
+        unknown = sorted(set(flags) - SUBMIT_FLAG_NAMES)
+        if unknown:
+            raise ValidationError(f"submit_training() got unknown flag(s) {', '.join(unknown)}: use the snake_case "
+                                  "names of `jobs submit training`'s flags.")
+        submit_flags = SubmitFlags(
+            job_id=job_id, package_path=_text(package_path), module_name=module_name, job_dir=_text(job_dir),
+            config=_text(config), user_args=list(args), **flags,
+        )
+        return self.submit(self.prepare(submit_flags))
+
+    # -- read ------------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job:
+        """The job, reconciled first if nobody drives it any more; JobNotFound if there is none."""
+        return jobs.get_job(job_id, self.settings, self.store, self._backend)
+
+    def list(self, filter: str | None = None, sort_by: str | Iterable[str] | None = None,
+             limit: int | None = None) -> list[Job]:
+        """Jobs as `jobs list` selects them: gcloud's --filter expression and --sort-by keys
+        (`~` for descending; newest first by default), sorted, then filtered, then limited."""
+        expression = filtering.parse(filter) if filter else None
+        keys = filtering.parse_sort_keys(sort_by)
+        jobs.reconcile_all(self.settings, self.store, self._backend)
+        query = filtering.plan_query(expression, keys, limit)
+        found = self.store.query(query)
+        if query.complete:
+            return found
+        pairs = filtering.select([(job.to_resource(), job) for job in found], expression, keys, limit,
+                                 lambda pair: pair[0])
+        return [job for _, job in pairs]
+
+    def job_ids(self, prefix: str = "") -> list[str]:
+        """IDs starting with `prefix`, newest first, without reconciling (shell completion)."""
+        return self.store.job_ids(prefix)
+
+    def recorded_project(self, job_id: str) -> str | None:
+        from aiptrain.submission import recorded_project
+
+        return recorded_project(self.settings, job_id)
+
+    def uri(self, job_id: str, project: str | None = None) -> str:
+        """The job's REST URI, as `jobs list --uri` prints it: in `project`, else the project given
+        at submit, else the default project (CLOUDSDK_CORE_PROJECT, else `aiptrain`)."""
+        project = project or self.recorded_project(job_id) or self.settings.default_project
+        return f"https://ml.googleapis.com/v1/projects/{project}/jobs/{job_id}"
+
+    # -- wait, logs, cancel ----------------------------------------------------------------
+
+    def wait(self, job_id: str, timeout: float | None = None) -> Job:
+        """Block until the job ends (or `timeout` seconds pass); the job as it then is."""
+        return jobs.wait_until_done(job_id, self.settings, self.store, self._backend, timeout)
+
+    def log_batches(self, job_id: str, task_name: str | None = None, poll_seconds: float = 0.2,
+                    on_poll: Callable[[Job], None] | None = None) -> Iterator[list[logs.LogRecord]]:
+        """The job's log records in batches as they are written, until the job has ended;
+        `on_poll` sees the job each time it is looked at."""
+        self.get(job_id)  # exists? reconciled.
+
+        def finished() -> bool:
+            job = self.get(job_id)
+            if on_poll:
+                on_poll(job)
+            return job.state.is_terminal
+
+        return logs.follow(self.settings.job_log_path(job_id), finished, poll_seconds, task=task_name)
+
+    def stream_logs(self, job_id: str, task_name: str | None = None,
+                    poll_seconds: float = 0.2) -> Iterator[logs.LogRecord]:
+        """The job's log records (time, task, severity, message, trial), following until it ends;
+        `logs.format_record(record)` gives gcloud's lines."""
+        for batch in self.log_batches(job_id, task_name, poll_seconds):
+            yield from batch
+
+    def replicas(self, job_id: str):
+        """What the engine says about the job's replicas now (backends.ReplicaObservation)."""
+        return self.backend.observe(job_id)
+
+    def restart_counts(self, job_id: str) -> dict[str, int]:
+        """Restarts so far, by task name."""
+        return self.store.restarts(job_id)
+
+    def cancel(self, job_id: str, timeout: float = 60) -> Job:
+        """Cancel the job and wait (up to `timeout`) until it has stopped; a job that ended stays as it is."""
+        return jobs.cancel(job_id, self.settings, self.store, self._backend, timeout)
+
+    # -- labels ----------------------------------------------------------------------------
+
+    def update_labels(self, job_id: str, update: dict[str, str] | None = None,
+                      remove: Iterable[str] = (), clear: bool = False) -> LabelsUpdate:
+        """`jobs update`: clear, then update, then remove (an absent key is ignored), in one
+        compare-and-set on the store; finished jobs too."""
+        if update:
+            validate_labels(update)
+        self.get(job_id)  # JobNotFound before anything else
+
+        def change(labels: dict[str, str]) -> dict[str, str]:
+            new = {} if clear else dict(labels)
+            new.update(update or {})
+            for key in remove:
+                new.pop(key, None)
+            return new
+
+        job, changed = self.store.update_labels(job_id, change)
+        return LabelsUpdate(job, changed)
+
+
+def _text(value: str | Path | None) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,100 @@
+"""aiptrain.Client, the Python API: pure checks, then submit/wait/stream_logs/cancel on the real
+engine with the minimal runtime and the basic sample."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+import aiptrain
+from aiptrain.client import Client, LabelsUpdate
+from aiptrain.errors import JobNotFound, ValidationError
+from aiptrain.logs import LogRecord, format_record
+from aiptrain.model import Job, State
+from conftest import SAMPLE_TRAINER, job_resources, wait_for
+
+
+def test_import_aiptrain_stays_light():
+    code = "import sys, aiptrain; print('aiptrain.client' in sys.modules, 'pydantic' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+    assert aiptrain.Client is Client
+    with pytest.raises(AttributeError):
+        aiptrain.Nope  # noqa: B018
+
+
+def test_client_reads_its_own_home(tmp_path, home):
+    with Client(home=tmp_path / "elsewhere") as client:
+        assert client.settings.home == (tmp_path / "elsewhere").resolve()
+        client.store.create(Job(job_id="there"))
+        assert [job.job_id for job in client.list()] == ["there"]
+        assert client.job_ids("th") == ["there"] and client.job_ids("x") == []
+    assert "store" not in client.__dict__  # closed
+    with Client() as default:  # AIPTRAIN_HOME
+        assert default.list() == []
+        with pytest.raises(JobNotFound, match=r"\[there\]"):
+            default.get("there")
+
+
+def test_update_labels_returns_the_job(home):
+    with Client() as client:
+        client.store.create(Job(job_id="j", labels={"a": "1"}))
+        result = client.update_labels("j", update={"b": "2"})
+        assert result == LabelsUpdate(client.get("j"), True)
+        assert result.job.labels == {"a": "1", "b": "2"}
+        with pytest.raises(ValidationError, match="Invalid label key"):
+            client.update_labels("j", update={"B": "x"})
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"scale_teir": "basic"}, "unknown flag(s) scale_teir"),
+    ({"module_name": None}, "--module-name is required"),
+    ({"labels": {"Bad": "x"}}, "Invalid label key [Bad]"),
+])
+def test_submit_training_refuses_bad_input_and_creates_nothing(home, kwargs, message):
+    with Client() as client:
+        arguments = {"package_path": SAMPLE_TRAINER, "module_name": "trainer.task", **kwargs}
+        with pytest.raises(ValidationError, match=re.escape(message)):
+            client.submit_training("refused", **arguments)
+        assert client.list() == []
+
+
+def test_uri_names_the_project(home, monkeypatch):
+    monkeypatch.setenv("CLOUDSDK_CORE_PROJECT", "p-env")
+    with Client() as client:
+        assert client.uri("j") == "https://ml.googleapis.com/v1/projects/p-env/jobs/j"
+        assert client.uri("j", "p-flag").endswith("/projects/p-flag/jobs/j")
+
+
+@pytest.mark.docker
+def test_submit_wait_and_stream_logs(home, tmp_path, minimal_runtime):
+    with Client() as client:
+        job = client.submit_training(
+            "api_job", package_path=SAMPLE_TRAINER, module_name="trainer.task", job_dir=tmp_path / "out",
+            args=["--steps", "3"], runtime_version=minimal_runtime, region="us-central1", labels={"via": "api"},
+        )
+        assert isinstance(job, Job) and job.job_id == "api_job" and job.labels == {"via": "api"}
+        records = list(client.stream_logs("api_job"))
+        assert all(isinstance(r, LogRecord) for r in records)
+        assert {"service", "master-replica-0"} <= {r.task for r in records}
+        lines = [line for r in records for line in format_record(r)]
+        assert any("\tmaster-replica-0\t\t" in line for line in lines)
+        done = client.wait("api_job")
+        assert done.state is State.SUCCEEDED and done.end_time is not None
+        assert client.list(filter="labels.via=api")[0].job_id == "api_job"
+        assert (tmp_path / "out").is_dir()
+
+
+@pytest.mark.docker
+def test_cancel_and_wait_with_timeout(home, tmp_path, minimal_runtime, docker_api):
+    with Client() as client:
+        client.submit_training("api_cancel", package_path=str(SAMPLE_TRAINER), module_name="trainer.task",
+                               job_dir=str(tmp_path / "out"), args=["--steps", "1000", "--sleep", "1"],
+                               runtime_version=minimal_runtime)
+        assert not client.wait("api_cancel", timeout=0).state.is_terminal  # returns at the deadline
+        assert client.cancel("api_cancel").state is State.CANCELLED
+        assert client.cancel("api_cancel").state is State.CANCELLED  # already ended: left as it is
+    wait_for(lambda: not job_resources(docker_api, "api_cancel"), what="the cancelled job's containers to go")
