@@ -1,7 +1,7 @@
 """The TensorFlow samples under `aiptrain local train --distributed`, in a Python that has
-TensorFlow: a virtual environment built once under the repository's .cache/ from the 2.11
-runtime's wheelhouse (`make images` downloads it; `pip install --no-index`), or from the
-package index when that wheelhouse is not on this machine."""
+TensorFlow: a virtual environment built once under the repository's .cache/, with the oldest
+TensorFlow that has wheels for this host's Python (the runtime images' 2.11 needs Python 3.10
+or older), taken from a runtime wheelhouse on this machine where one has it, else the index."""
 
 import os
 import platform
@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from aiptrain.runtimes import RUNTIMES
 from aiptrain.settings import Settings
 from conftest import REPO
 from test_local_train import free_port_block, local_train
@@ -20,7 +19,7 @@ from test_tensorflow_jobs import STEPS, assert_checkpoint
 
 pytestmark = pytest.mark.tensorflow
 
-TENSORFLOW = next(p for p in RUNTIMES["2.11"].packages if p.startswith("tensorflow"))
+TENSORFLOW = "tensorflow-cpu==2.12.1" if sys.version_info < (3, 12) else "tensorflow-cpu==2.16.2"
 PYTHON_VERSION = f"{sys.version_info[0]}.{sys.version_info[1]}"
 VENV = REPO / ".cache" / f"local-train-tf-py{PYTHON_VERSION}-{TENSORFLOW.replace('==', '-')}"
 # Read at import, before fixtures point AIPTRAIN_HOME at a temporary home.
@@ -35,7 +34,7 @@ def tf_python() -> str:
     VENV.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=".building-", dir=VENV.parent))
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(building)], check=True)
-    source = ["--no-index", "--find-links", str(WHEELHOUSE)] if (WHEELHOUSE / "requirements.txt").is_file() else []
+    source = ["--find-links", str(WHEELHOUSE)] if WHEELHOUSE.is_dir() else []
     subprocess.run(
         [str(building / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
          "--only-binary=:all:", *source, TENSORFLOW],
