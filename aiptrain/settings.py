@@ -12,6 +12,12 @@ from pathlib import Path
 
 DEFAULT_RUNTIME_VERSION = "2.11"
 DEFAULT_BASE_IMAGE = "aiptrain/base:bookworm"
+# Jobs' networks take small subnets from this range: RFC 2544's benchmarking range, which LANs,
+# VPNs and Docker's own default pools do not use; room for thousands of jobs.
+DEFAULT_SUBNET_POOL = "198.18.0.0/15"
+# Processes and threads one replica may have: generous for TensorFlow's thread pools and data
+# loaders, but a fork bomb in a trainer stops there instead of taking the host.
+DEFAULT_REPLICA_PIDS_LIMIT = 4096
 
 
 def _env_int(name: str, default: int) -> int:
@@ -47,6 +53,12 @@ class Settings:
     stop_grace_seconds: int = field(default_factory=lambda: _env_int("AIPTRAIN_STOP_GRACE_SECONDS", 10))
     # How often the supervisor looks at the replicas when no Docker event woke it earlier.
     poll_seconds: float = field(default_factory=lambda: _env_float("AIPTRAIN_POLL_SECONDS", 1.0))
+    # Where jobs' bridge networks get their subnets (one per job, sized to its replicas).
+    subnet_pool: str = field(default_factory=lambda: os.environ.get("AIPTRAIN_SUBNET_POOL", DEFAULT_SUBNET_POOL))
+    # Processes and threads per replica; 0: no limit.
+    replica_pids_limit: int = field(
+        default_factory=lambda: _env_int("AIPTRAIN_REPLICA_PIDS_LIMIT", DEFAULT_REPLICA_PIDS_LIMIT)
+    )
 
     @property
     def installation_id(self) -> str:

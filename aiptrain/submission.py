@@ -59,6 +59,7 @@ class Submission:
     staging_bucket: str | None = None
     limit_resources: bool = False
     installation: str = ""
+    pids_limit: int | None = None
 
 
 def replica_user() -> str:
@@ -117,6 +118,7 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
         flags.staging_bucket or settings.default_bucket or None,
         flags.limit_resources,
         settings.installation_id,
+        settings.replica_pids_limit,
     )
 
 
@@ -199,6 +201,7 @@ def plan_inputs(
         host_memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         limit_resources=submission.limit_resources,
         installation=submission.installation,
+        pids_limit=submission.pids_limit,
         extra_env=extra_env,
         extra_mounts=extra_mounts,
     )

@@ -305,7 +305,7 @@ def main(argv: list[str]) -> int:
     store = JobStore(settings.store_path)
     from aiptrain.backends.docker import DockerBackend
 
-    supervisor = Supervisor(job_id, settings, store, DockerBackend(settings.installation_id))
+    supervisor = Supervisor(job_id, settings, store, DockerBackend.from_settings(settings))
     try:
         supervisor.run()
         return 0

@@ -15,6 +15,9 @@ from aiptrain.model import AcceleratorConfig, ReplicaConfig, ScaleTier, Training
 
 MASTER, WORKER, PS, EVALUATOR = "master", "worker", "ps", "evaluator"
 TASK_TYPES = (MASTER, WORKER, PS, EVALUATOR)
+# A job's replicas share one Linux bridge, which takes at most 1024 ports; the service's
+# default quotas (450 vCPUs per project) stopped far below this.
+MAX_REPLICAS = 1000
 
 
 @dataclass(frozen=True)
@@ -167,13 +170,34 @@ def _custom_groups(ti: TrainingInput) -> dict[str, tuple[int, str]]:
     groups = {MASTER: (1, ti.master_type)}
     for task_type, type_field, count_field, _, flag in _GROUPS:
         type_name, count = getattr(ti, type_field), getattr(ti, count_field)
-        if count is not None and count < 0:
-            raise ValidationError(f"{flag}-count must be at least 0, got {count}.")
+        check_count(count, f"{flag}-count")
         if count and not type_name:
             raise ValidationError(f"{flag}-machine-type is required when {flag}-count is greater than 0.")
         if count:
             groups[task_type] = (count, type_name)
     return groups
+
+
+def check_count(count: int | None, flag: str) -> None:
+    """A replica count the engine can hold: checked before anything is sized by it."""
+    if count is None:
+        return
+    if count < 0:
+        raise ValidationError(f"{flag} must be at least 0, got {count}.")
+    if count > MAX_REPLICAS:
+        raise ValidationError(
+            f"{flag} {count} is more than a job can have here: at most {MAX_REPLICAS} replicas per job "
+            "(they share one Docker bridge network)."
+        )
+
+
+def _check_total(groups: dict[str, tuple[int, str]]) -> None:
+    total = sum(count for count, _ in groups.values())
+    if total > MAX_REPLICAS:
+        raise ValidationError(
+            f"The job has {total} replicas: at most {MAX_REPLICAS} per job (they share one Docker bridge "
+            "network); lower --worker-count or --parameter-server-count."
+        )
 
 
 def replicas_for(ti: TrainingInput) -> list[Replica]:
@@ -191,6 +215,7 @@ def replicas_for(ti: TrainingInput) -> list[Replica]:
             if getattr(ti, count_field):
                 raise ValidationError(f"{flag}-count can only be used when --scale-tier is CUSTOM.")
         groups = TIER_REPLICAS[tier]
+    _check_total(groups)
 
     machines = {task_type: machine_type(name) for task_type, (_, name) in groups.items()}
     if len({m.legacy for m in machines.values()}) > 1:

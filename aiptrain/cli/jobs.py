@@ -31,7 +31,7 @@ class Services:
     def backend(self):
         from aiptrain.backends.docker import DockerBackend
 
-        return DockerBackend(self.settings.installation_id)
+        return DockerBackend.from_settings(self.settings)
 
     def backend_factory(self):
         return self.backend
