@@ -8,7 +8,15 @@ import json
 import pytest
 from docker.errors import APIError
 
-from aiptrain.backends.docker import _LineAssembler, engine_error, pick_subnet, subnet_pool, subnet_prefix
+from aiptrain.backends.docker import (
+    ENGINE_PART_BYTES,
+    _LineAssembler,
+    _LogReader,
+    engine_error,
+    pick_subnet,
+    subnet_pool,
+    subnet_prefix,
+)
 from aiptrain.errors import ValidationError
 from aiptrain.model import Job, ScaleTier, TrainingInput
 from aiptrain.planning import HOSTNAME_MAX, PlanInputs, Trial, plan
@@ -173,3 +181,26 @@ def feed_all(frames: list[bytes]) -> list[tuple[str, bytes]]:
 )
 def test_lines_are_rebuilt_from_the_engines_messages(frames, lines):
     assert feed_all(frames) == lines
+
+
+def test_a_read_again_finds_the_last_part_the_follow_ended_before():
+    """The engine may write a stopped replica's last part after its follow ended, stamped
+    before the part it follows: the plain read starts where the follow did and skips by count."""
+    part = b"a" * ENGINE_PART_BYTES
+    messages = [(1, b"2026-01-01T00:00:01.000000000Z before\n"), (2, b"2026-01-01T00:00:02.000000000Z " + part),
+                (2, b"2026-01-01T00:00:01.500000000Z tail")]
+    reads = [messages[:2], messages]
+    reader = _LogReader(lambda since, follow: iter(reads.pop(0)), None)
+    first = list(reader.read(follow=True))
+    assert [c.text for c in first] == ["before"] and reader.awaits_more()
+    assert list(reader.read(follow=False)) == [] and not reader.awaits_more()
+    (line,) = reader.flush()
+    assert (line.stream, line.time, line.text) == ("stderr", "2026-01-01T00:00:02.000000000Z", "a" * ENGINE_PART_BYTES + "tail")
+
+
+def test_a_resumed_read_skips_what_was_copied_before():
+    messages = [(1, b"2026-01-01T00:00:01.000000000Z old\n"), (1, b"2026-01-01T00:00:02.000000000Z new\n")]
+    from aiptrain.logs import parse_engine_time
+
+    reader = _LogReader(lambda since, follow: iter(messages), parse_engine_time("2026-01-01T00:00:01Z"))
+    assert [c.text for c in reader.read(follow=True)] == ["new"] and not reader.awaits_more()

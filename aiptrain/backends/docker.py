@@ -42,6 +42,10 @@ _STATES = {"created": CREATED, "running": RUNNING, "restarting": RUNNING, "pause
 RESERVED_ADDRESSES = 3
 SMALLEST_SUBNET = 29  # 8 addresses: 5 replicas
 SUBNET_ATTEMPTS = 8  # a concurrent submit may take the subnet we picked: pick again
+# The engine logs lines longer than this in parts; it writes a stopped replica's last part up to
+# a few hundred milliseconds after its follow ended.
+ENGINE_PART_BYTES = 16 * 1024
+LAST_PART_PATIENCE_SECONDS = 3.0
 
 
 def connect(timeout: int = 120):
@@ -374,29 +378,31 @@ class DockerBackend:
     def follow_logs(self, container_id: str, since_ns: int | None = None) -> Iterator[LogChunk]:
         """Every log line of the container from `since_ns` on, following until it stops.
 
-        docker-py's logs() merges stdout and stderr; the severity of a line depends on
-        which stream it came from, so the engine's multiplexed frames are read directly.
+        The engine's follow can end before it has written the last part of a long line (the
+        engine cuts lines into 16 KB parts), so while a line still lacks its end, plain reads
+        follow, briefly; then a last line without a newline is flushed.
         """
+        reader = _LogReader(lambda since, follow: self._log_frames(container_id, since, follow), since_ns)
+        yield from reader.read(follow=True)
+        deadline = time.monotonic() + LAST_PART_PATIENCE_SECONDS
+        while reader.awaits_more() and time.monotonic() < deadline:
+            time.sleep(0.1)
+            yield from reader.read(follow=False)
+        yield from reader.flush()
+
+    def _log_frames(self, container_id: str, since_ns: int | None, follow: bool) -> Iterator[tuple[int, bytes]]:
+        """The engine's log messages, stdout and stderr apart: docker-py's logs() merges them, and
+        the severity of a line depends on its stream, so the multiplexed frames are read directly."""
         api = self.api
-        params = {"follow": 1, "stdout": 1, "stderr": 1, "timestamps": 1}
+        params = {"follow": int(follow), "stdout": 1, "stderr": 1, "timestamps": 1}
         if since_ns:
             params["since"] = f"{since_ns // 1_000_000_000}.{since_ns % 1_000_000_000:09d}"
         response = api._get(api._url("/containers/{0}/logs", container_id), params=params, stream=True)
         api._raise_for_status(response)
-        api._disable_socket_timeout(api._get_raw_response_socket(response))  # follow may wait long
-        lines = {1: _LineAssembler(), 2: _LineAssembler()}
+        if follow:
+            api._disable_socket_timeout(api._get_raw_response_socket(response))  # follow may wait long
         try:
-            for stream_id, data in _frames(response):
-                for stamp, line in lines[stream_id].feed(data):
-                    chunk = _chunk(_STREAMS[stream_id], stamp, line, since_ns)
-                    if chunk:
-                        yield chunk
-            # The stream ended: a last line without a newline is still a line.
-            for stream_id, assembler in lines.items():
-                for stamp, line in assembler.flush():
-                    chunk = _chunk(_STREAMS[stream_id], stamp, line, since_ns)
-                    if chunk:
-                        yield chunk
+            yield from _frames(response)
         finally:
             response.close()
 
@@ -420,9 +426,9 @@ _STREAMS = {1: "stdout", 2: "stderr"}
 
 class _LineAssembler:
     """Lines from the engine's log messages. Each frame is one message stamped `TIME TEXT`;
-    the engine cuts lines longer than 16 KB into partial messages without a newline (each
-    stamped again), and the last line of a replica may have none. Parts are joined as bytes, so
-    a character cut in two is whole again; a line keeps the time of its first part."""
+    the engine cuts lines longer than 16 KB into parts without a newline (each stamped again),
+    and the last line of a replica may have none. Parts are joined as bytes, so a character
+    cut in two is whole again; a line keeps the time of its first part."""
 
     def __init__(self):
         self._stamp: bytes | None = None
@@ -438,10 +444,44 @@ class _LineAssembler:
             self._stamp = self._stamp or stamp
             self._parts.append(rest)
 
+    def awaits_more(self) -> bool:
+        """True while the pending line ends with a whole 16 KB part: the engine has more of it."""
+        return bool(self._parts) and len(self._parts[-1]) == ENGINE_PART_BYTES
+
     def flush(self) -> Iterator[tuple[str, bytes]]:
         if self._stamp is not None:
             yield self._stamp.decode(errors="replace"), b"".join(self._parts)
         self._stamp, self._parts = None, []
+
+
+class _LogReader:
+    """Reads a container's log messages into lines: following, then, if needed, plainly again
+    from the same start, skipping the messages already read (the engine's last part of a line
+    may be stamped before the parts it follows, so a later `since` could miss it)."""
+
+    def __init__(self, frames, since_ns: int | None):
+        self._frames = frames  # (since_ns, follow) -> (stream id, message) pairs, in the engine's order
+        self._since_ns = since_ns
+        self._read = 0
+        self._lines = {1: _LineAssembler(), 2: _LineAssembler()}
+
+    def read(self, follow: bool) -> Iterator[LogChunk]:
+        for position, (stream_id, data) in enumerate(self._frames(self._since_ns, follow)):
+            if position < self._read:
+                continue
+            self._read += 1
+            if self._since_ns and parse_engine_time(data.partition(b" ")[0].decode()) <= self._since_ns:
+                continue  # the engine's `since` includes that very moment, copied already
+            for line_stamp, line in self._lines[stream_id].feed(data):
+                yield _chunk(_STREAMS[stream_id], line_stamp, line)
+
+    def awaits_more(self) -> bool:
+        return any(lines.awaits_more() for lines in self._lines.values())
+
+    def flush(self) -> Iterator[LogChunk]:
+        for stream_id, lines in self._lines.items():
+            for line_stamp, line in lines.flush():
+                yield _chunk(_STREAMS[stream_id], line_stamp, line)
 
 
 def _frames(response) -> Iterator[tuple[int, bytes]]:
@@ -456,7 +496,5 @@ def _frames(response) -> Iterator[tuple[int, bytes]]:
             yield stream_id, data
 
 
-def _chunk(stream: str, stamp: str, raw: bytes, since_ns: int | None) -> LogChunk | None:
-    if since_ns and parse_engine_time(stamp) <= since_ns:
-        return None  # already seen before a restart re-attached
+def _chunk(stream: str, stamp: str, raw: bytes) -> LogChunk:
     return LogChunk(time=stamp, stream=stream, text=raw.decode(errors="replace").rstrip("\r"))
