@@ -204,3 +204,59 @@ def test_a_resumed_read_skips_what_was_copied_before():
 
     reader = _LogReader(lambda since, follow: iter(messages), parse_engine_time("2026-01-01T00:00:01Z"))
     assert [c.text for c in reader.read(follow=True)] == ["new"] and not reader.awaits_more()
+
+
+# -- item 13: one closing line, also across supervisors -----------------------------------------
+
+
+class StubBackend:
+    """Enough of a backend for a supervisor whose job's replicas are gone."""
+
+    def __init__(self):
+        self.removed = 0
+
+    def remove(self, job_id, trial_id=None):
+        self.removed += 1
+
+    def wait_for_changes(self, job_id, stop, changed):
+        pass
+
+    def observe(self, job_id):
+        return []
+
+
+@pytest.mark.parametrize(
+    "closing, state, error",
+    [
+        (["Job completed successfully."], "SUCCEEDED", None),
+        ([("The replica worker 1 exited with a non-zero status of 1.", "ERROR"),
+          "Finished tearing down training program.", "Job failed."], "FAILED",
+         "The replica worker 1 exited with a non-zero status of 1."),
+    ],
+)
+def test_a_successor_keeps_the_word_of_a_supervisor_killed_after_its_closing_line(tmp_path, closing, state, error):
+    """Killed (kill -9) between its closing line and recording the state, a supervisor leaves the
+    job RUNNING with its replicas removed; the next one records what was said, and says nothing."""
+    from aiptrain.logs import JobLogWriter, read_records
+    from aiptrain.model import State
+    from aiptrain.settings import Settings
+    from aiptrain.store import JobStore
+    from aiptrain.supervisor import Supervisor
+
+    settings = Settings(home=tmp_path)
+    settings.ensure_dirs()
+    store = JobStore(settings.store_path)
+    store.create(custom_job("ended"))
+    store.transition("ended", State.PREPARING, [State.QUEUED])
+    store.transition("ended", State.RUNNING, [State.PREPARING])
+    with JobLogWriter(settings.job_log_path("ended")) as log:
+        log.service("Waiting for training program to start.")
+        for line in closing:
+            log.service(*(line if isinstance(line, tuple) else (line,)))
+    before = read_records(settings.job_log_path("ended"))[0]
+
+    backend = StubBackend()
+    assert Supervisor("ended", settings, store, backend).run() is State[state]
+    job = store.get("ended")
+    assert (job.state, job.error_message) == (State[state], error)
+    assert read_records(settings.job_log_path("ended"))[0] == before and backend.removed == 1

@@ -28,8 +28,12 @@ MINIMAL = "aiptrain/runtime:minimal"
 PROBE = Path(__file__).parent / "trainers" / "probe"
 LONG_ID = "j" + "x_Y9" * 31 + "abc"  # 128 characters, the longest ID the service allows
 CUSTOM = ("--scale-tier", "custom", "--master-machine-type", "n1-standard-4", "--worker-machine-type", "n1-standard-4")
-# Replicas that wait until a file `go` appears in the (shared, mounted) job dir, then exit 0.
-WAIT_FOR_GO = ["sh", "-c", 'until [ -e "$0/go" ]; do sleep 1; done']
+
+
+def wait_for_go(gate: Path) -> list[str]:
+    """A replica command: wait until a file `go` appears in `gate` (the shared job dir), exit 0."""
+    return ["sh", "-c", 'until [ -e "$0/go" ]; do sleep 1; done', str(gate)]
+
 # scripts/ensure-docker.sh writes dockerd's PID here when it started the engine itself.
 DOCKERD_MARKER = Path(os.environ.get("AIPTRAIN_DOCKERD_MARKER", "/run/aiptrain-dockerd.pid"))
 
@@ -138,9 +142,9 @@ def test_a_128_character_job_id_runs_a_distributed_job(tmp_path, minimal_runtime
 def test_many_concurrent_jobs_and_a_premium_1_job_fit_on_one_engine(count, tmp_path, minimal_runtime, docker_api, home):
     gate = tmp_path / "gate"
     gate.mkdir()
-    premium = container_job(tmp_path, "premium", WAIT_FOR_GO, gate, "--scale-tier", "premium-1",
+    premium = container_job(tmp_path, "premium", wait_for_go(gate), gate, "--scale-tier", "premium-1",
                             groups=("workerConfig", "parameterServerConfig"))
-    submits = [premium] + [container_job(tmp_path, f"many_{i}", WAIT_FOR_GO, gate) for i in range(count)]
+    submits = [premium] + [container_job(tmp_path, f"many_{i}", wait_for_go(gate), gate) for i in range(count)]
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda args: run_cli(home, *args, AIPTRAIN_POLL_SECONDS="5"), submits))
@@ -189,7 +193,7 @@ def test_two_homes_run_the_same_job_id_at_once_with_their_own_pids_limits(tmp_pa
 
     def submit(home: Path):
         limit = {"AIPTRAIN_REPLICA_PIDS_LIMIT": homes[home]} if homes[home] else {}
-        return run_cli(home, *container_job(tmp_path, "same_id", WAIT_FOR_GO, gate), **limit)
+        return run_cli(home, *container_job(tmp_path, "same_id", wait_for_go(gate), gate), **limit)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(submit, homes))

@@ -46,6 +46,7 @@ SUBNET_ATTEMPTS = 8  # a concurrent submit may take the subnet we picked: pick a
 # a few hundred milliseconds after its follow ended.
 ENGINE_PART_BYTES = 16 * 1024
 LAST_PART_PATIENCE_SECONDS = 3.0
+NETWORK_PATIENCE_SECONDS = 30  # a loaded engine may take this long to release removed containers' endpoints
 
 
 def connect(timeout: int = 120):
@@ -346,10 +347,45 @@ class DockerBackend:
 
         self._each(remove_one, [c["Id"] for c in self._containers(job_id, trial_id)])
         for network in self.api.networks(filters={"label": self._job_labels(job_id, trial_id)}):
+            self._remove_network(network["Id"])
+
+    def _remove_network(self, network_id: str) -> None:
+        """Remove a job's network once its containers are gone. A busy engine can still list
+        endpoints of containers it has just removed ("has active endpoints"): those are
+        disconnected by force and the removal tried again, for a while."""
+        from docker.errors import APIError, NotFound
+
+        deadline = time.monotonic() + NETWORK_PATIENCE_SECONDS
+        while True:
             try:
-                self.api.remove_network(network["Id"])
+                self.api.remove_network(network_id)
+                return
             except NotFound:
-                pass
+                return
+            except APIError as exc:
+                if "active endpoints" not in engine_error(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise AiptrainError(
+                        f"Docker keeps the job's network {network_id[:12]} although its replicas are gone (a stale "
+                        "endpoint, an engine fault that restarting dockerd clears): remove it with "
+                        f"`docker network rm {network_id[:12]}` then."
+                    ) from None
+            self._disconnect_all(network_id)
+            time.sleep(0.2)
+
+    def _disconnect_all(self, network_id: str) -> None:
+        from docker.errors import APIError, NotFound
+
+        try:
+            endpoints = self.api.inspect_network(network_id).get("Containers") or {}
+        except NotFound:
+            return
+        for endpoint in endpoints:
+            try:
+                self.api.disconnect_container_from_network(endpoint, network_id, force=True)
+            except (APIError, NotFound):
+                pass  # gone meanwhile, or still being released: the next attempt tells
 
     @staticmethod
     def _each(action, items: list[str]) -> None:
