@@ -87,7 +87,7 @@ def wait_until_all_end(home: Path, count: int, timeout: float = 300) -> list[lis
 # -- item 1: a 128-character job ID -------------------------------------------------------------
 
 # Each replica resolves every host of CLUSTER_SPEC, checks its own hostname is its entry and that
-# TF_CONFIG names the same cluster; workers leave a file, the master waits for both.
+# TF_CONFIG names the same cluster, leaves a file, and waits for the others' files.
 CLUSTER_CHECK = r"""
 import json, os, pathlib, socket, sys, time
 job_dir = pathlib.Path(sys.argv[1])
@@ -108,10 +108,9 @@ while time.time() < deadline:
     time.sleep(0.2)
 print(f"edge {task['type']} {task['index']} own={own} same={socket.gethostname() == own} "
       f"unresolved={unresolved} tf_matches={tf['cluster'] == spec['cluster']}", flush=True)
-if task["type"] == "worker":
-    (job_dir / f"worker-{task['index']}.ok").write_text("ok")
-while task["type"] == "master" and len(list(job_dir.glob("*.ok"))) < 2 and time.time() < deadline:
-    time.sleep(0.2)
+(job_dir / f"{task['type']}-{task['index']}.ok").write_text("ok")
+while len(list(job_dir.glob("*.ok"))) < len(hosts) and time.time() < deadline:
+    time.sleep(0.2)  # every replica stays until all have looked: a stopped one no longer resolves
 """
 
 
@@ -214,19 +213,46 @@ def test_two_homes_run_the_same_job_id_at_once_with_their_own_pids_limits(tmp_pa
 # -- item 13: one closing line -------------------------------------------------------------------
 
 
+def submit_five_replicas(home: Path, tmp_path: Path, job_id: str) -> None:
+    """Master and 4 workers of the probe; the master ends after 2 s, the workers are stopped."""
+    result = run_cli(home, "jobs", "submit", "training", job_id, "--package-path", str(PROBE),
+                     "--module-name", "probe.task", "--job-dir", str(tmp_path / job_id),
+                     "--runtime-version", "minimal", *CUSTOM, "--worker-count", "4",
+                     "--", "--run", "chief=2", "--run", "worker=30")
+    assert result.returncode == 0, result.stderr
+
+
 def test_a_five_replica_job_says_it_completed_exactly_once(tmp_path, minimal_runtime, docker_api, home):
     jobs = [f"five_{i}" for i in range(3)]
     for job_id in jobs:
-        result = run_cli(home, "jobs", "submit", "training", job_id, "--package-path", str(PROBE),
-                         "--module-name", "probe.task", "--job-dir", str(tmp_path / job_id),
-                         "--runtime-version", minimal_runtime, *CUSTOM, "--worker-count", "4",
-                         "--", "--run", "chief=2", "--run", "worker=30")
-        assert result.returncode == 0, result.stderr
+        submit_five_replicas(home, tmp_path, job_id)
     for job_id in jobs:
         logs = run_cli(home, "jobs", "stream-logs", job_id).stdout
         assert logs.count("Job completed successfully.") == 1, logs[-2000:]
         assert describe(home, job_id)["state"] == "SUCCEEDED"
         assert job_resources(docker_api, job_id) == []
+
+
+def test_a_supervisor_killed_after_its_closing_line_is_not_followed_by_a_second_one(
+    tmp_path, minimal_runtime, docker_api, home
+):
+    """How the line came twice: kill -9 of a supervisor between "Job completed successfully."
+    and recording the state; its successor decided again. When the kill lands before the state
+    is recorded (usually), the successor must keep the first word; after, nothing is left to do."""
+    submit_five_replicas(home, tmp_path, "five_killed")
+    supervisor = subprocess.run(["pgrep", "-f", "aiptrain.supervisor five_killed "], capture_output=True, text=True)
+    pid = int(supervisor.stdout.split()[0])
+    log_file = home / "logs" / "five_killed.jsonl"
+    wait_for(lambda: "Job completed successfully." in log_file.read_text(), timeout=120, interval=0.01,
+             what="the closing line")
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # it had finished already
+    wait_for(lambda: describe(home, "five_killed")["state"] != "RUNNING", timeout=120, what="the end")
+    assert describe(home, "five_killed")["state"] == "SUCCEEDED"
+    assert log_file.read_text().count("Job completed successfully.") == 1
+    assert job_resources(docker_api, "five_killed") == []
 
 
 # -- item 15: dockerd restarted under a running job ------------------------------------------------
