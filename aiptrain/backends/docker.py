@@ -336,16 +336,23 @@ class DockerBackend:
     def remove(self, job_id: str, trial_id: str | None = None) -> None:
         from docker.errors import APIError, NotFound
 
-        def remove_one(container_id: str) -> None:
+        def remove_one(container: dict) -> None:
+            # Leaving the network first, while the container exists: removing replicas that
+            # are still exiting can leave a stale endpoint that blocks the network's removal.
+            for network in ((container.get("NetworkSettings") or {}).get("Networks") or {}):
+                try:
+                    self.api.disconnect_container_from_network(container["Id"], network, force=True)
+                except (APIError, NotFound):
+                    pass  # not connected any more
             try:
-                self.api.remove_container(container_id, force=True)
+                self.api.remove_container(container["Id"], force=True)
             except NotFound:
                 pass
             except APIError as exc:  # "removal already in progress" from a concurrent cleanup
                 if "already in progress" not in str(exc):
                     raise
 
-        self._each(remove_one, [c["Id"] for c in self._containers(job_id, trial_id)])
+        self._each(remove_one, self._containers(job_id, trial_id))
         for network in self.api.networks(filters={"label": self._job_labels(job_id, trial_id)}):
             self._remove_network(network["Id"])
 
@@ -388,7 +395,7 @@ class DockerBackend:
                 pass  # gone meanwhile, or still being released: the next attempt tells
 
     @staticmethod
-    def _each(action, items: list[str]) -> None:
+    def _each(action, items: list) -> None:
         if not items:
             return
         with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
