@@ -260,3 +260,16 @@ def test_a_successor_keeps_the_word_of_a_supervisor_killed_after_its_closing_lin
     job = store.get("ended")
     assert (job.state, job.error_message) == (State[state], error)
     assert read_records(settings.job_log_path("ended"))[0] == before and backend.removed == 1
+
+
+@pytest.mark.parametrize("count, reason", [("100000", f"at most {MAX_REPLICAS} replicas"),
+                                           ("1.0e+30", "workerCount")])  # (YAML reads a bare 1e30 as a string)
+def test_huge_worker_counts_exit_2_with_one_line_and_nothing_created(count, reason, cli, home, tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(f"trainingInput:\n  workerCount: {count}\n  workerType: n1-standard-4\n")
+    result = cli("jobs", "submit", "training", "huge", "--config", str(config), "--scale-tier", "custom",
+                 "--master-machine-type", "n1-standard-4", "--master-image-uri", "example.com/trainer:1",
+                 "--region", "us-central1", timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and reason in result.stderr
+    assert not (home / "jobs.db").exists() or "huge" not in cli("jobs", "list").stdout

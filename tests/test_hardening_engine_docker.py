@@ -8,7 +8,6 @@ or Python: no packaging, so the tests stay light on a small machine."""
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import signal
 import subprocess
