@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aiptrain.errors import ValidationError
+
 DEFAULT_RUNTIME_VERSION = "2.11"
 DEFAULT_BASE_IMAGE = "aiptrain/base:bookworm"
 # Jobs' networks take small subnets from this range: RFC 2544's benchmarking range, which LANs,
@@ -20,14 +22,22 @@ DEFAULT_SUBNET_POOL = "198.18.0.0/15"
 DEFAULT_REPLICA_PIDS_LIMIT = 4096
 
 
-def _env_int(name: str, default: int) -> int:
+def _env_number(name: str, default, kind):
     value = os.environ.get(name)
-    return int(value) if value else default
+    if not value:
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValidationError(f"{name} [{value}] is not a number: set it to one such as {default}.") from None
+
+
+def _env_int(name: str, default: int) -> int:
+    return _env_number(name, default, int)
 
 
 def _env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    return float(value) if value else default
+    return _env_number(name, default, float)
 
 
 def _default_home() -> Path:

@@ -273,3 +273,11 @@ def test_huge_worker_counts_exit_2_with_one_line_and_nothing_created(count, reas
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and reason in result.stderr
     assert not (home / "jobs.db").exists() or "huge" not in cli("jobs", "list").stdout
+
+
+def test_a_knob_that_is_not_a_number_is_a_usage_error(monkeypatch, tmp_path):
+    from aiptrain.settings import Settings
+
+    monkeypatch.setenv("AIPTRAIN_REPLICA_PIDS_LIMIT", "lots")
+    with pytest.raises(ValidationError, match=r"AIPTRAIN_REPLICA_PIDS_LIMIT \[lots\] is not a number"):
+        Settings(home=tmp_path)
