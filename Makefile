@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUNTIMES ?= 2.11 minimal
 
-.PHONY: install images test unit chaos bench clean
+.PHONY: install images test test-slow unit chaos bench clean
 
 install: $(BIN)/aiptrain
 
@@ -24,7 +24,11 @@ images: install
 	$(BIN)/aiptrain runtimes build $(RUNTIMES)
 
 test: images
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not slow"
+
+# The scale tests (100 concurrent jobs): minutes on a 2-core machine.
+test-slow: images
+	$(BIN)/pytest -q -m slow
 
 unit: install
 	$(BIN)/pytest -q -m "not docker and not tensorflow"

@@ -61,7 +61,7 @@ class Client:
     def backend(self):
         from aiptrain.backends.docker import DockerBackend
 
-        return DockerBackend(self.settings.installation_id)
+        return DockerBackend.from_settings(self.settings)
 
     def _backend(self):
         return self.backend

@@ -8,6 +8,7 @@ Docker backend is the only code that turns a plan into containers, and
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -58,9 +59,14 @@ class Mount:
     read_only: bool = True
 
 
+# A hostname is one DNS label: the kernel refuses longer ones (sethostname).
+HOSTNAME_MAX = 63
+DIGEST_CHARS = 8
+
+
 @dataclass(frozen=True)
 class ContainerSpec:
-    name: str  # unique on the engine: <jobId>-<type>-<index>
+    name: str  # unique on the engine: <base>-<type>-<index>-<installation>
     hostname: str  # DNS name on the job's network, used in TF_CONFIG
     task_name: str  # master-replica-0, as in logs
     task_type: str
@@ -76,6 +82,7 @@ class ContainerSpec:
     nano_cpus: int | None = None
     memory_bytes: int | None = None
     shm_bytes: int = 1 << 30
+    pids_limit: int | None = None  # None: the engine's default (unlimited)
     # Runtime replicas start in the writable /tmp; a custom container keeps its image's WORKDIR
     # (None), which entrypoints such as `python3 main.py` rely on.
     working_dir: str | None = "/tmp"
@@ -85,6 +92,47 @@ class ContainerSpec:
 class NetworkSpec:
     name: str
     labels: dict[str, str]
+    addresses: int = 1  # how many replicas the network holds: the backend sizes its subnet by it
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """What TF_CONFIG and CLUSTER_SPEC (and PyTorch's MASTER_ADDR, MASTER_PORT, WORLD_SIZE and
+    RANK, see pytorch_env) hold in common on every replica, built once per plan so that a plan
+    grows linearly with its replicas; each replica's variables are assembled at launch.
+
+    TF_CONFIG's cluster never lists evaluators (they are not part of the training cluster);
+    CLUSTER_SPEC lists every replica and always calls the primary `master`. `job` is the
+    TrainingInput with the proto's snake_case names, as seen on the service."""
+
+    primary: str  # chief | master: the master's type in TF_CONFIG
+    tf_config_cluster: dict[str, list[str]]
+    cluster_spec_cluster: dict[str, list[str]]
+    job: dict[str, Any]
+    trial_id: str | None = None
+    primary_host: str = ""  # PyTorch's MASTER_ADDR
+    workers: int = 0  # PyTorch's WORLD_SIZE is the primary and the workers
+
+    def env(self, task_type: str, index: int) -> dict[str, str]:
+        trial_key = {"trial": self.trial_id} if self.trial_id else {}
+        tf_type = self.primary if task_type == MASTER else task_type
+        tf_config = {
+            "cluster": self.tf_config_cluster,
+            "task": {"type": tf_type, "index": index, **trial_key},
+            "job": self.job,
+            "environment": "cloud",
+        }
+        cluster_spec = {
+            "cluster": self.cluster_spec_cluster,
+            "task": {"type": task_type, "index": index, **trial_key},
+            "job": self.job,
+            "environment": "cloud",
+        }
+        return {
+            "TF_CONFIG": json.dumps(tf_config),
+            "CLUSTER_SPEC": json.dumps(cluster_spec),
+            **pytorch_env(self.primary_host, TF_PORT, self.workers, task_type, index),
+        }
 
 
 @dataclass(frozen=True)
@@ -93,14 +141,22 @@ class LaunchPlan:
     network: NetworkSpec
     containers: tuple[ContainerSpec, ...]
     trial_id: str | None = None  # set when the plan is one trial of a tuning job
+    cluster: ClusterConfig | None = None
+
+    def environment(self, spec: ContainerSpec) -> dict[str, str]:
+        """The replica's whole environment: TF_CONFIG and CLUSTER_SPEC, then its own variables."""
+        shared = self.cluster.env(spec.task_type, spec.task_index) if self.cluster else {}
+        return {**shared, **spec.env}
 
     def to_dict(self) -> dict[str, Any]:
-        """A printable form; env values that look like secrets are hidden."""
+        """A printable form (what --dry-run shows): every container with its whole environment,
+        TF_CONFIG included, as it will run; env values that look like secrets are hidden."""
         import dataclasses
 
         data = dataclasses.asdict(self)
-        for container in data["containers"]:
-            container["env"] = {k: mask_value(k, v) for k, v in container["env"].items()}
+        data.pop("cluster")  # in each container's env below
+        for container, spec in zip(data["containers"], self.containers):
+            container["env"] = {k: mask_value(k, v) for k, v in self.environment(spec).items()}
         return data
 
 
@@ -143,7 +199,8 @@ class PlanInputs:
     limit_resources: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)  # e.g. STORAGE_EMULATOR_HOST
     extra_mounts: tuple[Mount, ...] = ()  # e.g. credentials, read-only
-    installation: str = ""  # Settings.installation_id: labels scope the job to one aiptrain home
+    installation: str = ""  # Settings.installation_id: labels and names scope the job to one aiptrain home
+    pids_limit: int | None = None  # processes and threads per replica (Settings); None or 0: no limit
     # AIPTRAIN_GCS=local: where gs:// paths are kept on this machine; gs:// URLs in the user's
     # args become paths there, and their buckets' directories are mounted read-write.
     gcs_root: str | None = None
@@ -190,14 +247,14 @@ def primary_task_type(job: Job) -> str:
         return "chief"
 
 
-def _cluster(base: str, replicas: list[Replica], primary: str, include_evaluators: bool) -> dict[str, list[str]]:
+def _cluster(hostnames: list[str], replicas: list[Replica], primary: str,
+             include_evaluators: bool) -> dict[str, list[str]]:
     cluster: dict[str, list[str]] = {}
     names = {MASTER: primary, WORKER: WORKER, PS: PS, EVALUATOR: EVALUATOR}
-    for replica in replicas:
+    for host, replica in zip(hostnames, replicas):
         if replica.task_type == EVALUATOR and not include_evaluators:
             continue
-        address = f"{hostname(base, replica)}:{TF_PORT}"
-        cluster.setdefault(names[replica.task_type], []).append(address)
+        cluster.setdefault(names[replica.task_type], []).append(f"{host}:{TF_PORT}")
     return cluster
 
 
@@ -206,42 +263,41 @@ def base_name(job_id: str, trial: Trial | None = None) -> str:
     return f"{job_id}-trial-{trial.trial_id}" if trial else job_id
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
+
+
 def hostname(base: str, replica: Replica) -> str:
-    return f"{dns_label(base)}-{replica.task_type}-{replica.index}"
+    """`<base>-<type>-<index>` in DNS form. A base too long for one DNS label is cut and
+    followed by a digest of the whole base: short, the same on every plan, and distinct for
+    distinct bases (job IDs of up to 128 characters are valid)."""
+    suffix = f"-{replica.task_type}-{replica.index}"
+    label = dns_label(base)
+    if len(label) + len(suffix) > HOSTNAME_MAX:
+        keep = HOSTNAME_MAX - len(suffix) - DIGEST_CHARS - 1
+        label = f"{label[:keep].rstrip('-')}-{_digest(base)}"
+    return label + suffix
 
 
-def cluster_env(job: Job, replicas: list[Replica], replica: Replica, trial: Trial | None = None) -> dict[str, str]:
-    """TF_CONFIG as AI Platform sets it, CLUSTER_SPEC for custom containers, and PyTorch's
-    MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK (see pytorch_env).
+def engine_name(name: str, installation: str) -> str:
+    """A container or network name on the shared engine: readable, then the installation, so
+    two aiptrain homes can both run a job `x`."""
+    return f"{name}-{installation[:DIGEST_CHARS]}" if installation else name
 
-    TF_CONFIG's cluster never lists evaluators (they are not part of the training
-    cluster); CLUSTER_SPEC lists every replica and always calls the primary `master`.
-    `job` is the TrainingInput with the proto's snake_case names, as seen on the service.
-    """
+
+def cluster_config(job: Job, replicas: list[Replica], hostnames: list[str],
+                   trial: Trial | None = None) -> ClusterConfig:
+    """TF_CONFIG's and CLUSTER_SPEC's shared parts, as AI Platform sets them (see ClusterConfig)."""
     primary = primary_task_type(job)
-    base = base_name(job.job_id, trial)
-    job_dict = job.training_input.model_dump(mode="json", exclude_none=True)
-    task_type = primary if replica.task_type == MASTER else replica.task_type
-    trial_key = {"trial": trial.trial_id} if trial else {}
-    tf_config = {
-        "cluster": _cluster(base, replicas, primary, include_evaluators=False),
-        "task": {"type": task_type, "index": replica.index, **trial_key},
-        "job": job_dict,
-        "environment": "cloud",
-    }
-    cluster_spec = {
-        "cluster": _cluster(base, replicas, MASTER, include_evaluators=True),
-        "task": {"type": replica.task_type, "index": replica.index, **trial_key},
-        "job": job_dict,
-        "environment": "cloud",
-    }
-    primary_host = hostname(base, next(r for r in replicas if r.task_type == MASTER))
-    workers = sum(1 for r in replicas if r.task_type == WORKER)
-    return {
-        "TF_CONFIG": json.dumps(tf_config),
-        "CLUSTER_SPEC": json.dumps(cluster_spec),
-        **pytorch_env(primary_host, TF_PORT, workers, replica.task_type, replica.index),
-    }
+    return ClusterConfig(
+        primary=primary,
+        tf_config_cluster=_cluster(hostnames, replicas, primary, include_evaluators=False),
+        cluster_spec_cluster=_cluster(hostnames, replicas, MASTER, include_evaluators=True),
+        job=job.training_input.model_dump(mode="json", exclude_none=True),
+        trial_id=trial.trial_id if trial else None,
+        primary_host=hostnames[next(i for i, r in enumerate(replicas) if r.task_type == MASTER)],
+        workers=sum(1 for r in replicas if r.task_type == WORKER),
+    )
 
 
 def pytorch_env(primary_host: str, primary_port: int, workers: int, task_type: str, index: int) -> dict[str, str]:
@@ -310,15 +366,19 @@ def _replica_image(ti: TrainingInput, config: ReplicaConfig | None) -> str:
     return (config.image_uri if config else None) or ti.master_config.image_uri
 
 
-def _limits(replica: Replica, replicas: list[Replica], inputs: PlanInputs) -> tuple[int | None, int | None, int]:
+def _totals(replicas: list[Replica]) -> tuple[int, float]:
+    """The job's vCPUs and memory bytes, summed once per plan."""
+    return sum(r.machine.vcpus for r in replicas), sum(r.machine.memory_gb for r in replicas) * (1 << 30)
+
+
+def _limits(replica: Replica, totals: tuple[int, float], inputs: PlanInputs) -> tuple[int | None, int | None, int]:
     """(nano_cpus, memory_bytes, shm_bytes). With limit_resources, each replica gets its machine
     type's share scaled so that the whole job fits on this host."""
     machine_memory = int(replica.machine.memory_gb * (1 << 30))
     generous_shm = min(machine_memory, inputs.host_memory_bytes // 2)
     if not inputs.limit_resources:
         return None, None, generous_shm
-    total_cpus = sum(r.machine.vcpus for r in replicas)
-    total_memory = sum(r.machine.memory_gb for r in replicas) * (1 << 30)
+    total_cpus, total_memory = totals
     cpu_scale = min(1.0, inputs.host_cpus / total_cpus)
     memory_scale = min(1.0, inputs.host_memory_bytes / total_memory)
     memory = int(machine_memory * memory_scale)
@@ -416,28 +476,29 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | N
     base = base_name(job_id, trial)
     owner = {LABEL_INSTALLATION: inputs.installation} if inputs.installation else {}
     scope = {LABEL_JOB: job_id, **owner, **({LABEL_TRIAL: trial.trial_id} if trial else {})}
-    network = NetworkSpec(name=f"aiptrain-{base}", labels=scope)
+    network = NetworkSpec(engine_name(f"aiptrain-{base}", inputs.installation), scope, len(replicas))
     package_paths = " ".join(f"{PACKAGES_DIR}/{name}" for name in inputs.package_files)
+    hostnames = [hostname(base, replica) for replica in replicas]
+    totals = _totals(replicas)
+    installs = installs_packages(job, inputs)
 
     containers = []
-    for replica in replicas:
+    for replica, host in zip(replicas, hostnames):
         image, entrypoint, command = _image_and_command(job, replica, inputs, trial)
-        nano_cpus, memory, shm = _limits(replica, replicas, inputs)
+        nano_cpus, memory, shm = _limits(replica, totals, inputs)
         env = {
-            **cluster_env(job, replicas, replica, trial),
             **_trial_env(trial, replica),
             "PYTHONUNBUFFERED": "1",
             "HOME": "/tmp",
             "PYTHONUSERBASE": USER_BASE,
             **inputs.extra_env,
         }
-        installs = installs_packages(job, inputs)
         if package_paths and installs and not inputs.installed:
             env.update(install_env(package_paths, inputs.wheelhouse))
         containers.append(
             ContainerSpec(
-                name=f"{base}-{replica.task_type}-{replica.index}",
-                hostname=hostname(base, replica),
+                name=engine_name(f"{base}-{replica.task_type}-{replica.index}", inputs.installation),
+                hostname=host,
                 task_name=replica.task_name,
                 task_type=replica.task_type,
                 task_index=replica.index,
@@ -457,7 +518,9 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | N
                 nano_cpus=nano_cpus,
                 memory_bytes=memory,
                 shm_bytes=shm,
+                pids_limit=inputs.pids_limit or None,
                 working_dir="/tmp" if installs else None,
             )
         )
-    return LaunchPlan(job_id, network, tuple(containers), trial.trial_id if trial else None)
+    return LaunchPlan(job_id, network, tuple(containers), trial.trial_id if trial else None,
+                      cluster_config(job, replicas, hostnames, trial))

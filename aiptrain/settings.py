@@ -10,18 +10,34 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aiptrain.errors import ValidationError
+
 DEFAULT_RUNTIME_VERSION = "2.11"
 DEFAULT_BASE_IMAGE = "aiptrain/base:bookworm"
+# Jobs' networks take small subnets from this range: RFC 2544's benchmarking range, which LANs,
+# VPNs and Docker's own default pools do not use; room for thousands of jobs.
+DEFAULT_SUBNET_POOL = "198.18.0.0/15"
+# Processes and threads one replica may have: generous for TensorFlow's thread pools and data
+# loaders, but a fork bomb in a trainer stops there instead of taking the host.
+DEFAULT_REPLICA_PIDS_LIMIT = 4096
+
+
+def _env_number(name: str, default, kind):
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValidationError(f"{name} [{value}] is not a number: set it to one such as {default}.") from None
 
 
 def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value else default
+    return _env_number(name, default, int)
 
 
 def _env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    return float(value) if value else default
+    return _env_number(name, default, float)
 
 
 def _default_home() -> Path:
@@ -63,6 +79,12 @@ class Settings:
     default_project: str = field(default_factory=lambda: os.environ.get("CLOUDSDK_CORE_PROJECT") or "aiptrain")
     # A submit whose runtime image is missing builds it first, as `docker run` pulls; 0 refuses (exit 3).
     auto_build: bool = field(default_factory=lambda: os.environ.get("AIPTRAIN_AUTO_BUILD", "1") != "0")
+    # Where jobs' bridge networks get their subnets (one per job, sized to its replicas).
+    subnet_pool: str = field(default_factory=lambda: os.environ.get("AIPTRAIN_SUBNET_POOL", DEFAULT_SUBNET_POOL))
+    # Processes and threads per replica; 0: no limit.
+    replica_pids_limit: int = field(
+        default_factory=lambda: _env_int("AIPTRAIN_REPLICA_PIDS_LIMIT", DEFAULT_REPLICA_PIDS_LIMIT)
+    )
 
     @property
     def installation_id(self) -> str:

@@ -67,6 +67,7 @@ class Submission:
     project: str | None = None
     runtime: Runtime | None = None  # what --runtime-version (or runtimeVersion) named
     runtime_given_as: str = "--runtime-version"  # where it was named, for messages
+    pids_limit: int | None = None  # processes and threads per replica (AIPTRAIN_REPLICA_PIDS_LIMIT)
 
     @property
     def remote_job_dir(self) -> bool:
@@ -174,6 +175,7 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
         project=flags.project,
         runtime=rt,
         runtime_given_as=runtime_given_as,
+        pids_limit=settings.replica_pids_limit,
     )
 
 
@@ -293,6 +295,7 @@ def plan_inputs(
         host_memory_bytes=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
         limit_resources=submission.limit_resources,
         installation=submission.installation,
+        pids_limit=submission.pids_limit,
         extra_env=extra_env,
         extra_mounts=extra_mounts,
         gcs_root=str(submission.gcs_root) if submission.gcs_root else None,

@@ -33,6 +33,12 @@ LOG_TAIL_LINES = 20
 TRACEBACK_LINES = 60
 ENGINE_PATIENCE_SECONDS = 30
 SETTLE_CHECKS, SETTLE_SECONDS = 5, 0.05
+# The last line a supervisor writes for each way a job ends, after tearing it down.
+CLOSING_LINES = {
+    "Job completed successfully.": State.SUCCEEDED,
+    "Job failed.": State.FAILED,
+    "Job cancelled.": State.CANCELLED,
+}
 
 
 class LogFollowers:
@@ -100,6 +106,10 @@ class Supervisor:
         job = self.store.get(self.job_id)
         if job is None or job.state not in ACTIVE:
             return job.state if job else State.STATE_UNSPECIFIED
+        ended = self.ended_before()
+        if ended is not None:
+            self.backend.remove(self.job_id)  # torn down already; in case, again
+            return self.record(*ended)
         # Docker events wake the loop the moment a replica starts or dies; the poll is the fallback.
         stop = threading.Event()
         watcher = threading.Thread(
@@ -257,9 +267,26 @@ class Supervisor:
             self.writer.service("Job failed.")
         else:
             self.writer.service("Job cancelled.")
+        return self.record(decision.state, error)
+
+    def record(self, state: State, error: str | None) -> State:
         shutil.rmtree(self.settings.job_work_dir(self.job_id), ignore_errors=True)
-        job = self.store.transition(self.job_id, decision.state, ACTIVE, error_message=error)
-        return job.state if job else decision.state
+        job = self.store.transition(self.job_id, state, ACTIVE, error_message=error)
+        return job.state if job else state
+
+    def ended_before(self) -> tuple[State, str | None] | None:
+        """How an earlier supervisor said the job ended, when it was stopped (kill -9) after its
+        closing line and before it recorded the state. Its word stands and is not said twice: the
+        replicas are gone by then, so deciding again would call a finished job failed, or say
+        it completed a second time."""
+        service = [r for r in read_records(self.log_path)[0] if r.task == SERVICE and not r.trial]
+        if not service or service[-1].message not in CLOSING_LINES:
+            return None
+        state = CLOSING_LINES[service[-1].message]
+        if state is State.FAILED:
+            errors = [r.message for r in service if r.severity == "ERROR"]
+            return state, errors[-1] if errors else None
+        return state, self.error_message(Decision(state))
 
     def error_message(self, decision: Decision, failed_trial: str = "") -> str | None:
         if decision.state is State.CANCELLED:
@@ -335,7 +362,7 @@ def main(argv: list[str]) -> int:
     store = JobStore(settings.store_path)
     from aiptrain.backends.docker import DockerBackend
 
-    supervisor = Supervisor(job_id, settings, store, DockerBackend(settings.installation_id))
+    supervisor = Supervisor(job_id, settings, store, DockerBackend.from_settings(settings))
     try:
         supervisor.run()
         return 0

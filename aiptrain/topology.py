@@ -14,6 +14,9 @@ from aiptrain.model import AcceleratorConfig, ReplicaConfig, ScaleTier, Training
 
 MASTER, WORKER, PS, EVALUATOR = "master", "worker", "ps", "evaluator"
 TASK_TYPES = (MASTER, WORKER, PS, EVALUATOR)
+# A job's replicas share one Linux bridge, which takes at most 1024 ports; the service's
+# default quotas (450 vCPUs per project) stopped far below this.
+MAX_REPLICAS = 1000
 
 
 @dataclass(frozen=True)
@@ -281,11 +284,34 @@ def _custom_groups(ti: TrainingInput) -> dict[str, tuple[int, str]]:
     groups = {MASTER: (1, ti.master_type)}
     for group in _GROUPS:
         type_name, count = getattr(ti, f"{group.field_prefix}_type"), getattr(ti, f"{group.field_prefix}_count")
+        check_count(count, group.count_name)
         if count and not type_name:
             raise ValidationError(f"{group.type_name} is required when {group.count_name} is greater than 0.")
         if count:
             groups[group.task_type] = (count, type_name)
     return groups
+
+
+def check_count(count: int | None, flag: str) -> None:
+    """A replica count the engine can hold: checked before anything is sized by it."""
+    if count is None:
+        return
+    if count < 0:
+        raise ValidationError(f"{flag} must be at least 0, got {count}.")
+    if count > MAX_REPLICAS:
+        raise ValidationError(
+            f"{flag} {count} is more than a job can have here: at most {MAX_REPLICAS} replicas per job "
+            "(they share one Docker bridge network)."
+        )
+
+
+def _check_total(groups: dict[str, tuple[int, str]]) -> None:
+    total = sum(count for count, _ in groups.values())
+    if total > MAX_REPLICAS:
+        raise ValidationError(
+            f"The job has {total} replicas: at most {MAX_REPLICAS} per job (they share one Docker bridge "
+            "network); lower --worker-count or --parameter-server-count."
+        )
 
 
 def replicas_for(ti: TrainingInput) -> list[Replica]:
@@ -297,6 +323,7 @@ def replicas_for(ti: TrainingInput) -> list[Replica]:
             "use BASIC_GPU, BASIC or CUSTOM."
         )
     groups = _custom_groups(ti) if tier is ScaleTier.CUSTOM else TIER_REPLICAS[tier]
+    _check_total(groups)
 
     machines = {task_type: machine_type(name) for task_type, (_, name) in groups.items()}
     if len({m.legacy for m in machines.values()}) > 1:

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Make sure a Docker engine answers. On a bare Debian machine (as root) install Debian's
 # docker.io and start dockerd in the background; elsewhere just report what is missing.
+# A dockerd started here leaves its PID in $AIPTRAIN_DOCKERD_MARKER: the test suite restarts
+# only an engine it finds there (never one that others use).
 set -euo pipefail
+MARKER="${AIPTRAIN_DOCKERD_MARKER:-/run/aiptrain-dockerd.pid}"
 
 if docker info >/dev/null 2>&1; then
   exit 0
@@ -21,6 +24,7 @@ if ! pgrep -x dockerd >/dev/null 2>&1; then
 fi
 echo "Starting dockerd in the background (log: /var/log/aiptrain-dockerd.log) ..." >&2
 nohup dockerd >/var/log/aiptrain-dockerd.log 2>&1 &
+echo $! >"$MARKER"
 for _ in $(seq 1 60); do
   docker info >/dev/null 2>&1 && exit 0
   sleep 0.5

@@ -16,7 +16,7 @@ import yaml
 from aiptrain.config import SubmitFlags
 from aiptrain.errors import ValidationError
 from aiptrain.submission import Submission, prepare
-from aiptrain.planning import ContainerSpec, Mount, PlanInputs, cluster_env, plan
+from aiptrain.planning import ContainerSpec, LaunchPlan, Mount, PlanInputs, plan
 from aiptrain.settings import Settings
 from conftest import job_resources, require_image
 
@@ -42,15 +42,18 @@ def submission(tmp_path: Path, config: dict | None = None, **flags) -> Submissio
     return prepare(flags, Settings(home=tmp_path / "home"))
 
 
-def launch_specs(sub: Submission) -> tuple[ContainerSpec, ...]:
+def launch_plan(sub: Submission) -> LaunchPlan:
     inputs = PlanInputs(runtime_image=sub.runtime_image, job_dir_mount=sub.job_dir_mount, user="1000:1000",
                         host_cpus=2, host_memory_bytes=8 << 30)
-    return plan(sub.job, sub.replicas, inputs).containers
+    return plan(sub.job, sub.replicas, inputs)
+
+
+def launch_specs(sub: Submission) -> tuple[ContainerSpec, ...]:
+    return launch_plan(sub).containers
 
 
 def expected_spec(sub: Submission, task_type: str, image: str, entrypoint, command, mounts=()) -> ContainerSpec:
     """The whole spec of replica 0 of `task_type` in a custom-container job."""
-    replica = next(r for r in sub.replicas if r.task_type == task_type and r.index == 0)
     return ContainerSpec(
         name=f"cc_job-{task_type}-0",
         hostname=f"cc-job-{task_type}-0",
@@ -61,7 +64,6 @@ def expected_spec(sub: Submission, task_type: str, image: str, entrypoint, comma
         entrypoint=entrypoint,
         command=command,
         env={
-            **cluster_env(sub.job, sub.replicas, replica),
             "PYTHONUNBUFFERED": "1",
             "HOME": "/tmp",
             "PYTHONUSERBASE": "/tmp/.local",
@@ -146,8 +148,9 @@ def test_container_fields_are_per_replica_type_and_only_the_image_is_inherited(t
 
 def test_cluster_spec_names_the_primary_master_and_tf_config_follows_use_chief(tmp_path):
     def env_of(sub, task_name):
-        spec = next(s for s in launch_specs(sub) if s.task_name == task_name)
-        return json.loads(spec.env["CLUSTER_SPEC"]), json.loads(spec.env["TF_CONFIG"])
+        launch = launch_plan(sub)
+        env = launch.environment(next(s for s in launch.containers if s.task_name == task_name))
+        return json.loads(env["CLUSTER_SPEC"]), json.loads(env["TF_CONFIG"])
 
     sub = submission(tmp_path, master_image_uri=IMAGE, **CUSTOM_FLAGS)
     cluster_spec, tf_config = env_of(sub, "worker-replica-0")

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from aiptrain.model import Job, ScaleTier, TrainingInput
-from aiptrain.planning import BOOTSTRAP, ContainerSpec, LaunchPlan, Mount, NetworkSpec, PlanInputs, plan
+from aiptrain.planning import BOOTSTRAP, ClusterConfig, ContainerSpec, LaunchPlan, Mount, NetworkSpec, PlanInputs, plan
 from aiptrain.topology import replicas_for
 
 
@@ -29,16 +29,10 @@ INPUTS = PlanInputs(
 def test_basic_plan_is_one_whole_value():
     job = make_job()
     launch = plan(job, replicas_for(job.training_input), INPUTS)
-    tf_config = {
-        "cluster": {"chief": ["my-job-master-0:2222"]},
-        "task": {"type": "chief", "index": 0},
-        "job": job.training_input.model_dump(mode="json", exclude_none=True),
-        "environment": "cloud",
-    }
-    cluster_spec = {**tf_config, "cluster": {"master": ["my-job-master-0:2222"]}, "task": {"type": "master", "index": 0}}
+    job_dict = job.training_input.model_dump(mode="json", exclude_none=True)
     assert launch == LaunchPlan(
         job_id="my_job",
-        network=NetworkSpec(name="aiptrain-my_job", labels={"aiptrain.job-id": "my_job"}),
+        network=NetworkSpec(name="aiptrain-my_job", labels={"aiptrain.job-id": "my_job"}, addresses=1),
         containers=(
             ContainerSpec(
                 name="my_job-master-0",
@@ -50,12 +44,6 @@ def test_basic_plan_is_one_whole_value():
                 entrypoint=None,
                 command=["sh", "-c", BOOTSTRAP, "trainer.task", "--steps", "5", "--job-dir", "/data/out"],
                 env={
-                    "TF_CONFIG": json.dumps(tf_config),
-                    "CLUSTER_SPEC": json.dumps(cluster_spec),
-                    "MASTER_ADDR": "my-job-master-0",
-                    "MASTER_PORT": "2222",
-                    "WORLD_SIZE": "1",
-                    "RANK": "0",
                     "PYTHONUNBUFFERED": "1",
                     "HOME": "/tmp",
                     "PYTHONUSERBASE": "/tmp/.local",
@@ -78,11 +66,30 @@ def test_basic_plan_is_one_whole_value():
                 shm_bytes=15 << 30,
             ),
         ),
+        cluster=ClusterConfig(
+            primary="chief",
+            tf_config_cluster={"chief": ["my-job-master-0:2222"]},
+            cluster_spec_cluster={"master": ["my-job-master-0:2222"]},
+            job=job_dict,
+            primary_host="my-job-master-0",
+            workers=0,
+        ),
     )
+    tf_config = {
+        "cluster": {"chief": ["my-job-master-0:2222"]},
+        "task": {"type": "chief", "index": 0},
+        "job": job_dict,
+        "environment": "cloud",
+    }
+    cluster_spec = {**tf_config, "cluster": {"master": ["my-job-master-0:2222"]}, "task": {"type": "master", "index": 0}}
+    env = launch.environment(launch.containers[0])
+    assert (env["TF_CONFIG"], env["CLUSTER_SPEC"]) == (json.dumps(tf_config), json.dumps(cluster_spec))
+    assert {k: env[k] for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")} == {
+        "MASTER_ADDR": "my-job-master-0", "MASTER_PORT": "2222", "WORLD_SIZE": "1", "RANK": "0"}
 
 
 def tf_configs(launch):
-    return {c.task_name: json.loads(c.env["TF_CONFIG"]) for c in launch.containers}
+    return {c.task_name: json.loads(launch.environment(c)["TF_CONFIG"]) for c in launch.containers}
 
 
 def test_standard_1_cluster_and_tasks():
@@ -106,11 +113,11 @@ def test_standard_1_cluster_and_tasks():
 def test_evaluators_are_not_in_the_tf_config_cluster_but_are_in_cluster_spec():
     job = make_job(scale_tier="CUSTOM", master_type="n1-standard-4", evaluator_type="n1-standard-4", evaluator_count=1)
     launch = plan(job, replicas_for(job.training_input), INPUTS)
-    evaluator = launch.containers[-1]
-    tf_config = json.loads(evaluator.env["TF_CONFIG"])
+    env = launch.environment(launch.containers[-1])
+    tf_config = json.loads(env["TF_CONFIG"])
     assert tf_config["cluster"] == {"chief": ["my-job-master-0:2222"]}
     assert tf_config["task"] == {"type": "evaluator", "index": 0}
-    assert json.loads(evaluator.env["CLUSTER_SPEC"])["cluster"]["evaluator"] == ["my-job-evaluator-0:2222"]
+    assert json.loads(env["CLUSTER_SPEC"])["cluster"]["evaluator"] == ["my-job-evaluator-0:2222"]
 
 
 def test_master_for_old_runtimes_and_custom_containers_without_use_chief():

@@ -32,7 +32,7 @@ def test_every_replica_of_a_custom_job_gets_the_same_group_and_its_own_rank():
         ),
     )
     launch = plan(job, replicas_for(job.training_input), PlanInputs(runtime_image="aiptrain/runtime:2.11"))
-    seen = {c.task_name: {k: c.env.get(k) for k in TORCH_VARS} for c in launch.containers}
+    seen = {c.task_name: {k: launch.environment(c).get(k) for k in TORCH_VARS} for c in launch.containers}
     group = {"MASTER_ADDR": "ddp-job-master-0", "MASTER_PORT": "2222", "WORLD_SIZE": "3"}
     assert seen == {
         "master-replica-0": {**group, "RANK": "0"},

@@ -9,8 +9,10 @@ trainer and a stop takes milliseconds instead of the whole grace period.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import struct
+import zlib
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +20,7 @@ from datetime import datetime
 from typing import Iterator
 
 from aiptrain.backends import CREATED, EXITED, RUNNING, LogChunk, ReplicaObservation
-from aiptrain.errors import AiptrainError, EnvironmentNotReady
+from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import (
     LABEL_INSTALLATION,
@@ -29,11 +31,22 @@ from aiptrain.planning import (
     LABEL_TRIAL,
     ContainerSpec,
     LaunchPlan,
+    NetworkSpec,
 )
+from aiptrain.settings import DEFAULT_SUBNET_POOL, Settings
 
 TMPFS_OPTIONS = "rw,nosuid,nodev,exec,size=4g"
 _EXIT_STATUS = re.compile(r"Exited \((-?\d+)\)")
 _STATES = {"created": CREATED, "running": RUNNING, "restarting": RUNNING, "paused": RUNNING}
+# Addresses a job's subnet reserves besides its replicas: network, gateway, broadcast.
+RESERVED_ADDRESSES = 3
+SMALLEST_SUBNET = 29  # 8 addresses: 5 replicas
+SUBNET_ATTEMPTS = 8  # a concurrent submit may take the subnet we picked: pick again
+# The engine logs lines longer than this in parts; it writes a stopped replica's last part up to
+# a few hundred milliseconds after its follow ended.
+ENGINE_PART_BYTES = 16 * 1024
+LAST_PART_PATIENCE_SECONDS = 3.0
+NETWORK_PATIENCE_SECONDS = 30  # a loaded engine may take this long to release removed containers' endpoints
 
 
 def connect(timeout: int = 120):
@@ -55,6 +68,50 @@ def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+def engine_error(exc: Exception) -> str:
+    """What the engine said, without the request URL docker-py puts first: one line."""
+    from docker.errors import APIError
+
+    if isinstance(exc, APIError) and exc.explanation:
+        text = exc.explanation.decode(errors="replace") if isinstance(exc.explanation, bytes) else str(exc.explanation)
+        return text.strip().splitlines()[0] if text.strip() else _first_line(exc)
+    return _first_line(exc)
+
+
+def subnet_pool(value: str) -> ipaddress.IPv4Network:
+    try:
+        return ipaddress.IPv4Network(value)
+    except ValueError:
+        raise ValidationError(
+            f"AIPTRAIN_SUBNET_POOL [{value}] is not an IPv4 network: set it to a range such as 198.18.0.0/15."
+        ) from None
+
+
+def subnet_prefix(replicas: int) -> int:
+    """The longest prefix whose subnet holds the replicas, the gateway, network and broadcast."""
+    return min(SMALLEST_SUBNET, 32 - (replicas + RESERVED_ADDRESSES - 1).bit_length())
+
+
+def pick_subnet(pool: ipaddress.IPv4Network, replicas: int, taken: list[ipaddress.IPv4Network],
+                seed: str) -> ipaddress.IPv4Network | None:
+    """A subnet of the pool sized for the replicas and overlapping none taken, or None. The
+    search starts at a place derived from `seed` (the network's name), so concurrent submits
+    rarely pick the same one."""
+    prefix = subnet_prefix(replicas)
+    if prefix < pool.prefixlen:
+        return None
+    count = 1 << (prefix - pool.prefixlen)
+    size = 1 << (32 - prefix)
+    start = zlib.crc32(seed.encode()) % count
+    base = int(pool.network_address)
+    nearby = [t for t in taken if t.version == 4 and t.overlaps(pool)]
+    for step in range(count):
+        candidate = ipaddress.IPv4Network((base + ((start + step) % count) * size, prefix))
+        if not any(candidate.overlaps(t) for t in nearby):
+            return candidate
+    return None
+
+
 def host_gateway(api) -> str | None:
     """This host's address on Docker's default bridge (docker0), which every bridge network's
     containers can reach; None if the engine does not say."""
@@ -74,10 +131,16 @@ def host_gateway(api) -> str | None:
 
 
 class DockerBackend:
-    def __init__(self, installation: str | None = None, client=None):
+    def __init__(self, installation: str | None = None, client=None, subnet_pool: str = DEFAULT_SUBNET_POOL):
         self._installation = installation
         self._client = client
+        self._subnet_pool = subnet_pool
         self._connecting = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "DockerBackend":
+        """The backend of one aiptrain home: its installation and its subnet pool."""
+        return cls(settings.installation_id, subnet_pool=settings.subnet_pool)
 
     @property
     def api(self):
@@ -102,6 +165,7 @@ class DockerBackend:
     def check_ready(self, plan: LaunchPlan) -> None:
         from docker.errors import ImageNotFound
 
+        subnet_pool(self._subnet_pool)
         for image in sorted({c.image for c in plan.containers}):
             try:
                 self.api.inspect_image(image)
@@ -122,17 +186,53 @@ class DockerBackend:
 
     def launch(self, plan: LaunchPlan) -> None:
         try:
-            self.api.create_network(
-                plan.network.name, driver="bridge", labels=plan.network.labels, check_duplicate=True
-            )
+            self._create_network(plan.network)
             with ThreadPoolExecutor(max_workers=min(32, len(plan.containers))) as pool:
-                for future in [pool.submit(self._start, spec, plan.network.name) for spec in plan.containers]:
+                starts = [pool.submit(self._start, spec, plan.environment(spec), plan.network.name)
+                          for spec in plan.containers]
+                for future in starts:
                     future.result()
         except BaseException as exc:
             self.remove(plan.job_id, plan.trial_id)  # a failed trial's launch leaves the other trials be
             if isinstance(exc, AiptrainError | KeyboardInterrupt):
                 raise
-            raise AiptrainError(f"Docker could not start the job's replicas: {_first_line(exc)}") from exc
+            raise _launch_error(exc) from exc
+
+    def _create_network(self, network: NetworkSpec) -> None:
+        """The job's bridge network on a subnet of its own from the pool, sized to its replicas:
+        the engine's default pools hold only about 30 networks."""
+        from docker.errors import APIError
+        from docker.types import IPAMConfig, IPAMPool
+
+        pool = subnet_pool(self._subnet_pool)
+        refused: list[ipaddress.IPv4Network] = []
+        for _ in range(SUBNET_ATTEMPTS):
+            subnet = pick_subnet(pool, network.addresses, [*self._subnets_in_use(), *refused], network.name)
+            if subnet is None:
+                break
+            ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))])
+            try:
+                self.api.create_network(network.name, driver="bridge", ipam=ipam, labels=network.labels,
+                                        check_duplicate=True)
+                return
+            except APIError as exc:
+                if "overlap" not in engine_error(exc).lower():
+                    raise
+                refused.append(subnet)  # taken meanwhile by a concurrent submit or another tool
+        raise EnvironmentNotReady(
+            f"No free subnet for {network.addresses} replica(s) in AIPTRAIN_SUBNET_POOL ({pool}): too many jobs "
+            "are running; wait for some to end or set a wider pool."
+        )
+
+    def _subnets_in_use(self) -> list[ipaddress.IPv4Network]:
+        subnets = []
+        for network in self.api.networks():
+            for config in (network.get("IPAM") or {}).get("Config") or []:
+                try:
+                    subnets.append(ipaddress.ip_network(config.get("Subnet", ""), strict=False))
+                except ValueError:
+                    continue
+        return subnets
 
     def _host_config(self, spec: ContainerSpec, network_mode: str) -> dict:
         """Every container aiptrain starts runs unprivileged: see the module's docstring."""
@@ -149,6 +249,7 @@ class DockerBackend:
             security_opt=["no-new-privileges"],
             nano_cpus=spec.nano_cpus,
             mem_limit=spec.memory_bytes,
+            pids_limit=spec.pids_limit,
             device_requests=[DeviceRequest(count=spec.gpus, capabilities=[["gpu"]])] if spec.gpus else None,
         )
 
@@ -170,7 +271,7 @@ class DockerBackend:
             api.remove_container(container["Id"], force=True)
         return status, output
 
-    def _start(self, spec: ContainerSpec, network: str) -> None:
+    def _start(self, spec: ContainerSpec, env: dict[str, str], network: str) -> None:
         api = self.api
         host_config = self._host_config(spec, network)
         endpoint = api.create_endpoint_config(aliases=[spec.hostname])
@@ -178,7 +279,7 @@ class DockerBackend:
             spec.image,
             command=spec.command,
             entrypoint=spec.entrypoint,
-            environment=spec.env,
+            environment=env,
             hostname=spec.hostname,
             labels=spec.labels,
             name=spec.name,
@@ -257,24 +358,66 @@ class DockerBackend:
     def remove(self, job_id: str, trial_id: str | None = None) -> None:
         from docker.errors import APIError, NotFound
 
-        def remove_one(container_id: str) -> None:
+        def remove_one(container: dict) -> None:
+            # Leaving the network first, while the container exists: removing replicas that
+            # are still exiting can leave a stale endpoint that blocks the network's removal.
+            for network in ((container.get("NetworkSettings") or {}).get("Networks") or {}):
+                try:
+                    self.api.disconnect_container_from_network(container["Id"], network, force=True)
+                except (APIError, NotFound):
+                    pass  # not connected any more
             try:
-                self.api.remove_container(container_id, force=True)
+                self.api.remove_container(container["Id"], force=True)
             except NotFound:
                 pass
             except APIError as exc:  # "removal already in progress" from a concurrent cleanup
                 if "already in progress" not in str(exc):
                     raise
 
-        self._each(remove_one, [c["Id"] for c in self._containers(job_id, trial_id)])
+        self._each(remove_one, self._containers(job_id, trial_id))
         for network in self.api.networks(filters={"label": self._job_labels(job_id, trial_id)}):
+            self._remove_network(network["Id"])
+
+    def _remove_network(self, network_id: str) -> None:
+        """Remove a job's network once its containers are gone. A busy engine can still list
+        endpoints of containers it has just removed ("has active endpoints"): those are
+        disconnected by force and the removal tried again, for a while."""
+        from docker.errors import APIError, NotFound
+
+        deadline = time.monotonic() + NETWORK_PATIENCE_SECONDS
+        while True:
             try:
-                self.api.remove_network(network["Id"])
+                self.api.remove_network(network_id)
+                return
             except NotFound:
-                pass
+                return
+            except APIError as exc:
+                if "active endpoints" not in engine_error(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise AiptrainError(
+                        f"Docker keeps the job's network {network_id[:12]} although its replicas are gone (a stale "
+                        "endpoint, an engine fault that restarting dockerd clears): remove it with "
+                        f"`docker network rm {network_id[:12]}` then."
+                    ) from None
+            self._disconnect_all(network_id)
+            time.sleep(0.2)
+
+    def _disconnect_all(self, network_id: str) -> None:
+        from docker.errors import APIError, NotFound
+
+        try:
+            endpoints = self.api.inspect_network(network_id).get("Containers") or {}
+        except NotFound:
+            return
+        for endpoint in endpoints:
+            try:
+                self.api.disconnect_container_from_network(endpoint, network_id, force=True)
+            except (APIError, NotFound):
+                pass  # gone meanwhile, or still being released: the next attempt tells
 
     @staticmethod
-    def _each(action, items: list[str]) -> None:
+    def _each(action, items: list) -> None:
         if not items:
             return
         with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
@@ -300,27 +443,110 @@ class DockerBackend:
     def follow_logs(self, container_id: str, since_ns: int | None = None) -> Iterator[LogChunk]:
         """Every log line of the container from `since_ns` on, following until it stops.
 
-        docker-py's logs() merges stdout and stderr; the severity of a line depends on
-        which stream it came from, so the engine's multiplexed frames are read directly.
+        The engine's follow can end before it has written the last part of a long line (the
+        engine cuts lines into 16 KB parts), so while a line still lacks its end, plain reads
+        follow, briefly; then a last line without a newline is flushed.
         """
+        reader = _LogReader(lambda since, follow: self._log_frames(container_id, since, follow), since_ns)
+        yield from reader.read(follow=True)
+        deadline = time.monotonic() + LAST_PART_PATIENCE_SECONDS
+        while reader.awaits_more() and time.monotonic() < deadline:
+            time.sleep(0.1)
+            yield from reader.read(follow=False)
+        yield from reader.flush()
+
+    def _log_frames(self, container_id: str, since_ns: int | None, follow: bool) -> Iterator[tuple[int, bytes]]:
+        """The engine's log messages, stdout and stderr apart: docker-py's logs() merges them, and
+        the severity of a line depends on its stream, so the multiplexed frames are read directly."""
         api = self.api
-        params = {"follow": 1, "stdout": 1, "stderr": 1, "timestamps": 1}
+        params = {"follow": int(follow), "stdout": 1, "stderr": 1, "timestamps": 1}
         if since_ns:
             params["since"] = f"{since_ns // 1_000_000_000}.{since_ns % 1_000_000_000:09d}"
         response = api._get(api._url("/containers/{0}/logs", container_id), params=params, stream=True)
         api._raise_for_status(response)
-        api._disable_socket_timeout(api._get_raw_response_socket(response))  # follow may wait long
-        pending = {1: b"", 2: b""}
+        if follow:
+            api._disable_socket_timeout(api._get_raw_response_socket(response))  # follow may wait long
         try:
-            for stream_id, data in _frames(response):
-                pending[stream_id] += data
-                *lines, pending[stream_id] = pending[stream_id].split(b"\n")
-                for line in lines:
-                    chunk = _chunk("stdout" if stream_id == 1 else "stderr", line, since_ns)
-                    if chunk:
-                        yield chunk
+            yield from _frames(response)
         finally:
             response.close()
+
+
+def _launch_error(exc: BaseException) -> AiptrainError:
+    """The engine's refusal as one line, with the exit status it deserves."""
+    from docker.errors import APIError
+
+    if isinstance(exc, APIError) and exc.status_code == 409:
+        return EnvironmentNotReady(
+            f"Docker refused the job's replicas ({engine_error(exc)}): remove the leftover container or "
+            "network it names, then submit again."
+        )
+    if isinstance(exc, Exception):
+        return AiptrainError(f"Docker could not start the job's replicas: {engine_error(exc)}")
+    return AiptrainError(f"Docker could not start the job's replicas: {type(exc).__name__}")
+
+
+_STREAMS = {1: "stdout", 2: "stderr"}
+
+
+class _LineAssembler:
+    """Lines from the engine's log messages. Each frame is one message stamped `TIME TEXT`;
+    the engine cuts lines longer than 16 KB into parts without a newline (each stamped again),
+    and the last line of a replica may have none. Parts are joined as bytes, so a character
+    cut in two is whole again; a line keeps the time of its first part."""
+
+    def __init__(self):
+        self._stamp: bytes | None = None
+        self._parts: list[bytes] = []
+
+    def feed(self, data: bytes) -> Iterator[tuple[str, bytes]]:
+        stamp, _, text = data.partition(b" ")
+        *complete, rest = text.split(b"\n")
+        for piece in complete:
+            yield (self._stamp or stamp).decode(errors="replace"), b"".join([*self._parts, piece])
+            self._stamp, self._parts = None, []
+        if rest:
+            self._stamp = self._stamp or stamp
+            self._parts.append(rest)
+
+    def awaits_more(self) -> bool:
+        """True while the pending line ends with a whole 16 KB part: the engine has more of it."""
+        return bool(self._parts) and len(self._parts[-1]) == ENGINE_PART_BYTES
+
+    def flush(self) -> Iterator[tuple[str, bytes]]:
+        if self._stamp is not None:
+            yield self._stamp.decode(errors="replace"), b"".join(self._parts)
+        self._stamp, self._parts = None, []
+
+
+class _LogReader:
+    """Reads a container's log messages into lines: following, then, if needed, plainly again
+    from the same start, skipping the messages already read (the engine's last part of a line
+    may be stamped before the parts it follows, so a later `since` could miss it)."""
+
+    def __init__(self, frames, since_ns: int | None):
+        self._frames = frames  # (since_ns, follow) -> (stream id, message) pairs, in the engine's order
+        self._since_ns = since_ns
+        self._read = 0
+        self._lines = {1: _LineAssembler(), 2: _LineAssembler()}
+
+    def read(self, follow: bool) -> Iterator[LogChunk]:
+        for position, (stream_id, data) in enumerate(self._frames(self._since_ns, follow)):
+            if position < self._read:
+                continue
+            self._read += 1
+            if self._since_ns and parse_engine_time(data.partition(b" ")[0].decode()) <= self._since_ns:
+                continue  # the engine's `since` includes that very moment, copied already
+            for line_stamp, line in self._lines[stream_id].feed(data):
+                yield _chunk(_STREAMS[stream_id], line_stamp, line)
+
+    def awaits_more(self) -> bool:
+        return any(lines.awaits_more() for lines in self._lines.values())
+
+    def flush(self) -> Iterator[LogChunk]:
+        for stream_id, lines in self._lines.items():
+            for line_stamp, line in lines.flush():
+                yield _chunk(_STREAMS[stream_id], line_stamp, line)
 
 
 def _frames(response) -> Iterator[tuple[int, bytes]]:
@@ -335,8 +561,5 @@ def _frames(response) -> Iterator[tuple[int, bytes]]:
             yield stream_id, data
 
 
-def _chunk(stream: str, raw: bytes, since_ns: int | None) -> LogChunk | None:
-    stamp, _, text = raw.decode(errors="replace").partition(" ")
-    if since_ns and parse_engine_time(stamp) <= since_ns:
-        return None  # already seen before a restart re-attached
-    return LogChunk(time=stamp, stream=stream, text=text.rstrip("\r"))
+def _chunk(stream: str, stamp: str, raw: bytes) -> LogChunk:
+    return LogChunk(time=stamp, stream=stream, text=raw.decode(errors="replace").rstrip("\r"))

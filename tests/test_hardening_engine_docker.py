@@ -1,0 +1,289 @@
+"""Edges of the engine side, on the real engine: a 128-character job ID on a distributed job,
+many jobs at once, the last line without a newline (and a 5 MB one), two aiptrain homes with the
+same job ID, the PIDs limit, one closing line per job, and dockerd restarting under a job.
+
+Most jobs here are custom containers of the minimal runtime image running a few lines of shell
+or Python: no packaging, so the tests stay light on a small machine."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, job_resources, wait_for
+
+pytestmark = pytest.mark.docker
+
+MINIMAL = "aiptrain/runtime:minimal"
+PROBE = Path(__file__).parent / "trainers" / "probe"
+LONG_ID = "j" + "x_Y9" * 31 + "abc"  # 128 characters, the longest ID the service allows
+CUSTOM = ("--scale-tier", "custom", "--master-machine-type", "n1-standard-4", "--worker-machine-type", "n1-standard-4")
+
+
+def wait_for_go(gate: Path) -> list[str]:
+    """A replica command: wait until a file `go` appears in `gate` (the shared job dir), exit 0."""
+    return ["sh", "-c", 'until [ -e "$0/go" ]; do sleep 1; done', str(gate)]
+
+# scripts/ensure-docker.sh writes dockerd's PID here when it started the engine itself.
+DOCKERD_MARKER = Path(os.environ.get("AIPTRAIN_DOCKERD_MARKER", "/run/aiptrain-dockerd.pid"))
+
+
+def run_cli(home: Path, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    """`aiptrain ARGS...` against the aiptrain home `home`."""
+    environment = {**os.environ, "AIPTRAIN_HOME": str(home), "AIPTRAIN_DEFAULT_RUNTIME": "minimal", **env}
+    return subprocess.run([sys.executable, "-m", "aiptrain", *args], capture_output=True, text=True,
+                          timeout=timeout, env=environment)
+
+
+def container_job(tmp_path: Path, job_id: str, command: list[str], job_dir: Path, *flags: str,
+                  groups: tuple[str, ...] = ()) -> list[str]:
+    """Submit flags for a custom-container job of the minimal image: every replica type (the
+    master, and the configs named in `groups`) runs `command`."""
+    training_input = {"masterConfig": {"imageUri": MINIMAL, "containerCommand": command}}
+    training_input.update({group: {"containerCommand": command} for group in groups})
+    config = tmp_path / f"{job_id[:40]}.yaml"
+    config.write_text(yaml.safe_dump({"trainingInput": training_input}))
+    return ["jobs", "submit", "training", job_id, "--config", str(config), "--region", "us-central1",
+            "--job-dir", str(job_dir), *flags]
+
+
+def describe(home: Path, job_id: str) -> dict:
+    result = run_cli(home, "jobs", "describe", job_id)
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)
+
+
+def installation_of(home: Path) -> str:
+    from aiptrain.settings import Settings
+
+    return Settings(home=home.resolve()).installation_id
+
+
+def home_resources(api, home: Path) -> list[str]:
+    label = f"aiptrain.installation={installation_of(home)}"
+    containers = [c["Names"][0] for c in api.containers(all=True, filters={"label": label})]
+    return containers + [n["Name"] for n in api.networks(filters={"label": label})]
+
+
+def wait_until_all_end(home: Path, count: int, timeout: float = 300) -> list[list[str]]:
+    def ended():
+        rows = [line.split() for line in run_cli(home, "jobs", "list").stdout.splitlines()[1:]]
+        done = [row for row in rows if row[1] in ("SUCCEEDED", "FAILED", "CANCELLED")]
+        return rows if len(done) == count else None
+
+    return wait_for(ended, timeout=timeout, interval=1, what=f"{count} jobs to end")
+
+
+# -- item 1: a 128-character job ID -------------------------------------------------------------
+
+# Each replica resolves every host of CLUSTER_SPEC, checks its own hostname is its entry and that
+# TF_CONFIG names the same cluster, leaves a file, and waits for the others' files.
+CLUSTER_CHECK = r"""
+import json, os, pathlib, socket, sys, time
+job_dir = pathlib.Path(sys.argv[1])
+tf, spec = json.loads(os.environ["TF_CONFIG"]), json.loads(os.environ["CLUSTER_SPEC"])
+task = spec["task"]
+hosts = {a.rsplit(":", 1)[0] for addrs in spec["cluster"].values() for a in addrs}
+own = spec["cluster"][task["type"]][task["index"]].rsplit(":", 1)[0]
+deadline = time.time() + 60
+while time.time() < deadline:
+    unresolved = []
+    for host in sorted(hosts):
+        try:
+            socket.gethostbyname(host)
+        except OSError:
+            unresolved.append(host)
+    if not unresolved:
+        break
+    time.sleep(0.2)
+print(f"edge {task['type']} {task['index']} own={own} same={socket.gethostname() == own} "
+      f"unresolved={unresolved} tf_matches={tf['cluster'] == spec['cluster']}", flush=True)
+(job_dir / f"{task['type']}-{task['index']}.ok").write_text("ok")
+while len(list(job_dir.glob("*.ok"))) < len(hosts) and time.time() < deadline:
+    time.sleep(0.2)  # every replica stays until all have looked: a stopped one no longer resolves
+"""
+
+
+def test_a_128_character_job_id_runs_a_distributed_job(tmp_path, minimal_runtime, docker_api, home):
+    job_dir = tmp_path / "long"
+    args = container_job(tmp_path, LONG_ID, ["python3", "-c", CLUSTER_CHECK, str(job_dir)], job_dir,
+                         *CUSTOM, "--worker-count", "2", "--stream-logs", groups=("workerConfig",))
+    result = run_cli(home, *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    edges = [line.split("\t") for line in result.stderr.splitlines() if "\tedge " in line]
+    assert sorted(fields[2] for fields in edges) == ["master-replica-0", "worker-replica-0", "worker-replica-1"]
+    for fields in edges:
+        message = fields[4]
+        assert "same=True unresolved=[] tf_matches=True" in message, message
+        own = message.split("own=")[1].split()[0]
+        assert len(own) <= 63 and own.startswith("jx-y9x-y9")
+    job = describe(home, LONG_ID)
+    assert (job["jobId"], job["state"]) == (LONG_ID, "SUCCEEDED")
+    logs = run_cli(home, "jobs", "stream-logs", LONG_ID).stdout
+    assert logs.count("\tedge ") == 3 and "Job completed successfully." in logs
+    assert job_resources(docker_api, LONG_ID) == []
+
+
+# -- item 2: many jobs at once ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [pytest.param(30, id="30-jobs"), pytest.param(100, id="100-jobs", marks=pytest.mark.slow)])
+def test_many_concurrent_jobs_and_a_premium_1_job_fit_on_one_engine(count, tmp_path, minimal_runtime, docker_api, home):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    premium = container_job(tmp_path, "premium", wait_for_go(gate), gate, "--scale-tier", "premium-1",
+                            groups=("workerConfig", "parameterServerConfig"))
+    submits = [premium] + [container_job(tmp_path, f"many_{i}", wait_for_go(gate), gate) for i in range(count)]
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda args: run_cli(home, *args, AIPTRAIN_POLL_SECONDS="5"), submits))
+    submitted = time.monotonic() - started
+    assert [r.returncode for r in results] == [0] * (count + 1), [r.stderr for r in results if r.returncode][:3]
+
+    networks = docker_api.networks(filters={"label": f"aiptrain.installation={installation_of(home)}"})
+    subnets = [ipaddress.ip_network(n["IPAM"]["Config"][0]["Subnet"]) for n in networks]
+    assert len(subnets) == count + 1 and len(set(subnets)) == count + 1
+    assert all(s.subnet_of(ipaddress.ip_network("198.18.0.0/15")) for s in subnets)
+    assert sorted(s.prefixlen for s in subnets)[0] == 26  # PREMIUM_1: 31 replicas
+
+    (gate / "go").write_text("go")
+    rows = wait_until_all_end(home, count + 1)
+    print(f"\n{count + 1} jobs: submitted in {submitted:.0f}s, all ended {time.monotonic() - started:.0f}s after the first submit")
+    assert {row[1] for row in rows} == {"SUCCEEDED"}
+    assert home_resources(docker_api, home) == []
+
+
+# -- item 3: the last line -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("expression, last_line", [("'the last words, without a newline'", "the last words, without a newline"),
+                                                   ("'y' * 5_000_000", "y" * 5_000_000)], ids=["short", "5MB"])
+def test_the_last_line_without_a_newline_reaches_the_logs_and_the_error_message(
+    expression, last_line, tmp_path, minimal_runtime, home
+):
+    script = f"import sys; print('before', flush=True); sys.stderr.write({expression}); sys.exit(3)"
+    result = run_cli(home, *container_job(tmp_path, "last_line", ["python3", "-c", script], tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    wait_for(lambda: describe(home, "last_line")["state"] == "FAILED", timeout=120, what="FAILED")
+    logs = run_cli(home, "jobs", "stream-logs", "last_line").stdout
+    assert f"\tmaster-replica-0\t\t{last_line}\n" in logs
+    error = describe(home, "last_line")["errorMessage"]
+    assert error.startswith("The replica master 0 exited with a non-zero status of 3.\n")
+    assert f"before\n{last_line}\n" in error
+
+
+# -- items 4 and 11: two homes, one job ID; the PIDs limit ---------------------------------------
+
+
+def test_two_homes_run_the_same_job_id_at_once_with_their_own_pids_limits(tmp_path, minimal_runtime, docker_api):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    homes = {tmp_path / "home-a": "", tmp_path / "home-b": "64"}  # b sets AIPTRAIN_REPLICA_PIDS_LIMIT
+
+    def submit(home: Path):
+        limit = {"AIPTRAIN_REPLICA_PIDS_LIMIT": homes[home]} if homes[home] else {}
+        return run_cli(home, *container_job(tmp_path, "same_id", wait_for_go(gate), gate), **limit)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(submit, homes))
+    assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
+    limits = []
+    for home in homes:
+        (container,) = docker_api.containers(filters={"label": f"aiptrain.installation={installation_of(home)}"})
+        assert container["Names"][0] == f"/same_id-master-0-{installation_of(home)[:8]}"
+        limits.append(docker_api.inspect_container(container["Id"])["HostConfig"]["PidsLimit"])
+        assert describe(home, "same_id")["state"] == "RUNNING"
+    assert limits == [4096, 64]
+    (gate / "go").write_text("go")
+    for home in homes:
+        wait_for(lambda: describe(home, "same_id")["state"] == "SUCCEEDED", timeout=120, what="SUCCEEDED")
+        assert home_resources(docker_api, home) == []
+
+
+# -- item 13: one closing line -------------------------------------------------------------------
+
+
+def submit_five_replicas(home: Path, tmp_path: Path, job_id: str) -> None:
+    """Master and 4 workers of the probe; the master ends after 2 s, the workers are stopped."""
+    result = run_cli(home, "jobs", "submit", "training", job_id, "--package-path", str(PROBE),
+                     "--module-name", "probe.task", "--job-dir", str(tmp_path / job_id),
+                     "--runtime-version", "minimal", *CUSTOM, "--worker-count", "4",
+                     "--", "--run", "chief=2", "--run", "worker=30")
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_five_replica_job_says_it_completed_exactly_once(tmp_path, minimal_runtime, docker_api, home):
+    jobs = [f"five_{i}" for i in range(3)]
+    for job_id in jobs:
+        submit_five_replicas(home, tmp_path, job_id)
+    for job_id in jobs:
+        logs = run_cli(home, "jobs", "stream-logs", job_id).stdout
+        assert logs.count("Job completed successfully.") == 1, logs[-2000:]
+        assert describe(home, job_id)["state"] == "SUCCEEDED"
+        assert job_resources(docker_api, job_id) == []
+
+
+def test_a_supervisor_killed_after_its_closing_line_is_not_followed_by_a_second_one(
+    tmp_path, minimal_runtime, docker_api, home
+):
+    """How the line came twice: kill -9 of a supervisor between "Job completed successfully."
+    and recording the state; its successor decided again. When the kill lands before the state
+    is recorded (usually), the successor must keep the first word; after, nothing is left to do."""
+    submit_five_replicas(home, tmp_path, "five_killed")
+    supervisor = subprocess.run(["pgrep", "-f", "aiptrain.supervisor five_killed "], capture_output=True, text=True)
+    pid = int(supervisor.stdout.split()[0])
+    log_file = home / "logs" / "five_killed.jsonl"
+    wait_for(lambda: "Job completed successfully." in log_file.read_text(), timeout=120, interval=0.01,
+             what="the closing line")
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # it had finished already
+    wait_for(lambda: describe(home, "five_killed")["state"] != "RUNNING", timeout=120, what="the end")
+    assert describe(home, "five_killed")["state"] == "SUCCEEDED"
+    assert log_file.read_text().count("Job completed successfully.") == 1
+    assert job_resources(docker_api, "five_killed") == []
+
+
+# -- item 15: dockerd restarted under a running job ------------------------------------------------
+
+
+def dockerd_started_by_the_suite() -> int | None:
+    """The PID of a dockerd that scripts/ensure-docker.sh started (it leaves a marker), else None:
+    only such an engine may be restarted; one that others use never is."""
+    try:
+        pid = int(DOCKERD_MARKER.read_text().strip())
+        return pid if Path(f"/proc/{pid}/comm").read_text().strip() == "dockerd" else None
+    except (OSError, ValueError):
+        return None
+
+
+def test_a_job_survives_dockerd_restarting(tmp_path, minimal_runtime, docker_api, home):
+    pid = dockerd_started_by_the_suite()
+    if pid is None:
+        pytest.skip(f"the Docker engine was not started by scripts/ensure-docker.sh (no {DOCKERD_MARKER}): "
+                    "restarting an engine others use is not this suite's to do")
+    result = run_cli(home, "jobs", "submit", "training", "engine_restart", "--package-path", str(PROBE),
+                     "--module-name", "probe.task", "--job-dir", str(tmp_path / "out"),
+                     "--runtime-version", minimal_runtime, *CUSTOM, "--worker-count", "1",
+                     "--", "--run", "chief=25", "--run", "worker=25")
+    assert result.returncode == 0, result.stderr
+    log_file = home / "logs" / "engine_restart.jsonl"
+    wait_for(lambda: "probe chief 0 started" in log_file.read_text(), timeout=120, what="the master training")
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=60, what="dockerd to stop")
+    subprocess.run([str(REPO / "scripts" / "ensure-docker.sh")], check=True, timeout=120)
+    wait_for(lambda: describe(home, "engine_restart")["state"] in ("SUCCEEDED", "FAILED"), timeout=240, what="the end")
+    job = describe(home, "engine_restart")
+    assert job["state"] == "SUCCEEDED", job.get("errorMessage")
+    assert "Restarting it in place" in run_cli(home, "jobs", "stream-logs", "engine_restart").stdout
+    assert home_resources(docker_api, home) == []
