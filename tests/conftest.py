@@ -68,6 +68,20 @@ def home(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def run(home, capsys):
+    """aiptrain's main() in this process, fast: (exit status, stdout, stderr)."""
+    from aiptrain.cli import main
+
+    def invoke(*argv: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as exit_:
+            main(list(argv))
+        out, err = capsys.readouterr()
+        return exit_.value.code, out, err
+
+    return invoke
+
+
+@pytest.fixture
 def cli(home):
     """Run `aiptrain ARGS...` as a real process; returns CompletedProcess (text)."""
 

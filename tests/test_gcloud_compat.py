@@ -105,19 +105,6 @@ def test_formats_of_lists():
 # --- the CLI, in process (fast) ----------------------------------------------------------------
 
 
-@pytest.fixture
-def run(home, capsys):
-    """aiptrain's main() in this process: (exit status, stdout, stderr)."""
-    from aiptrain.cli import main
-
-    def invoke(*argv: str) -> tuple[int, str, str]:
-        with pytest.raises(SystemExit) as exit_:
-            main(list(argv))
-        out, err = capsys.readouterr()
-        return exit_.value.code, out, err
-
-    return invoke
-
 
 @pytest.fixture
 def package(tmp_path):

@@ -45,18 +45,6 @@ def test_every_row_names_a_real_flag_and_a_real_test(run):
             assert reference in functions, (command, flag, module, reference)
 
 
-@pytest.fixture
-def run(home, capsys):
-    from aiptrain.cli import main
-
-    def invoke(*argv: str) -> tuple[int, str, str]:
-        with pytest.raises(SystemExit) as exit_:
-            main(list(argv))
-        out, err = capsys.readouterr()
-        return exit_.value.code, out, err
-
-    return invoke
-
 
 @pytest.fixture
 def ended(home):

@@ -199,18 +199,6 @@ def test_existing_databases_get_the_indexes(tmp_path):
 # --- the CLI ------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def run(capsys):
-    from aiptrain.cli import main
-
-    def invoke(*argv: str) -> tuple[int, str, str]:
-        with pytest.raises(SystemExit) as exit_:
-            main(list(argv))
-        out, err = capsys.readouterr()
-        return exit_.value.code, out, err
-
-    return invoke
-
 
 def test_list_cli_table_and_formats(filled, run):
     _, resources = filled
