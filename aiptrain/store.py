@@ -38,6 +38,10 @@ CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id);
 INDEXES = """
 CREATE INDEX IF NOT EXISTS jobs_by_create_time ON jobs (create_time);
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, create_time);
+CREATE TABLE IF NOT EXISTS verdicts (
+    job_id  TEXT PRIMARY KEY,
+    verdict TEXT NOT NULL  -- how a supervisor decided the job ends, recorded before it tears down
+);
 """
 # --sort-by keys and --filter conditions the store answers in SQL (aiptrain.filtering.COLUMNS).
 _SQL_OPERATORS = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
@@ -142,6 +146,7 @@ class JobStore:
         with self._transaction():
             self._db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
             self._db.execute("DELETE FROM events WHERE job_id = ?", (job_id,))
+            self._db.execute("DELETE FROM verdicts WHERE job_id = ?", (job_id,))
 
     def update_resource(self, job: Job) -> None:
         """Replace the stored resource (e.g. packageUris after staging), keeping the state."""
@@ -159,6 +164,17 @@ class JobStore:
                 "UPDATE jobs SET resource = json_set(resource, '$.trainingOutput', json(?)) WHERE job_id = ?",
                 (json.dumps(output.to_resource()), job_id),
             )
+
+    def record_verdict(self, job_id: str, verdict: dict) -> None:
+        """Keep a supervisor's decision before it tears the job down: one that dies meanwhile is
+        followed by one that finishes the same ending instead of judging the remains."""
+        with self._transaction():
+            self._db.execute("INSERT OR REPLACE INTO verdicts (job_id, verdict) VALUES (?, ?)",
+                             (job_id, json.dumps(verdict)))
+
+    def verdict(self, job_id: str) -> dict | None:
+        row = self._db.execute("SELECT verdict FROM verdicts WHERE job_id = ?", (job_id,)).fetchone()
+        return json.loads(row[0]) if row else None
 
     def transition(
         self,

@@ -106,10 +106,10 @@ class Supervisor:
         job = self.store.get(self.job_id)
         if job is None or job.state not in ACTIVE:
             return job.state if job else State.STATE_UNSPECIFIED
-        ended = self.ended_before()
-        if ended is not None:
-            self.backend.remove(self.job_id)  # torn down already; in case, again
-            return self.record(*ended)
+        verdict = self.store.verdict(self.job_id)
+        if verdict is not None:  # a predecessor decided and died tearing down: finish its ending
+            failed_trial = verdict.pop("failed_trial", "")
+            return self.finish(Decision(State(verdict.pop("state")), **verdict), self.observe(), failed_trial)
         # Docker events wake the loop the moment a replica starts or dies; the poll is the fallback.
         stop = threading.Event()
         watcher = threading.Thread(
@@ -255,38 +255,35 @@ class Supervisor:
         return observations
 
     def finish(self, decision: Decision, observations: list[ReplicaObservation], failed_trial: str = "") -> State:
-        """End the job: tear everything down, say how it ended, then record the final state
-        (written last, so readers that see it have every line)."""
+        """End the job: keep the decision, tear everything down, say how it ended (once), then
+        record the final state (written last, so readers that see it have every line). A
+        supervisor killed anywhere in here is followed by one that finishes the same ending."""
+        self.store.record_verdict(self.job_id, {
+            "state": decision.state.value, "error_message": decision.error_message,
+            "failed_task": decision.failed_task, "failed_trial": failed_trial,
+        })
         self.end_group(observations)
         error = self.error_message(decision, failed_trial)
-        if decision.state is State.SUCCEEDED:
-            self.writer.service("Job completed successfully.")
-        elif decision.state is State.FAILED:
-            self.writer.service(error, "ERROR")
-            self.writer.service("Finished tearing down training program.")
-            self.writer.service("Job failed.")
-        else:
-            self.writer.service("Job cancelled.")
+        if not self.said_how_it_ended():
+            if decision.state is State.SUCCEEDED:
+                self.writer.service("Job completed successfully.")
+            elif decision.state is State.FAILED:
+                self.writer.service(error, "ERROR")
+                self.writer.service("Finished tearing down training program.")
+                self.writer.service("Job failed.")
+            else:
+                self.writer.service("Job cancelled.")
         return self.record(decision.state, error)
+
+    def said_how_it_ended(self) -> bool:
+        """Whether the log already ends with a closing line (a predecessor wrote it, then died)."""
+        service = [r for r in read_records(self.log_path)[0] if r.task == SERVICE and not r.trial]
+        return bool(service) and service[-1].message in CLOSING_LINES
 
     def record(self, state: State, error: str | None) -> State:
         shutil.rmtree(self.settings.job_work_dir(self.job_id), ignore_errors=True)
         job = self.store.transition(self.job_id, state, ACTIVE, error_message=error)
         return job.state if job else state
-
-    def ended_before(self) -> tuple[State, str | None] | None:
-        """How an earlier supervisor said the job ended, when it was stopped (kill -9) after its
-        closing line and before it recorded the state. Its word stands and is not said twice: the
-        replicas are gone by then, so deciding again would call a finished job failed, or say
-        it completed a second time."""
-        service = [r for r in read_records(self.log_path)[0] if r.task == SERVICE and not r.trial]
-        if not service or service[-1].message not in CLOSING_LINES:
-            return None
-        state = CLOSING_LINES[service[-1].message]
-        if state is State.FAILED:
-            errors = [r.message for r in service if r.severity == "ERROR"]
-            return state, errors[-1] if errors else None
-        return state, self.error_message(Decision(state))
 
     def error_message(self, decision: Decision, failed_trial: str = "") -> str | None:
         if decision.state is State.CANCELLED:

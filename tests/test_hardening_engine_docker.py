@@ -254,6 +254,33 @@ def test_a_supervisor_killed_after_its_closing_line_is_not_followed_by_a_second_
     assert job_resources(docker_api, "five_killed") == []
 
 
+def test_a_supervisor_killed_while_tearing_down_is_followed_by_the_same_ending(
+    tmp_path, minimal_runtime, docker_api, home
+):
+    """The supervisor keeps its decision before it stops and removes the replicas: killed in the
+    middle of that, its successor finishes the same ending instead of finding the master gone
+    ("disappeared") and calling a finished job failed."""
+    import sqlite3
+
+    submit_five_replicas(home, tmp_path, "five_torn")
+    pid = int(subprocess.run(["pgrep", "-f", "aiptrain.supervisor five_torn "], capture_output=True,
+                             text=True).stdout.split()[0])
+    db = sqlite3.connect(home / "jobs.db")
+
+    def decided() -> bool:
+        return db.execute("SELECT 1 FROM verdicts WHERE job_id = 'five_torn'").fetchone() is not None
+
+    wait_for(decided, timeout=120, interval=0.01, what="the supervisor's decision")
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # it had finished already
+    wait_for(lambda: describe(home, "five_torn")["state"] != "RUNNING", timeout=120, what="the end")
+    assert describe(home, "five_torn")["state"] == "SUCCEEDED"
+    assert (home / "logs" / "five_torn.jsonl").read_text().count("Job completed successfully.") == 1
+    assert job_resources(docker_api, "five_torn") == []
+
+
 # -- item 15: dockerd restarted under a running job ------------------------------------------------
 
 
