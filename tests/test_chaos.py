@@ -455,8 +455,6 @@ def test_security_checks(tally, home, minimal_runtime, tmp_path):
 
 
 @pytest.mark.docker
-@pytest.mark.xfail(strict=True, reason="the engine sends a line over 16 KiB in timestamped pieces and the log "
-                   "follower (backends/docker.py) keeps each piece's timestamp inside the line: issue 12 item 3")
 def test_a_long_line_reaches_the_log_unchanged(home, minimal_runtime, tmp_path):
     package = tmp_path / "long" / "trainer"
     package.mkdir(parents=True)
