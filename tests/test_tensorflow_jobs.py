@@ -49,7 +49,7 @@ def replica_messages(stderr: str, task: str) -> list[str]:
 
 
 def exit_codes(docker_api, job_id: str, since: int) -> dict[str, list[int]]:
-    """Container name -> exit codes of every time it died, from the engine's event log."""
+    """Task name (master-replica-0) -> exit codes of every time it died, from the engine's event log."""
     events = docker_api.events(
         since=since,
         until=int(time.time()) + 1,
@@ -59,7 +59,7 @@ def exit_codes(docker_api, job_id: str, since: int) -> dict[str, list[int]]:
     codes: dict[str, list[int]] = {}
     for event in events:
         attributes = event["Actor"]["Attributes"]
-        codes.setdefault(attributes["name"], []).append(int(attributes["exitCode"]))
+        codes.setdefault(attributes["aiptrain.task-name"], []).append(int(attributes["exitCode"]))
     return codes
 
 
@@ -106,8 +106,8 @@ def test_parameter_server_strategy_job_succeeds_and_stops_workers_and_ps(cli, ho
     assert_checkpoint(job_dir)
     # The chief finished on its own; the workers and ps never do: the supervisor stopped them.
     codes = exit_codes(docker_api, job_id, since)
-    assert codes[f"{job_id}-master-0"] == [0], codes
-    assert set(codes) == {f"{job_id}-{name}" for name in ("master-0", "worker-0", "worker-1", "ps-0")}, codes
+    assert codes["master-replica-0"] == [0], codes
+    assert set(codes) == {"master-replica-0", "worker-replica-0", "worker-replica-1", "ps-replica-0"}, codes
     assert job_resources(docker_api, job_id) == []
 
 
@@ -133,5 +133,5 @@ def test_multi_worker_mirrored_strategy_job_succeeds_with_every_replica_exiting_
     assert not list(job_dir.rglob("workertemp*"))
     # Every replica finished by itself, none was stopped.
     codes = exit_codes(docker_api, job_id, since)
-    assert codes == {f"{job_id}-{name}": [0] for name in ("master-0", "worker-0", "worker-1")}, codes
+    assert codes == {name: [0] for name in ("master-replica-0", "worker-replica-0", "worker-replica-1")}, codes
     assert job_resources(docker_api, job_id) == []
