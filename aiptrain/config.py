@@ -84,6 +84,8 @@ def load_config(path: str) -> Job:
         raise ValidationError(f"--config file [{path}] does not exist.") from None
     except OSError as exc:
         raise ValidationError(f"--config file [{path}] cannot be read: {exc.strerror}.") from None
+    except UnicodeDecodeError:
+        raise ValidationError(f"--config file [{path}] is not UTF-8 text: save it as UTF-8 YAML or JSON.") from None
     except RecursionError:
         raise ValidationError(f"--config file [{path}] nests too deeply to be a Job resource: fix its structure.") from None
     except yaml.YAMLError as exc:

@@ -14,11 +14,18 @@ import re
 from datetime import datetime, timezone
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 # REST int64 values are JSON strings ("workerCount: '4'"); YAML ints are accepted on input.
-Int64 = Annotated[int, PlainSerializer(str, return_type=str, when_used="json")]
+def _not_a_boolean(value: Any) -> Any:
+    # pydantic takes `true` for 1; a count written as a boolean is a mistake, not a number.
+    if isinstance(value, bool):
+        raise ValueError(f"must be a whole number, not {str(value).lower()}")
+    return value
+
+
+Int64 = Annotated[int, BeforeValidator(_not_a_boolean), PlainSerializer(str, return_type=str, when_used="json")]
 
 
 def utc_now() -> datetime:

@@ -122,8 +122,8 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
     validate_job_id(flags.job_id)
     job = build_job(flags)
     ti = job.training_input
-    if flags.labels:
-        validate_labels(flags.labels)
+    if job.labels:  # from --labels or from --config: the same rules
+        validate_labels(job.labels)
     _check_custom_container(ti)
     if not ti.region:
         ti.region = os.environ.get("CLOUDSDK_COMPUTE_REGION", "us-central1")
@@ -151,6 +151,7 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
         runtime_image = rt.image
 
     staging_bucket = flags.staging_bucket or settings.default_bucket or None
+    _check_local_bucket(staging_bucket)
     gcs_root, notice = _gcs_mode(
         [ti.job_dir, staging_bucket, *remote_packages, *(ti.package_uris or []), *gcs_urls_in(ti.args)], settings
     )
@@ -189,6 +190,14 @@ def _gcs_mode(urls: list[str | None], settings: Settings) -> tuple[Path | None, 
     for url in gcs_urls:
         check_gcs_uri(url, kept_locally=gcs_root is not None)
     return gcs_root, notice
+
+
+def _check_local_bucket(bucket: str | None) -> None:
+    """A local staging bucket is a directory (made if missing), never an existing file."""
+    if bucket and not is_gcs(bucket):
+        path = Path(local_path(bucket))
+        if path.exists() and not path.is_dir():
+            raise ValidationError(f"--staging-bucket [{bucket}] is a file, not a directory: name a directory.")
 
 
 def _runtime_given_as(flags: SubmitFlags, runtime_version: str | None) -> str:

@@ -287,6 +287,11 @@ def _custom_groups(ti: TrainingInput) -> dict[str, tuple[int, str]]:
         check_count(count, group.count_name)
         if count and not type_name:
             raise ValidationError(f"{group.type_name} is required when {group.count_name} is greater than 0.")
+        if type_name and count is None:  # gcloud's flags come as a pair; a type alone runs nothing
+            raise ValidationError(
+                f"{group.type_name} is given without {group.count_name}: give both (how many replicas of that "
+                "type), or neither."
+            )
         if count:
             groups[group.task_type] = (count, type_name)
     return groups

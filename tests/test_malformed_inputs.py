@@ -44,9 +44,17 @@ CASES = [
     ("legacy and CE types mixed", "trainingInput:\n  scaleTier: CUSTOM\n  masterType: complex_model_m\n  workerType: n1-standard-4\n  workerCount: 1\n", []),
     ("GPU on an e2 machine", "trainingInput:\n  masterType: e2-standard-8\n  masterConfig:\n    acceleratorConfig: {type: NVIDIA_TESLA_T4, count: 1}\n", []),
     ("a2 with other GPUs", "trainingInput:\n  masterType: a2-highgpu-2g\n  masterConfig:\n    acceleratorConfig: {type: NVIDIA_TESLA_A100, count: 1}\n", []),
+    ("labels in the config break the label rules", "labels:\n  Team: ml\n", []),
+    ("worker type without a count", f"trainingInput:\n  {CUSTOM}  workerType: n1-standard-4\n", []),
+    ("parameter-server type without a count", f"trainingInput:\n  {CUSTOM}  parameterServerType: n1-standard-4\n", []),
+    ("workerCount: true", f"trainingInput:\n  {CUSTOM}  workerType: n1-standard-4\n  workerCount: true\n", []),
+    ("config that is not UTF-8", "trainingInput:\n  region: \udcff\n", []),
     ("containerCommand with user args", "trainingInput:\n  masterConfig:\n    imageUri: example.com/img:1\n    containerCommand: [python3]\n", []),
     # flags
     ("missing --config file", None, ["--config", "/nonexistent/config.yaml"]),
+    ("--staging-bucket that is a file", None, ["--staging-bucket", "/etc/hostname"]),
+    ("--worker-machine-type without --worker-count", None, ["--scale-tier", "custom", "--master-machine-type",
+                                                            "n1-standard-4", "--worker-machine-type", "n1-standard-4"]),
     ("empty --region", None, ["--region", ""]),
     ("empty --scale-tier", None, ["--scale-tier", ""]),
     ("unknown --scale-tier", None, ["--scale-tier", "huge"]),
@@ -89,7 +97,7 @@ def _run(case, tmp_path, package):
             "--module-name", "trainer.task", "--job-dir", str(tmp_path / "out")]
     if config_text is not None:
         config = tmp_path / f"config-{CASES.index(case)}.yaml"
-        config.write_text(config_text)
+        config.write_bytes(config_text.encode("utf-8", "surrogateescape"))  # a lone \udcff: a non-UTF-8 byte
         args += [extra.pop(), str(config)] if extra == ["--flags-file"] else ["--config", str(config)]
     env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock", "STORAGE_EMULATOR_HOST": ""}
     result = subprocess.run([sys.executable, "-m", "aiptrain", *args, *extra, "--", "--steps", "1"],
