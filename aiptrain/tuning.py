@@ -19,7 +19,7 @@ import logging
 import math
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiptrain.errors import AiptrainError
@@ -129,7 +129,6 @@ class RunningTrial:
     metrics_dir: Path
     reports_seen: int = 0
     stopped_early: bool = False
-    observations: list = field(default_factory=list)
 
 
 class Study:
