@@ -560,8 +560,9 @@ def bench_study(b: Bench) -> list[Row]:
     def base(i: int) -> None:
         home = b.new_home()
         start = time.perf_counter()
+        job_ids = [f"{b.job_id('by_hand')}_{k}" for k in range(STUDY_TRIALS)]  # named before the threads race
         with ThreadPoolExecutor(max_workers=STUDY_PARALLEL) as pool:
-            runs = [pool.submit(b.submit, home, b.job_id("by_hand"), "--stream-logs") for _ in range(STUDY_TRIALS)]
+            runs = [pool.submit(b.submit, home, job_id, "--stream-logs") for job_id in job_ids]
             for run in runs:
                 run.result()
         row.base.append(time.perf_counter() - start)
