@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Iterable
@@ -51,9 +52,28 @@ class JobStore:
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA + INDEXES)
+        self._ensure_schema()
+
+    def _ensure_schema(self) -> None:
+        """WAL mode and the tables, set up once per database file. Every CLI process opens the
+        store, many at once: only the first must write, and it does so inside BEGIN IMMEDIATE,
+        which waits for the lock (an autocommit CREATE that reads the schema, then finds another
+        process changed it, fails at once with "database is locked")."""
+        for attempt in range(100):  # WAL is kept in the file: only a new database switches
+            try:
+                if self._db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    self._db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:  # another process is switching it right now
+                if "locked" not in str(exc) or attempt == 99:
+                    raise
+                time.sleep(0.05)
+        tables = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master")}
+        if not {"jobs", "events", "verdicts", "jobs_by_state"} <= tables:
+            with self._transaction():
+                for statement in filter(str.strip, (SCHEMA + INDEXES).split(";")):
+                    self._db.execute(statement)
 
     def close(self) -> None:
         self._db.close()

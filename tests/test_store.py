@@ -60,3 +60,25 @@ def test_restart_counts_persist(tmp_path):
     store.create(Job(job_id="a"))
     store.count_restart("a", "worker-replica-1")
     assert JobStore(tmp_path / "jobs.db").count_restart("a", "worker-replica-1") == 2
+
+
+def _open_and_create(args):
+    path, index = args
+    from aiptrain.model import Job
+    from aiptrain.store import JobStore
+
+    try:
+        JobStore(path).create(Job(job_id=f"first_{index}"))
+        return "ok"
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        return repr(exc)
+
+
+def test_many_processes_opening_a_new_store_at_once_all_get_it(tmp_path):
+    """Every CLI process opens the store; the first ones to meet a new home create it together."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(8) as pool:
+        for round_ in range(3):
+            path = tmp_path / f"home-{round_}" / "jobs.db"
+            assert pool.map(_open_and_create, [(path, i) for i in range(8)]) == ["ok"] * 8
