@@ -41,9 +41,11 @@ def ensure_installed(
     wheelhouse: str | None,
     cache_dir: Path,
     user: str,
+    labels: dict[str, str],
 ) -> tuple[Path, bool]:
     """(the installed user base for these packages on this image, whether it was installed now).
-    A failed install is the package's fault: one line, exit 2, nothing left behind."""
+    A failed install is the package's fault: one line, exit 2, nothing left behind. The install
+    container carries the job's labels, so a submit killed meanwhile is cleaned up with its job."""
     installs = cache_dir / "installs"
     target = installs / install_key(backend.image_id(image), package_dir, package_files, wheelhouse)
     if (target / COMPLETE).is_file():
@@ -55,7 +57,8 @@ def ensure_installed(
         if os.getuid() == 0:  # the install runs as the replicas' user
             uid, gid = (int(part) for part in user.split(":"))
             os.chown(scratch, uid, gid)
-        spec = install_container(image, str(package_dir), tuple(package_files), wheelhouse, str(scratch), user)
+        spec = install_container(image, str(package_dir), tuple(package_files), wheelhouse, str(scratch), user,
+                                 labels)
         status, output = backend.run_to_completion(spec)
         if status != 0:
             last = (output.strip().splitlines() or [f"exit status {status}"])[-1]

@@ -453,7 +453,7 @@ def install_env(package_paths: str, wheelhouse: str | None) -> dict[str, str]:
 
 
 def install_container(image: str, package_dir: str, package_files: tuple[str, ...], wheelhouse: str | None,
-                      target: str, user: str) -> ContainerSpec:
+                      target: str, user: str, labels: dict[str, str] | None = None) -> ContainerSpec:
     """The one short container that installs a job's packages for its image into `target`
     (a host directory), which every replica then mounts read-only at USER_BASE: the same
     `pip install --user` a replica would run, once. No network: everything is staged."""
@@ -463,7 +463,7 @@ def install_container(image: str, package_dir: str, package_files: tuple[str, ..
         image=image, entrypoint=None, command=["sh", "-c", INSTALL],
         env={"HOME": "/tmp", "PYTHONUSERBASE": INSTALL_TARGET, **install_env(package_paths, wheelhouse)},
         mounts=(Mount(package_dir, PACKAGES_DIR, read_only=True), Mount(target, INSTALL_TARGET, read_only=False)),
-        labels={}, user=user,
+        labels=dict(labels or {}), user=user,
     )
 
 

@@ -26,7 +26,17 @@ from aiptrain.errors import AiptrainError, ValidationError
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State, TrainingInput
 from aiptrain.ownership import JobLock
-from aiptrain.planning import PACKAGES_DIR, LaunchPlan, Mount, PlanInputs, gcs_buckets_in, gcs_urls_in, plan
+from aiptrain.planning import (
+    LABEL_INSTALLATION,
+    LABEL_JOB,
+    PACKAGES_DIR,
+    LaunchPlan,
+    Mount,
+    PlanInputs,
+    gcs_buckets_in,
+    gcs_urls_in,
+    plan,
+)
 from aiptrain.runtime_catalog import Runtime
 from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings
@@ -503,9 +513,11 @@ class Submitter:
         from aiptrain.installs import ensure_installed
 
         self._step("Installing the packages once for every replica")
+        owner = {LABEL_INSTALLATION: submission.installation} if submission.installation else {}
         target, installed_now = ensure_installed(
             self.backend, submission.runtime_image, Path(inputs.package_dir), list(inputs.package_files),
             inputs.wheelhouse, self.settings.cache_dir, inputs.user,
+            {LABEL_JOB: submission.job.job_id, **owner},
         )
         log.info("%s the packages for %s: %s", "Installed" if installed_now else "Reused", submission.runtime_image,
                  target)

@@ -247,11 +247,12 @@ def nasty_package(tmp_path: Path) -> Path:
     return package
 
 
-def run_on_a_tty(args: list[str]) -> str:
+def run_on_a_tty(args: list[str], **env: str) -> str:
     """Run `python -m aiptrain ARGS` with stdout on a pseudo-terminal; return what it printed."""
     leader, follower = pty.openpty()
+    environment = {k: v for k, v in os.environ.items() if k not in ("CI", "NO_COLOR")}
     process = subprocess.Popen([sys.executable, "-m", "aiptrain", *args], stdout=follower,
-                               stderr=subprocess.DEVNULL, env={**os.environ})
+                               stderr=subprocess.DEVNULL, env={**environment, **env})
     os.close(follower)
     chunks = []
     while True:
@@ -277,10 +278,14 @@ def test_stream_logs_escapes_on_a_tty_and_pipes_bytes_unchanged(cli, home, docke
                             "master-replica-0"], capture_output=True, check=True).stdout  # bytes, as written
     assert b"colour \x1b[31mred\x1b[0m and a title \x1b]0;pwned\x07\n" in piped
     assert b"carriage\rreturn\n" in piped
-    on_tty = run_on_a_tty(["jobs", "stream-logs", job_id, "--task-name", "master-replica-0"])
+    # The plain lines on a terminal (NO_COLOR): the trainer's control bytes shown, none sent.
+    on_tty = run_on_a_tty(["jobs", "stream-logs", job_id, "--task-name", "master-replica-0"], NO_COLOR="1")
     assert "colour \\x1b[31mred\\x1b[0m and a title \\x1b]0;pwned\\x07" in on_tty
     assert "carriage\\x0dreturn" in on_tty
     assert "\x1b" not in on_tty and "\x07" not in on_tty
+    # The live view colours its own columns, and shows the trainer's bytes escaped all the same.
+    live = run_on_a_tty(["jobs", "stream-logs", job_id, "--task-name", "master-replica-0"])
+    assert "\\x1b]0;pwned\\x07" in live and "\x1b]0;pwned" not in live and "\x07" not in live
 
 
 # -- nothing left behind by a job that ran --------------------------------------------------------

@@ -306,6 +306,8 @@ class DockerBackend:
         observations = []
         for info in self._containers(job_id):
             labels = info["Labels"]
+            if LABEL_TASK not in labels:
+                continue  # the job's install container (aiptrain.installs): not a replica
             status = _STATES.get(info["State"], EXITED)
             exit_code = finished = None
             if status == EXITED:
