@@ -26,6 +26,7 @@ LABEL_TASK_TYPE = LABEL_PREFIX + "task-type"
 LABEL_TASK_INDEX = LABEL_PREFIX + "task-index"
 LABEL_INSTALLATION = LABEL_PREFIX + "installation"
 LABEL_TRIAL = LABEL_PREFIX + "trial-id"
+LABEL_INSTALL_FOR = LABEL_PREFIX + "install-for"  # the job whose packages an install container installs
 # Where a trial's replicas write their cloudml-hypertune metric files (one per task), read-write.
 HYPERTUNE_DIR = "/opt/aiptrain/hypertune"
 

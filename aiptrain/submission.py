@@ -27,8 +27,8 @@ from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State, TrainingInput
 from aiptrain.ownership import JobLock
 from aiptrain.planning import (
+    LABEL_INSTALL_FOR,
     LABEL_INSTALLATION,
-    LABEL_JOB,
     PACKAGES_DIR,
     LaunchPlan,
     Mount,
@@ -517,7 +517,7 @@ class Submitter:
         target, installed_now = ensure_installed(
             self.backend, submission.runtime_image, Path(inputs.package_dir), list(inputs.package_files),
             inputs.wheelhouse, self.settings.cache_dir, inputs.user,
-            {LABEL_JOB: submission.job.job_id, **owner},
+            {LABEL_INSTALL_FOR: submission.job.job_id, **owner},
         )
         log.info("%s the packages for %s: %s", "Installed" if installed_now else "Reused", submission.runtime_image,
                  target)

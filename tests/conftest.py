@@ -101,9 +101,11 @@ def cli(home):
 
 
 def job_resources(api, job_id: str | None = None) -> list[str]:
-    """Names of the containers and networks aiptrain made (for one job, or any)."""
+    """Names of the containers and networks aiptrain made (for one job, or any), the job's
+    install container (aiptrain.installs) included."""
     label = "aiptrain.job-id" if job_id is None else f"aiptrain.job-id={job_id}"
-    containers = [c["Names"][0] for c in api.containers(all=True, filters={"label": label})]
+    install = "aiptrain.install-for" if job_id is None else f"aiptrain.install-for={job_id}"
+    containers = [c["Names"][0] for key in (label, install) for c in api.containers(all=True, filters={"label": key})]
     networks = [n["Name"] for n in api.networks(filters={"label": label})]
     return containers + networks
 

@@ -14,7 +14,7 @@ WITH_DEPENDENCY = REPO / "sample_jobs" / "with_dependency" / "trainer"
 
 def test_the_install_container_runs_the_replicas_pip_install_once_without_network():
     spec = install_container("aiptrain/runtime:minimal", "/work/pkgs", ("a.tar.gz", "trainer.tar.gz"),
-                             "wheelhouse", "/cache/installs/x", "65534:65534", {"aiptrain.job-id": "j"})
+                             "wheelhouse", "/cache/installs/x", "65534:65534", {"aiptrain.install-for": "j"})
     assert spec.command == ["sh", "-c", INSTALL]
     assert spec.env == {
         "HOME": "/tmp",
@@ -24,7 +24,7 @@ def test_the_install_container_runs_the_replicas_pip_install_once_without_networ
     }
     assert spec.mounts == (Mount("/work/pkgs", PACKAGES_DIR, True), Mount("/cache/installs/x", INSTALL_TARGET, False))
     assert spec.user == "65534:65534" and spec.gpus == 0
-    assert spec.labels == {"aiptrain.job-id": "j"}  # a submit killed meanwhile is cleaned up with its job
+    assert spec.labels == {"aiptrain.install-for": "j"}  # a submit killed meanwhile is cleaned up with its job
 
 
 def test_the_install_key_follows_the_image_and_every_byte(tmp_path):

@@ -23,6 +23,7 @@ from aiptrain.backends import CREATED, EXITED, RUNNING, LogChunk, ReplicaObserva
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import (
+    LABEL_INSTALL_FOR,
     LABEL_INSTALLATION,
     LABEL_JOB,
     LABEL_TASK,
@@ -306,8 +307,6 @@ class DockerBackend:
         observations = []
         for info in self._containers(job_id):
             labels = info["Labels"]
-            if LABEL_TASK not in labels:
-                continue  # the job's install container (aiptrain.installs): not a replica
             status = _STATES.get(info["State"], EXITED)
             exit_code = finished = None
             if status == EXITED:
@@ -376,7 +375,11 @@ class DockerBackend:
                 if "already in progress" not in str(exc):
                     raise
 
-        self._each(remove_one, self._containers(job_id, trial_id))
+        containers = self._containers(job_id, trial_id)
+        if trial_id is None:  # and the job's install container, if a killed submit left it
+            owner = [f"{LABEL_INSTALLATION}={self._installation}"] if self._installation else []
+            containers += self.api.containers(all=True, filters={"label": [f"{LABEL_INSTALL_FOR}={job_id}", *owner]})
+        self._each(remove_one, containers)
         for network in self.api.networks(filters={"label": self._job_labels(job_id, trial_id)}):
             self._remove_network(network["Id"])
 
