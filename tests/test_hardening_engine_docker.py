@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, job_resources, wait_for
+from conftest import REPO, _unavailable, job_resources, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -232,25 +232,30 @@ def test_a_five_replica_job_says_it_completed_exactly_once(tmp_path, minimal_run
         assert job_resources(docker_api, job_id) == []
 
 
+def kill_supervisor_once(home: Path, tmp_path: Path, job_id: str, moment) -> None:
+    """Submit five replicas, kill -9 the supervisor at `moment(job_id)` (a condition waited for),
+    and check the job ends SUCCEEDED, says so once, and leaves nothing."""
+    submit_five_replicas(home, tmp_path, job_id)
+    pid = int(subprocess.run(["pgrep", "-f", f"aiptrain.supervisor {job_id} "], capture_output=True,
+                             text=True).stdout.split()[0])
+    wait_for(lambda: moment(job_id), timeout=120, interval=0.01, what="the moment to kill the supervisor")
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # it had finished already
+    wait_for(lambda: describe(home, job_id)["state"] != "RUNNING", timeout=120, what="the end")
+    assert describe(home, job_id)["state"] == "SUCCEEDED"
+    assert (home / "logs" / f"{job_id}.jsonl").read_text().count("Job completed successfully.") == 1
+
+
 def test_a_supervisor_killed_after_its_closing_line_is_not_followed_by_a_second_one(
     tmp_path, minimal_runtime, docker_api, home
 ):
     """How the line came twice: kill -9 of a supervisor between "Job completed successfully."
     and recording the state; its successor decided again. When the kill lands before the state
     is recorded (usually), the successor must keep the first word; after, nothing is left to do."""
-    submit_five_replicas(home, tmp_path, "five_killed")
-    supervisor = subprocess.run(["pgrep", "-f", "aiptrain.supervisor five_killed "], capture_output=True, text=True)
-    pid = int(supervisor.stdout.split()[0])
-    log_file = home / "logs" / "five_killed.jsonl"
-    wait_for(lambda: "Job completed successfully." in log_file.read_text(), timeout=120, interval=0.01,
-             what="the closing line")
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass  # it had finished already
-    wait_for(lambda: describe(home, "five_killed")["state"] != "RUNNING", timeout=120, what="the end")
-    assert describe(home, "five_killed")["state"] == "SUCCEEDED"
-    assert log_file.read_text().count("Job completed successfully.") == 1
+    kill_supervisor_once(home, tmp_path, "five_killed", lambda job_id: "Job completed successfully." in (
+        home / "logs" / f"{job_id}.jsonl").read_text())
     assert job_resources(docker_api, "five_killed") == []
 
 
@@ -260,24 +265,16 @@ def test_a_supervisor_killed_while_tearing_down_is_followed_by_the_same_ending(
     """The supervisor keeps its decision before it stops and removes the replicas: killed in the
     middle of that, its successor finishes the same ending instead of finding the master gone
     ("disappeared") and calling a finished job failed."""
-    import sqlite3
+    from aiptrain.store import JobStore
 
-    submit_five_replicas(home, tmp_path, "five_torn")
-    pid = int(subprocess.run(["pgrep", "-f", "aiptrain.supervisor five_torn "], capture_output=True,
-                             text=True).stdout.split()[0])
-    db = sqlite3.connect(home / "jobs.db")
+    def decided(job_id: str) -> bool:
+        store = JobStore(home / "jobs.db")
+        try:
+            return store.verdict(job_id) is not None
+        finally:
+            store.close()
 
-    def decided() -> bool:
-        return db.execute("SELECT 1 FROM verdicts WHERE job_id = 'five_torn'").fetchone() is not None
-
-    wait_for(decided, timeout=120, interval=0.01, what="the supervisor's decision")
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass  # it had finished already
-    wait_for(lambda: describe(home, "five_torn")["state"] != "RUNNING", timeout=120, what="the end")
-    assert describe(home, "five_torn")["state"] == "SUCCEEDED"
-    assert (home / "logs" / "five_torn.jsonl").read_text().count("Job completed successfully.") == 1
+    kill_supervisor_once(home, tmp_path, "five_torn", decided)
     assert job_resources(docker_api, "five_torn") == []
 
 
@@ -297,7 +294,7 @@ def dockerd_started_by_the_suite() -> int | None:
 def test_a_job_survives_dockerd_restarting(tmp_path, minimal_runtime, docker_api, home):
     pid = dockerd_started_by_the_suite()
     if pid is None:
-        pytest.skip(f"the Docker engine was not started by scripts/ensure-docker.sh (no {DOCKERD_MARKER}): "
+        _unavailable(f"the Docker engine was not started by scripts/ensure-docker.sh (no {DOCKERD_MARKER}): "
                     "restarting an engine others use is not this suite's to do")
     result = run_cli(home, "jobs", "submit", "training", "engine_restart", "--package-path", str(PROBE),
                      "--module-name", "probe.task", "--job-dir", str(tmp_path / "out"),
