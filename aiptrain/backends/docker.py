@@ -47,7 +47,7 @@ SUBNET_ATTEMPTS = 8  # a concurrent submit may take the subnet we picked: pick a
 # a few hundred milliseconds after its follow ended.
 ENGINE_PART_BYTES = 16 * 1024
 LAST_PART_PATIENCE_SECONDS = 3.0
-NETWORK_PATIENCE_SECONDS = 30  # a loaded engine may take this long to release removed containers' endpoints
+NETWORK_PATIENCE_SECONDS = 120  # a busy Docker 20.10 engine took over a minute to release a PREMIUM_1 network
 
 
 def connect(timeout: int = 120):
