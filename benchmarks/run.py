@@ -37,6 +37,8 @@ JOB_LABEL = "aiptrain.job-id"  # the label aiptrain puts on its containers and n
 BENCH_LABEL = "aiptrain-bench"  # the label this script puts on its baseline containers
 STANDARD_1_REPLICAS = 8  # 1 master + 4 workers + 3 parameter servers
 SLEEP_SECONDS = "600"  # replicas that must stay up until cancelled
+LOG_REPLICAS = 4  # benchmark 5c's job: a master and 3 workers
+DEFAULT_LINES, DEFAULT_REPLICA_LINES = 20_000, 250_000  # 5a/5b's job, 5c's replicas
 
 # The trainer every aiptrain job here runs: it prints, optionally prints many lines,
 # optionally sleeps, and ignores the --job-dir aiptrain appends.
@@ -49,11 +51,15 @@ TRAINER = textwrap.dedent(
     parser = argparse.ArgumentParser()
     parser.add_argument("--lines", type=int, default=0)
     parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--ticks", type=int, default=0)
     args, _ = parser.parse_known_args()
     print("hello from the benchmark trainer", flush=True)
     for i in range(args.lines):
         sys.stdout.write(f"line {i:06d} of the log-streaming benchmark: 0123456789abcdef\\n")
     sys.stdout.flush()
+    for i in range(args.ticks):
+        time.sleep(0.5)
+        print(f"tick {i} {time.time():.6f}", flush=True)
     if args.sleep:
         time.sleep(args.sleep)
     """
@@ -65,6 +71,13 @@ LINES_SCRIPT = (
     "for i in range({n}):\n"
     "    sys.stdout.write(f'line {{i:06d}} of the log-streaming benchmark: 0123456789abcdef\\n')\n"
     "sys.stdout.flush()\n"
+)
+# A line with the time it was written, every half second (benchmark 5d's live replica).
+TICKS_SCRIPT = (
+    "import time\n"
+    "for i in range({n}):\n"
+    "    time.sleep(0.5)\n"
+    "    print(f'tick {{i}} {{time.time():.6f}}', flush=True)\n"
 )
 # What a replica runs before the trainer (aiptrain.planning.BOOTSTRAP's pip flags).
 PIP_INSTALL = (
@@ -413,7 +426,7 @@ def bench_resubmit(b: Bench) -> list[Row]:
 
 
 def bench_logs(b: Bench) -> list[Row]:
-    lines = b.args.lines
+    lines = b.args.lines or DEFAULT_LINES
     run = Row(
         "5a", f"Run a job printing {lines} lines, streaming its logs", "submit --stream-logs (BASIC)",
         "docker run --rm (attached) + pip install",
@@ -471,6 +484,182 @@ def bench_logs(b: Bench) -> list[Row]:
     interleaved(b.args.repeat, ours_read, base_read)
     docker("rm", "-f", container, check=False)
     return [run, read]
+
+
+LOG_MARKER = b"of the log-streaming benchmark"
+CLOSING_LINES = (b"Job completed successfully.", b"Job failed.", b"Job cancelled.")
+
+
+def four_replica_config(b: Bench) -> Path:
+    config = b.tmp / "four-replicas.yaml"
+    config.write_text("trainingInput:\n  scaleTier: CUSTOM\n  masterType: n1-standard-4\n"
+                      f"  workerType: n1-standard-4\n  workerCount: {LOG_REPLICAS - 1}\n")
+    return config
+
+
+def watch_copy(log_path: Path, expected: int, deadline: float) -> float:
+    """Epoch seconds when the job log held `expected` benchmark lines; returns once the job's
+    closing line is there too. Reads only what was appended since the last look."""
+    copied_at, seen, tail = None, 0, b""
+    while time.monotonic() < deadline:
+        if log_path.exists():
+            with log_path.open("rb") as handle:
+                handle.seek(seen)
+                data = handle.read()
+            seen += len(data)
+            counted = tail + data
+            cut = counted.rfind(b"\n") + 1
+            expected -= counted[:cut].count(LOG_MARKER)
+            tail = counted[cut:]
+            if expected <= 0 and copied_at is None:
+                copied_at = time.time()
+            if copied_at is not None and any(line in counted for line in CLOSING_LINES):
+                return copied_at
+        time.sleep(0.05)
+    raise BenchError(f"the job log did not get every line in time ({log_path})")
+
+
+def engine_span(log_path: Path) -> tuple[float, float]:
+    """Epoch seconds of the first and the last benchmark line, as the engine stamped them."""
+    stamps = []
+    with log_path.open("rb") as handle:
+        for line in handle:
+            if LOG_MARKER in line:
+                stamp = json.loads(line)["time"]
+                stamps.append(dt.datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00").timestamp())
+    return min(stamps), max(stamps)
+
+
+def bench_log_throughput(b: Bench) -> list[Row]:
+    lines = b.args.lines or DEFAULT_REPLICA_LINES
+    total = LOG_REPLICAS * lines
+    read = Row(
+        "5c", f"Print the {LOG_REPLICAS} x {lines} lines of a finished job", "jobs stream-logs JOB > /dev/null",
+        f"docker logs of {LOG_REPLICAS} exited containers, one after another, > /dev/null", "<=1.25x",
+    )
+    parallel = Row(
+        "5c-par", f"Print the {LOG_REPLICAS} x {lines} lines of a finished job (parallel baseline)",
+        "(the same samples as 5c)", f"{LOG_REPLICAS} docker logs at once, > /dev/null",
+    )
+    copy = Row(
+        "5c-copy", f"Copy {LOG_REPLICAS} x {lines} lines into the job log while the job runs",
+        "first line printed -> last line in the job log", "first -> last line stamped by the engine",
+    )
+    home = b.new_home()
+    job_id = b.job_id("many_lines")
+    names = [f"bench-{b.run_id}-many-lines-{n}" for n in range(LOG_REPLICAS)]
+
+    b.submit(home, job_id, "--config", str(four_replica_config(b)), trainer_args=("--lines", str(lines)))
+    copied_at = watch_copy(home / "logs" / f"{job_id}.jsonl", total, time.monotonic() + 1200)
+    b.ended.add(job_id)
+    first, last = engine_span(home / "logs" / f"{job_id}.jsonl")
+    copy.ours.append(copied_at - first)
+    copy.base.append(last - first)
+    copy.notes.append(f"the job log kept up at {total / (copied_at - first):,.0f} lines/s; the engine took the "
+                      f"replicas' output at {total / max(last - first, 1e-3):,.0f} lines/s.")
+
+    with ThreadPoolExecutor(max_workers=LOG_REPLICAS) as pool:
+        list(pool.map(lambda name: docker("run", "-d", "--name", name, "--label", f"{BENCH_LABEL}={b.run_id}",
+                                          IMAGE, "python3", "-c", LINES_SCRIPT.format(n=lines)), names))
+    for name in names:
+        docker("wait", name)
+    # Counted once, untimed: every side must print every line.
+    printed = b.tmp / "stream-logs.out"
+    with printed.open("wb") as out:
+        env = {**os.environ, "AIPTRAIN_HOME": str(home)}
+        subprocess.run([*b.aiptrain_cmd, "jobs", "stream-logs", job_id], env=env, stdout=out, check=True)
+    got = printed.read_bytes().count(LOG_MARKER)
+    printed.unlink()
+    if got != total:
+        read.notes.append(f"stream-logs printed {got} of {total} lines")
+    got = sum(subprocess.run(["docker", "logs", name], capture_output=True).stdout.count(LOG_MARKER)
+              for name in names)
+    if got != total:
+        read.notes.append(f"docker logs printed {got} of {total} lines")
+
+    one_after_another = ["sh", "-ec", "; ".join(f"docker logs {name}" for name in names)]
+    all_at_once = ["sh", "-ec", " ".join(f"docker logs {name} &" for name in names) + " wait"]
+
+    def ours(i: int) -> None:
+        read.ours.append(b.aiptrain(home, "jobs", "stream-logs", job_id, capture=False, timeout=600)[0])
+
+    def base(i: int) -> None:
+        read.base.append(timed(one_after_another, capture=False, timeout=600)[0])
+        parallel.base.append(timed(all_at_once, capture=False, timeout=600)[0])
+
+    interleaved(b.args.repeat, ours, base)
+    parallel.ours = list(read.ours)
+    docker("rm", "-f", *names, check=False)
+    read.notes.append("5c: stream-logs prints one stream of the job's replicas, so its baseline reads the "
+                      "containers one after another; 5c-par lets 4 docker logs use every core at once. "
+                      "Target: >= 0.8x docker logs' throughput, i.e. <= 1.25x its time.")
+    return [read, parallel, copy]
+
+
+FOLLOW_TICKS, FOLLOW_SKIPPED = 12, 2  # lines every 0.5 s; the first ones may predate the follower
+
+
+def tick_delays(process: subprocess.Popen, stream) -> list[float]:
+    """Seconds from each `tick I TIME` line's TIME to its arrival on `stream`, until EOF."""
+    delays = []
+    for raw in iter(stream.readline, b""):
+        arrived = time.time()
+        words = raw.rstrip().split(b" ")
+        if len(words) >= 3 and words[-3].endswith(b"tick") and int(words[-2]) >= FOLLOW_SKIPPED:
+            delays.append(arrived - float(words[-1]))
+    process.wait(timeout=120)
+    return delays
+
+
+def bench_follow_latency(b: Bench) -> list[Row]:
+    follow = Row(
+        "5d", "Follow a live job: a line's print -> its arrival", "jobs stream-logs JOB | reader",
+        "docker logs -f CONTAINER | reader", "<0.2 s",
+    )
+    submitted = Row(
+        "5d-submit", "Follow a live job: a line's print -> its arrival", "submit --stream-logs | reader",
+        "(the same samples as 5d)", "<0.2 s",
+    )
+    home = b.new_home()
+    env = {**os.environ, "AIPTRAIN_HOME": str(home), "AIPTRAIN_DEFAULT_RUNTIME": "minimal"}
+    ticks = ("--ticks", str(FOLLOW_TICKS))
+
+    def ours(i: int) -> None:
+        job_id = b.job_id("follow")
+        b.submit(home, job_id, trainer_args=ticks)
+        reader = subprocess.Popen([*b.aiptrain_cmd, "jobs", "stream-logs", job_id], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        follow.ours += tick_delays(reader, reader.stdout)
+        b.ended.add(job_id)
+        job_id = b.job_id("follow_submit")
+        b.jobs.append((job_id, home))
+        submit = subprocess.Popen([
+            *b.aiptrain_cmd, "jobs", "submit", "training", job_id, "--package-path", str(b.package),
+            "--module-name", "benchtrainer.task", "--region", "us-central1", "--runtime-version", "minimal",
+            "--stream-logs", "--", *ticks,
+        ], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        submitted.ours += tick_delays(submit, submit.stderr)
+        b.ended.add(job_id)
+
+    def base(i: int) -> None:
+        name = f"bench-{b.run_id}-follow-{i}"
+        docker("run", "-d", "--name", name, "--label", f"{BENCH_LABEL}={b.run_id}", IMAGE,
+               "python3", "-c", TICKS_SCRIPT.format(n=FOLLOW_TICKS))
+        reader = subprocess.Popen(["docker", "logs", "-f", name], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        follow.base += tick_delays(reader, reader.stdout)
+        docker("rm", "-f", name, check=False)
+
+    interleaved(b.args.repeat, ours, base)
+    submitted.base = list(follow.base)
+    for row in (follow, submitted):
+        if not row.ours:
+            row.error = "no tick line arrived"
+            continue
+        row.notes.append(f"delay of {len(row.ours)} lines, median {statistics.median(row.ours) * 1000:.0f} ms, "
+                         f"max {max(row.ours) * 1000:.0f} ms (baseline: median "
+                         f"{statistics.median(row.base) * 1000:.0f} ms, max {max(row.base) * 1000:.0f} ms); "
+                         f"the first {FOLLOW_SKIPPED} lines of each run are not counted (the follower starts).")
+    return [follow, submitted]
 
 
 FIRST_LINE_TIERS = (("standard-1", STANDARD_1_REPLICAS), ("premium-1", 31))
@@ -581,6 +770,8 @@ BENCHMARKS = {
     "3": ("STANDARD_1 submit -> RUNNING", bench_standard_1),
     "4": ("resubmit vs first submit", bench_resubmit),
     "5": ("log streaming", bench_logs),
+    "5c": (f"log throughput, {LOG_REPLICAS} replicas", bench_log_throughput),
+    "5d": ("follow latency", bench_follow_latency),
     "6": ("hyperparameter study", bench_study),
     "7": ("submit -> every replica in user code", bench_first_line),
 }
@@ -631,7 +822,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs of each side of each benchmark (default 5)")
     parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated benchmark numbers, e.g. 1,3")
-    parser.add_argument("--lines", type=int, default=20_000, help="log lines of benchmark 5 (default 20000)")
+    parser.add_argument("--lines", type=int,
+                        help=f"log lines of benchmark 5: of its job (5a, 5b; default {DEFAULT_LINES}) and of each of "
+                             f"5c's {LOG_REPLICAS} replicas (default {DEFAULT_REPLICA_LINES})")
     parser.add_argument("--log-job-runs", type=int, default=1,
                         help="benchmark 5a: runs of the 20k-line job per side (default 1; it is slow)")
     parser.add_argument("--resubmit-job-dir", choices=("same", "new"), default="same",
