@@ -162,15 +162,24 @@ class Client:
                     on_poll: Callable[[Job], None] | None = None) -> Iterator[list[logs.LogRecord]]:
         """The job's log records in batches as they are written, until the job has ended;
         `on_poll` sees the job each time it is looked at."""
+        return logs.follow(self.settings.job_log_path(job_id), self._ended(job_id, on_poll), poll_seconds,
+                           task=task_name)
+
+    def log_blocks(self, job_id: str, poll_seconds: float = 0.2) -> Iterator[bytes]:
+        """log_batches' lines unparsed (JSON lines, whole ones), for `logs.format_lines`: what
+        printing a million lines costs is mostly building a record for each."""
+        return logs.follow_blocks(self.settings.job_log_path(job_id), self._ended(job_id), poll_seconds)
+
+    def _ended(self, job_id: str, on_poll: Callable[[Job], None] | None = None) -> Callable[[], bool]:
         self.get(job_id)  # exists? reconciled.
 
-        def finished() -> bool:
+        def ended() -> bool:
             job = self.get(job_id)
             if on_poll:
                 on_poll(job)
             return job.state.is_terminal
 
-        return logs.follow(self.settings.job_log_path(job_id), finished, poll_seconds, task=task_name)
+        return ended
 
     def stream_logs(self, job_id: str, task_name: str | None = None,
                     poll_seconds: float = 0.2) -> Iterator[logs.LogRecord]:

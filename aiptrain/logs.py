@@ -15,7 +15,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator
@@ -93,6 +93,48 @@ def format_record(record: LogRecord, allow_multiline: bool = False) -> list[str]
     return [prefix + line for line in lines]
 
 
+def format_lines(data: bytes, allow_multiline: bool = False, task: str | None = None) -> str:
+    """The gcloud lines of a block of complete job-log lines (of `task` only, when given), as
+    "\n".join(format_record(r) for each record) gives them, without building a record per line:
+    what `stream-logs` prints through a pipe, a million lines at a time."""
+    out: list[str] = []
+    append = out.append
+    last_head, local = None, ""
+    for entry in _parse_block(data):
+        if task is not None and entry["task"] != task:
+            continue
+        stamp = entry["time"]
+        head = stamp.rstrip("Z").partition(".")[0]
+        if head != last_head:  # consecutive lines mostly share their second
+            last_head, local = head, _local_second(head)
+        prefix = f"{entry['severity']}\t{local}\t{entry['task']}\t{entry.get('trial', '')}\t"
+        message = entry["message"]
+        if not allow_multiline and "\n" in message:
+            message = message.replace("\n", "\n" + prefix)
+        append(prefix + message)
+    return "\n".join(out)
+
+
+def _parse_block(data: bytes) -> list[dict]:
+    """The records of complete JSON lines as dicts: one json.loads for the whole block, as an
+    array (per-line calls cost more than the parsing); line by line if that fails, so a line
+    only of blanks is skipped and a broken one raises as it always did."""
+    try:
+        return json.loads(b"[" + b",".join(filter(None, data.split(b"\n"))) + b"]")
+    except ValueError:
+        return [json.loads(line) for line in data.splitlines() if line.strip()]
+
+
+def record_line(stamp: str, task: str, severity: str, message: str, trial: str = "") -> str:
+    """A record as its job-log line: exactly json.dumps(asdict(LogRecord(...))) + newline (the
+    format every log has), without the dict and the encoder around the strings."""
+    return (f'{{"time": {_quote(stamp)}, "task": {_quote(task)}, "severity": {_quote(severity)}, '
+            f'"message": {_quote(message)}, "trial": {_quote(trial)}}}\n')
+
+
+_quote = json.encoder.encode_basestring_ascii  # what json.dumps does to a string (ensure_ascii)
+
+
 class JobLogWriter:
     """Appends records to a job's log file; safe to share between threads."""
 
@@ -102,10 +144,15 @@ class JobLogWriter:
         self._lock = threading.Lock()
 
     def write(self, task: str, severity: str, message: str, stamp: str | None = None, trial: str = "") -> None:
-        record = LogRecord(stamp or now_stamp(), task, severity, message, trial)
-        line = (json.dumps(asdict(record)) + "\n").encode()
+        self.write_lines([record_line(stamp or now_stamp(), task, severity, message, trial)])
+
+    def write_lines(self, lines: list[str]) -> None:
+        """Lines of record_line, in one append: readers never see records interleaved, and a
+        replica's burst of output costs one system call."""
+        data = "".join(lines).encode()
         with self._lock:
-            os.write(self._fd, line)  # one write per record: appends never interleave
+            while data:
+                data = data[os.write(self._fd, data):]
 
     def service(self, message: str, severity: str = "INFO", trial: str = "") -> None:
         self.write(SERVICE, severity, message, trial=trial)
@@ -129,32 +176,98 @@ def read_records(path: Path, offset: int = 0) -> tuple[list[LogRecord], int]:
     except FileNotFoundError:
         return [], offset
     end = data.rfind(b"\n") + 1  # a record still being written is left for the next read
-    records = [LogRecord(**json.loads(line)) for line in data[:end].splitlines() if line.strip()]
-    return records, offset + end
+    return records_of(data[:end]), offset + end
+
+
+def records_of(data: bytes, task: str | None = None) -> list[LogRecord]:
+    """The records (of `task` only, when given) of a block of complete job-log lines."""
+    return [LogRecord(**entry) for entry in _parse_block(data) if task is None or entry["task"] == task]
+
+
+def records_of_task(path: Path, task: str) -> list[LogRecord]:
+    """The records of one task, without parsing the others' (a job log may hold millions of
+    lines): a line is parsed only if it holds the task's field as record_line writes it."""
+    field = f'"task": {_quote(task)}, '.encode()
+    found: list[LogRecord] = []
+    try:
+        with path.open("rb") as handle:
+            for block in iter(lambda: _complete_lines(handle), b""):
+                wanted = b"\n".join(line for line in block.split(b"\n") if field in line)
+                found += records_of(wanted, task)
+    except FileNotFoundError:
+        pass
+    return found
+
+
+def _complete_lines(handle) -> bytes:
+    """The next BLOCK_BYTES or so of a file up to a line's end; a last line still being written
+    is left out."""
+    data = handle.read(BLOCK_BYTES) + handle.readline()
+    return data[:data.rfind(b"\n") + 1]
 
 
 def last_times_by_task(path: Path) -> dict[tuple[str, str], str]:
     """The newest record time of each (trial, task): where a re-attached log follower resumes."""
     latest: dict[tuple[str, str], str] = {}
-    for record in read_records(path)[0]:
-        latest[(record.trial, record.task)] = record.time
+    try:
+        with path.open("rb") as handle:
+            for block in iter(lambda: _complete_lines(handle), b""):
+                for entry in _parse_block(block):
+                    latest[(entry.get("trial", ""), entry["task"])] = entry["time"]
+    except FileNotFoundError:
+        pass
     return latest
+
+
+# How long a follower waits before looking at the file again when it had nothing new: what a
+# line may lag behind its writing, for the cost of a read() call 20 times a second.
+IDLE_READ_SECONDS = 0.05
+BLOCK_BYTES = 1 << 20  # read at most this much at a time: a finished job's log may hold gigabytes
+
+
+def follow_blocks(path: Path, is_done: Callable[[], bool], poll_seconds: float = 0.2) -> Iterator[bytes]:
+    """Blocks of complete lines of the job log: all there are, then new ones as they come,
+    until `is_done()` and the file has been read to its end. The supervisor writes its last
+    records before it marks the job finished, so nothing written is missed. The file is looked
+    at every IDLE_READ_SECONDS when nothing came, `is_done` asked every `poll_seconds`."""
+    handle = None
+    pending = b""  # a line still being written
+    done, next_check = False, 0.0
+    try:
+        while True:
+            if not done and time.monotonic() >= next_check:
+                done = is_done()  # asked before reading, so a final read always follows "done"
+                next_check = time.monotonic() + poll_seconds
+            if handle is None:
+                handle = _open_for_reading(path)
+            data = handle.read(BLOCK_BYTES) if handle else b""
+            if data:
+                pending += data
+                end = pending.rfind(b"\n") + 1
+                if end:
+                    yield pending[:end]
+                    pending = pending[end:]
+                continue  # there may be more right away
+            if done:
+                return
+            time.sleep(min(IDLE_READ_SECONDS, poll_seconds))
+    finally:
+        if handle:
+            handle.close()
+
+
+def _open_for_reading(path: Path):
+    try:
+        return open(path, "rb", buffering=0)  # each read() a system call: nothing is cached past the end
+    except FileNotFoundError:
+        return None
 
 
 def follow(
     path: Path, is_done: Callable[[], bool], poll_seconds: float = 0.2, task: str | None = None
 ) -> Iterator[list[LogRecord]]:
-    """Batches of the job's records: all there are, then new ones as they come, until
-    `is_done()` and the file has been read to its end. The supervisor writes its last
-    records before it marks the job finished, so nothing written is missed."""
-    offset = 0
-    while True:
-        done = is_done()  # checked before reading, so a final read always follows "done"
-        records, offset = read_records(path, offset)
-        batch = [r for r in records if task is None or r.task == task]
+    """Batches of the job's records (of `task` only, when given), as follow_blocks reads them."""
+    for block in follow_blocks(path, is_done, poll_seconds):
+        batch = records_of(block, task)
         if batch:
             yield batch
-        if done:
-            return
-        if not records:
-            time.sleep(poll_seconds)

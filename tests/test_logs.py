@@ -1,10 +1,13 @@
 """Log records, severities and gcloud's line format."""
 
+import json
 import threading
+from dataclasses import asdict
 
 import pytest
 
-from aiptrain.logs import JobLogWriter, LogRecord, follow, format_record, read_records, severity_of
+from aiptrain.logs import (JobLogWriter, LogRecord, follow, follow_blocks, format_lines, format_record,
+                           last_times_by_task, read_records, record_line, records_of, records_of_task, severity_of)
 
 
 @pytest.mark.parametrize(
@@ -46,3 +49,93 @@ def test_follow_reads_everything_written_before_done(tmp_path):
     messages = [r.message for batch in follow(path, done.is_set, poll_seconds=0.01) for r in batch]
     assert messages == [f"line {i}" for i in range(500)]
     assert len(read_records(path)[0]) == 500
+
+
+# -- the fast paths: same lines as the records' slow path ------------------------------------
+
+RECORDS = [
+    LogRecord("2026-11-21T19:51:03.123456789Z", "master-replica-0", "INFO", "plain line"),
+    LogRecord("2026-11-21T19:51:03.9Z", "worker-replica-1", "ERROR", "Traceback (most recent call last):"),
+    LogRecord("2026-11-21T19:51:04Z", "worker-replica-1", "WARNING", "WARNING:root:careful", "3"),
+    LogRecord("2026-11-21T19:51:04.5Z", "master-replica-0", "INFO", "ünïcödé ✓ 日本語 \U0001f680", "12"),
+    LogRecord("2026-11-21T19:51:05.000001Z", "service", "ERROR", "first\nsecond\n\nfourth", "2"),
+    LogRecord("2026-11-21T19:51:05.1Z", "master-replica-0", "INFO", 'quotes " and \\ backslash\ttab'),
+    LogRecord("2026-11-21T19:51:06.2Z", "master-replica-0", "INFO", "\x1b[31mred\x1b[0m \r bell \x07 \x85 \u2028"),
+    LogRecord("2026-11-21T19:51:07.3Z", "evaluator-replica-0", "CRITICAL", ""),
+    LogRecord("2026-11-22T00:00:00.000000000Z", "ps-replica-2", "DEBUG", "a new day", "1"),
+]
+
+
+def slow_lines(records, allow_multiline=False, task=None) -> str:
+    return "\n".join(line for r in records if task is None or r.task == task
+                     for line in format_record(r, allow_multiline))
+
+
+def written(records) -> bytes:
+    return b"".join(record_line(r.time, r.task, r.severity, r.message, r.trial).encode() for r in records)
+
+
+def test_record_lines_are_what_json_dumps_wrote():
+    for record in RECORDS:
+        assert record_line(record.time, record.task, record.severity, record.message, record.trial) == \
+            json.dumps(asdict(record)) + "\n"
+
+
+@pytest.mark.parametrize("allow_multiline", [False, True])
+@pytest.mark.parametrize("task", [None, "master-replica-0", "service", "no-such-task"])
+def test_format_lines_prints_what_format_record_prints(allow_multiline, task):
+    assert format_lines(written(RECORDS), allow_multiline, task) == slow_lines(RECORDS, allow_multiline, task)
+    assert records_of(written(RECORDS), task) == [r for r in RECORDS if task is None or r.task == task]
+
+
+def test_older_logs_still_read():
+    """Lines without a trial field, and blank lines, as older versions may have left them."""
+    old = b'{"time": "2026-11-21T19:51:03.1Z", "task": "master-replica-0", "severity": "INFO", "message": "old"}\n'
+    data = old + b"\n  \n" + written(RECORDS[:2])
+    records = [LogRecord("2026-11-21T19:51:03.1Z", "master-replica-0", "INFO", "old"), *RECORDS[:2]]
+    assert format_lines(data) == slow_lines(records)
+    assert records_of(data) == records
+
+
+def test_a_broken_line_is_an_error_as_before():
+    with pytest.raises(ValueError):
+        format_lines(written(RECORDS[:1]) + b"{not json\n")
+
+
+def test_task_records_and_resume_times_skip_a_line_being_written(tmp_path):
+    path = tmp_path / "job.jsonl"
+    path.write_bytes(written(RECORDS) + written(RECORDS[:1])[:40])
+    assert records_of_task(path, "master-replica-0") == [r for r in RECORDS if r.task == "master-replica-0"]
+    assert records_of_task(path, "service") == [RECORDS[4]]
+    assert records_of_task(tmp_path / "none.jsonl", "service") == []
+    assert last_times_by_task(path) == {("", "master-replica-0"): RECORDS[6].time, ("3", "worker-replica-1"): RECORDS[2].time,
+                                        ("", "worker-replica-1"): RECORDS[1].time, ("12", "master-replica-0"): RECORDS[3].time,
+                                        ("2", "service"): RECORDS[4].time, ("", "evaluator-replica-0"): RECORDS[7].time,
+                                        ("1", "ps-replica-2"): RECORDS[8].time}
+
+
+def test_follow_blocks_hold_back_a_line_until_it_is_whole(tmp_path):
+    path = tmp_path / "job.jsonl"
+    data = written(RECORDS[:3])
+    cut = len(written(RECORDS[:1])) + 10  # inside the second line
+    path.write_bytes(data[:cut])
+    done = threading.Event()
+    blocks = follow_blocks(path, done.is_set, poll_seconds=0.01)
+    assert next(blocks) == data[:len(written(RECORDS[:1]))]
+    with path.open("ab") as handle:
+        handle.write(data[cut:])
+    done.set()
+    assert b"".join(blocks) == data[len(written(RECORDS[:1])):]
+
+
+def test_follow_waits_for_a_log_that_does_not_exist_yet(tmp_path):
+    path = tmp_path / "later.jsonl"
+    calls = []
+
+    def done() -> bool:
+        calls.append(1)
+        if len(calls) == 2:
+            JobLogWriter(path).service("created late")
+        return len(calls) >= 3
+
+    assert [r.message for batch in follow(path, done, poll_seconds=0.01) for r in batch] == ["created late"]

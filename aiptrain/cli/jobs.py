@@ -217,10 +217,10 @@ def _print_logs(client, job_id: str, task_name, allow_multiline: bool, err: bool
 
     # A terminal gets control characters escaped; a pipe gets the trainer's bytes as they were.
     escape = (sys.stderr if err else sys.stdout).isatty()
-    for batch in client.log_batches(job_id, task_name, poll_seconds):
-        text = "\n".join(line for record in batch for line in logs.format_record(record, allow_multiline))
-        # One write per batch: thousands of lines a second. color=True: click must not strip ESC.
-        click.echo(logs.printable(text) if escape else text, err=err, color=True)
+    for block in client.log_blocks(job_id, poll_seconds):
+        text = logs.format_lines(block, allow_multiline, task_name)
+        if text:  # one write per block: a million lines a minute. color=True: click must not strip ESC.
+            click.echo(logs.printable(text) if escape else text, err=err, color=True)
 
 
 def _live_view_wanted(err: bool) -> bool:
