@@ -20,7 +20,8 @@ from datetime import timedelta
 
 from aiptrain.backends import EXITED, RUNNING, Backend, ReplicaObservation
 from aiptrain.lifecycle import Decision, awaited_at_end, decide, failure_message, replica_label
-from aiptrain.logs import SERVICE, JobLogWriter, last_times_by_task, parse_engine_time, read_records, severity_of
+from aiptrain.logs import (SERVICE, JobLogWriter, last_times_by_task, parse_engine_time, record_line,
+                           records_of_task, severity_of)
 from aiptrain.model import State, utc_now
 from aiptrain.ownership import JobLock
 from aiptrain.settings import Settings
@@ -49,9 +50,10 @@ class LogFollowers:
     def __init__(self, backend: Backend, writer: JobLogWriter, resume_from: dict[tuple[str, str], str]):
         self._backend = backend
         self._writer = writer
-        self._last_ns = {key: parse_engine_time(stamp) for key, stamp in resume_from.items()}
+        self._last_stamp = dict(resume_from)  # the engine's time of the last line copied
         self._threads: dict[tuple[str, str], threading.Thread] = {}
         self._drained: set[tuple[str, str]] = set()  # exited replicas whose output is all copied
+        self._batches = 0  # batches copied so far, by every thread: their progress
 
     def sync(self, observations: list[ReplicaObservation]) -> None:
         for obs in observations:
@@ -70,22 +72,32 @@ class LogFollowers:
 
     def _follow(self, obs: ReplicaObservation) -> None:
         key = (obs.trial_id, obs.task_name)
+        since = self._last_stamp.get(key)
+        task, trial = obs.task_name, obs.trial_id
         try:
-            for chunk in self._backend.follow_logs(obs.container_id, self._last_ns.get(key)):
-                severity = severity_of(chunk.stream, chunk.text)
-                self._writer.write(obs.task_name, severity, chunk.text, chunk.time, obs.trial_id)
-                self._last_ns[key] = parse_engine_time(chunk.time)
+            for chunks in self._backend.follow_logs(obs.container_id, parse_engine_time(since) if since else None):
+                self._writer.write_lines([
+                    record_line(chunk.time, task, severity_of(chunk.stream, chunk.text), chunk.text, trial)
+                    for chunk in chunks
+                ])
+                self._last_stamp[key] = chunks[-1].time
+                self._batches += 1
         except Exception:  # the container vanished under us: its logs went with it
             pass
         if obs.status == EXITED:
             self._drained.add(key)
 
-    def join(self, timeout: float, trial_id: str | None = None) -> None:
-        """Wait for the followers (of one trial, when given) to copy everything."""
-        deadline = time.monotonic() + timeout
+    def join(self, patience: float, trial_id: str | None = None) -> None:
+        """Wait for the followers (of one trial, when given) to copy everything, however long
+        that takes while they copy; give up once none has copied anything for `patience` seconds."""
+        progress, stalled_since = self._batches, time.monotonic()
         for (trial, _), thread in list(self._threads.items()):
-            if trial_id is None or trial == trial_id:
-                thread.join(max(0.0, deadline - time.monotonic()))
+            if trial_id is not None and trial != trial_id:
+                continue
+            while thread.is_alive() and time.monotonic() - stalled_since < patience:
+                thread.join(0.5)
+                if self._batches != progress:
+                    progress, stalled_since = self._batches, time.monotonic()
 
 
 class Supervisor:
@@ -226,7 +238,7 @@ class Supervisor:
             observations = self.await_replicas(awaited, trial_id)
         self.stop_running(observations)
         self.followers.sync(self.observe(trial_id))  # output of replicas not followed yet
-        self.followers.join(timeout=15, trial_id=trial_id)
+        self.followers.join(patience=15, trial_id=trial_id)
         self.backend.remove(self.job_id, trial_id)
 
     def stop_running(self, observations: list[ReplicaObservation]) -> None:
@@ -277,7 +289,7 @@ class Supervisor:
 
     def said_how_it_ended(self) -> bool:
         """Whether the log already ends with a closing line (a predecessor wrote it, then died)."""
-        service = [r for r in read_records(self.log_path)[0] if r.task == SERVICE and not r.trial]
+        service = [r for r in records_of_task(self.log_path, SERVICE) if not r.trial]
         return bool(service) and service[-1].message in CLOSING_LINES
 
     def record(self, state: State, error: str | None) -> State:
@@ -293,8 +305,8 @@ class Supervisor:
             return None
         message = decision.error_message or "The job failed."
         if decision.failed_task:
-            records = read_records(self.log_path)[0]
-            lines = [r.message for r in records if r.task == decision.failed_task and r.trial == failed_trial]
+            records = records_of_task(self.log_path, decision.failed_task)
+            lines = [r.message for r in records if r.trial == failed_trial]
             tail = log_tail(lines)
             if tail:
                 message += "\n" + "\n".join(tail)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterator, Protocol
+from typing import Iterator, NamedTuple, Protocol
 
 from aiptrain.planning import ContainerSpec, LaunchPlan
 
@@ -30,8 +30,7 @@ class ReplicaObservation:
     trial_id: str = ""  # the hyperparameter trial the replica belongs to; "" outside tuning jobs
 
 
-@dataclass(frozen=True)
-class LogChunk:
+class LogChunk(NamedTuple):  # a tuple: a million lines are a million of these
     time: str  # RFC 3339 with nanoseconds, as the engine stamps it
     stream: str  # stdout | stderr
     text: str  # one line, without its newline
@@ -71,5 +70,6 @@ class Backend(Protocol):
     def wait_for_changes(self, job_id: str, stop: threading.Event, changed: threading.Event) -> None:
         """Set `changed` whenever a replica starts or stops, until `stop` is set."""
 
-    def follow_logs(self, container_id: str, since_ns: int | None = None) -> Iterator[LogChunk]:
-        """The replica's output from `since_ns` on, following until it stops."""
+    def follow_logs(self, container_id: str, since_ns: int | None = None) -> Iterator[list[LogChunk]]:
+        """The replica's output from `since_ns` on, following until it stops, in batches of
+        the lines that arrived together."""

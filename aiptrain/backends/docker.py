@@ -445,8 +445,9 @@ class DockerBackend:
 
     # -- logs ----------------------------------------------------------------------------
 
-    def follow_logs(self, container_id: str, since_ns: int | None = None) -> Iterator[LogChunk]:
-        """Every log line of the container from `since_ns` on, following until it stops.
+    def follow_logs(self, container_id: str, since_ns: int | None = None) -> Iterator[list[LogChunk]]:
+        """Every log line of the container from `since_ns` on, following until it stops, in
+        batches: the lines that had arrived together.
 
         The engine's follow can end before it has written the last part of a long line (the
         engine cuts lines into 16 KB parts), so while a line still lacks its end, plain reads
@@ -458,9 +459,12 @@ class DockerBackend:
         while reader.awaits_more() and time.monotonic() < deadline:
             time.sleep(0.1)
             yield from reader.read(follow=False)
-        yield from reader.flush()
+        last = list(reader.flush())
+        if last:
+            yield last
 
-    def _log_frames(self, container_id: str, since_ns: int | None, follow: bool) -> Iterator[tuple[int, bytes]]:
+    def _log_frames(self, container_id: str, since_ns: int | None,
+                    follow: bool) -> Iterator[list[tuple[int, bytes]]]:
         """The engine's log messages, stdout and stderr apart: docker-py's logs() merges them, and
         the severity of a line depends on its stream, so the multiplexed frames are read directly."""
         api = self.api
@@ -472,7 +476,7 @@ class DockerBackend:
         if follow:
             api._disable_socket_timeout(api._get_raw_response_socket(response))  # follow may wait long
         try:
-            yield from _frames(response)
+            yield from _frame_blocks(_body_blocks(response))
         finally:
             response.close()
 
@@ -530,20 +534,27 @@ class _LogReader:
     may be stamped before the parts it follows, so a later `since` could miss it)."""
 
     def __init__(self, frames, since_ns: int | None):
-        self._frames = frames  # (since_ns, follow) -> (stream id, message) pairs, in the engine's order
+        # (since_ns, follow) -> batches of (stream id, message) pairs, in the engine's order
+        self._frames = frames
         self._since_ns = since_ns
         self._read = 0
         self._lines = {1: _LineAssembler(), 2: _LineAssembler()}
 
-    def read(self, follow: bool) -> Iterator[LogChunk]:
-        for position, (stream_id, data) in enumerate(self._frames(self._since_ns, follow)):
-            if position < self._read:
-                continue
-            self._read += 1
-            if self._since_ns and parse_engine_time(data.partition(b" ")[0].decode()) <= self._since_ns:
-                continue  # the engine's `since` includes that very moment, copied already
-            for line_stamp, line in self._lines[stream_id].feed(data):
-                yield _chunk(_STREAMS[stream_id], line_stamp, line)
+    def read(self, follow: bool) -> Iterator[list[LogChunk]]:
+        position = 0
+        for frames in self._frames(self._since_ns, follow):
+            batch = []
+            for stream_id, data in frames:
+                position += 1
+                if position <= self._read:
+                    continue
+                self._read += 1
+                if self._since_ns and parse_engine_time(data.partition(b" ")[0].decode()) <= self._since_ns:
+                    continue  # the engine's `since` includes that very moment, copied already
+                stream = _STREAMS[stream_id]
+                batch += [_chunk(stream, stamp, line) for stamp, line in self._lines[stream_id].feed(data)]
+            if batch:
+                yield batch
 
     def awaits_more(self) -> bool:
         return any(lines.awaits_more() for lines in self._lines.values())
@@ -554,16 +565,68 @@ class _LogReader:
                 yield _chunk(_STREAMS[stream_id], line_stamp, line)
 
 
-def _frames(response) -> Iterator[tuple[int, bytes]]:
-    """The engine's multiplexed stream: an 8-byte header (stream id, size), then the payload."""
+BODY_READ_BYTES = 1 << 20
+_FRAME_HEADER = struct.Struct(">BxxxL")  # stream id, 3 bytes padding, payload size
+
+
+def _body_blocks(response) -> Iterator[bytes]:
+    """The response's body as it arrives, a block per read of the socket. The engine sends each
+    log message as an HTTP chunk of its own; read through urllib3 and http.client, that is several
+    Python calls per line, so chunked bodies are read from the socket and unchunked here."""
+    http_response = getattr(response.raw, "_fp", None)
+    socket_file = getattr(http_response, "fp", None)
+    if not getattr(http_response, "chunked", False) or not hasattr(socket_file, "read1"):
+        yield from iter(lambda: response.raw.read1(BODY_READ_BYTES), b"")  # another transport
+        return
+    yield from _unchunk(lambda: socket_file.read1(BODY_READ_BYTES))
+
+
+def _unchunk(read) -> Iterator[bytes]:
+    """HTTP/1.1's chunked transfer coding undone: `read()` gives what arrived (b"" once the
+    connection closed); each block of whole chunks comes out joined, until the last chunk."""
+    buffer = b""
     while True:
-        header = response.raw.read(8)
-        if len(header) < 8:
+        pieces, position = [], 0
+        while True:
+            line_end = buffer.find(b"\r\n", position)
+            if line_end < 0:
+                break
+            size = int(buffer[position:line_end].partition(b";")[0], 16)
+            start = line_end + 2
+            if size == 0:
+                if pieces:
+                    yield b"".join(pieces)
+                return
+            if start + size + 2 > len(buffer):
+                break
+            pieces.append(buffer[start:start + size])
+            position = start + size + 2
+        if pieces:
+            yield b"".join(pieces)
+        data = read()
+        if not data:
             return
-        stream_id, length = struct.unpack(">BxxxL", header)
-        data = response.raw.read(length) if length else b""
-        if stream_id in (1, 2) and data:
-            yield stream_id, data
+        buffer = buffer[position:] + data
+
+
+def _frame_blocks(blocks: Iterator[bytes]) -> Iterator[list[tuple[int, bytes]]]:
+    """The engine's multiplexed stream (an 8-byte header: stream id, size; then the payload),
+    a batch of (stream id, payload) per block that completed any."""
+    pending = b""
+    for block in blocks:
+        pending = pending + block if pending else block
+        frames, position, size = [], 0, len(pending)
+        while position + 8 <= size:
+            stream_id, length = _FRAME_HEADER.unpack_from(pending, position)
+            end = position + 8 + length
+            if end > size:
+                break
+            if stream_id in (1, 2) and length:
+                frames.append((stream_id, pending[position + 8:end]))
+            position = end
+        pending = pending[position:]
+        if frames:
+            yield frames
 
 
 def _chunk(stream: str, stamp: str, raw: bytes) -> LogChunk:
