@@ -2,12 +2,16 @@
 
 import json
 import threading
+import time
 from dataclasses import asdict
 
 import pytest
 
+from aiptrain.backends import EXITED, LogChunk, ReplicaObservation
+
 from aiptrain.logs import (JobLogWriter, LogRecord, follow, follow_blocks, format_lines, format_record,
                            last_times_by_task, read_records, record_line, records_of, records_of_task, severity_of)
+from aiptrain.supervisor import LogFollowers
 
 
 @pytest.mark.parametrize(
@@ -139,3 +143,34 @@ def test_follow_waits_for_a_log_that_does_not_exist_yet(tmp_path):
         return len(calls) >= 3
 
     assert [r.message for batch in follow(path, done, poll_seconds=0.01) for r in batch] == ["created late"]
+
+
+# -- the supervisor's copy: every line, however long the drain takes ---------------------------
+
+
+class SlowEngine:
+    """A replica's log in batches that keep coming for longer than the drain's patience."""
+
+    def __init__(self, batches: int, pause: float):
+        self.batches, self.pause = batches, pause
+
+    def follow_logs(self, container_id, since_ns=None):
+        for i in range(self.batches):
+            time.sleep(self.pause)
+            yield [LogChunk(f"2026-01-01T00:00:{i:02d}.5Z", "stdout" if i % 2 else "stderr", f"line {i} ✓")]
+
+
+def test_the_drain_waits_while_lines_keep_coming(tmp_path):
+    path = tmp_path / "job.jsonl"
+    followers = LogFollowers(SlowEngine(batches=12, pause=0.05), JobLogWriter(path), {})
+    followers.sync([ReplicaObservation("master-replica-0", "master", 0, EXITED, container_id="c")])
+    followers.join(patience=0.2)  # shorter than the whole copy, longer than any pause
+    records = read_records(path)[0]
+    assert [r.message for r in records] == [f"line {i} ✓" for i in range(12)]
+    assert [r.severity for r in records[:2]] == ["ERROR", "INFO"]  # stderr without a level, stdout
+
+
+def test_the_drain_gives_up_on_a_stream_that_stalls(tmp_path):
+    followers = LogFollowers(SlowEngine(batches=1, pause=3600), JobLogWriter(tmp_path / "job.jsonl"), {})
+    followers.sync([ReplicaObservation("master-replica-0", "master", 0, EXITED, container_id="c")])
+    followers.join(patience=0.1)  # returns: nothing came
