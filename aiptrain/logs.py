@@ -189,34 +189,33 @@ def records_of_task(path: Path, task: str) -> list[LogRecord]:
     lines): a line is parsed only if it holds the task's field as record_line writes it."""
     field = f'"task": {_quote(task)}, '.encode()
     found: list[LogRecord] = []
-    try:
-        with path.open("rb") as handle:
-            for block in iter(lambda: _complete_lines(handle), b""):
-                wanted = b"\n".join(line for line in block.split(b"\n") if field in line)
-                found += records_of(wanted, task)
-    except FileNotFoundError:
-        pass
+    for block in _blocks_of(path):
+        found += records_of(b"\n".join(line for line in block.split(b"\n") if field in line), task)
     return found
-
-
-def _complete_lines(handle) -> bytes:
-    """The next BLOCK_BYTES or so of a file up to a line's end; a last line still being written
-    is left out."""
-    data = handle.read(BLOCK_BYTES) + handle.readline()
-    return data[:data.rfind(b"\n") + 1]
 
 
 def last_times_by_task(path: Path) -> dict[tuple[str, str], str]:
     """The newest record time of each (trial, task): where a re-attached log follower resumes."""
     latest: dict[tuple[str, str], str] = {}
+    for block in _blocks_of(path):
+        for entry in _parse_block(block):
+            latest[(entry.get("trial", ""), entry["task"])] = entry["time"]
+    return latest
+
+
+def _blocks_of(path: Path) -> Iterator[bytes]:
+    """The file in blocks of about BLOCK_BYTES of whole lines; a last line still being written
+    is left out. Nothing when there is no file."""
     try:
         with path.open("rb") as handle:
-            for block in iter(lambda: _complete_lines(handle), b""):
-                for entry in _parse_block(block):
-                    latest[(entry.get("trial", ""), entry["task"])] = entry["time"]
+            while True:
+                data = handle.read(BLOCK_BYTES) + handle.readline()
+                block = data[:data.rfind(b"\n") + 1]
+                if not block:
+                    return
+                yield block
     except FileNotFoundError:
-        pass
-    return latest
+        return
 
 
 # How long a follower waits before looking at the file again when it had nothing new: what a
