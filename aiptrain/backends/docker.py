@@ -508,15 +508,20 @@ class _LineAssembler:
         self._stamp: bytes | None = None
         self._parts: list[bytes] = []
 
-    def feed(self, data: bytes) -> Iterator[tuple[str, bytes]]:
+    def feed(self, data: bytes) -> list[tuple[str, bytes]]:
         stamp, _, text = data.partition(b" ")
+        newline = text.find(b"\n")
+        if newline == len(text) - 1 and newline >= 0 and not self._parts:  # the usual: one whole line
+            return [(stamp.decode(errors="replace"), text[:-1])]
+        lines = []
         *complete, rest = text.split(b"\n")
         for piece in complete:
-            yield (self._stamp or stamp).decode(errors="replace"), b"".join([*self._parts, piece])
+            lines.append(((self._stamp or stamp).decode(errors="replace"), b"".join([*self._parts, piece])))
             self._stamp, self._parts = None, []
         if rest:
             self._stamp = self._stamp or stamp
             self._parts.append(rest)
+        return lines
 
     def awaits_more(self) -> bool:
         """True while the pending line ends with a whole 16 KB part: the engine has more of it."""
@@ -552,7 +557,8 @@ class _LogReader:
                 if self._since_ns and parse_engine_time(data.partition(b" ")[0].decode()) <= self._since_ns:
                     continue  # the engine's `since` includes that very moment, copied already
                 stream = _STREAMS[stream_id]
-                batch += [_chunk(stream, stamp, line) for stamp, line in self._lines[stream_id].feed(data)]
+                for stamp, line in self._lines[stream_id].feed(data):
+                    batch.append(_chunk(stream, stamp, line))
             if batch:
                 yield batch
 
