@@ -39,6 +39,7 @@ STANDARD_1_REPLICAS = 8  # 1 master + 4 workers + 3 parameter servers
 SLEEP_SECONDS = "600"  # replicas that must stay up until cancelled
 LOG_REPLICAS = 4  # benchmark 5c's job: a master and 3 workers
 DEFAULT_LINES, DEFAULT_REPLICA_LINES = 20_000, 250_000  # 5a/5b's job, 5c's replicas
+MANY_LINES_SLEEP = "10"  # seconds 5c's replicas wait after printing
 
 # The trainer every aiptrain job here runs: it prints, optionally prints many lines,
 # optionally sleeps, and ignores the --job-dir aiptrain appends.
@@ -552,11 +553,15 @@ def bench_log_throughput(b: Bench) -> list[Row]:
     job_id = b.job_id("many_lines")
     names = [f"bench-{b.run_id}-many-lines-{n}" for n in range(LOG_REPLICAS)]
 
-    b.submit(home, job_id, "--config", str(four_replica_config(b)), trainer_args=("--lines", str(lines)))
+    # The job ends when its master does, and stops the workers then: every replica waits a while
+    # after printing, so that a worker that started late still prints every line.
+    b.submit(home, job_id, "--config", str(four_replica_config(b)),
+             trainer_args=("--lines", str(lines), "--sleep", MANY_LINES_SLEEP))
     copied_at, got = watch_copy(home / "logs" / f"{job_id}.jsonl", total, time.monotonic() + 1200)
     b.ended.add(job_id)
     if got != total:
-        copy.notes.append(f"the job log got {got} of {total} lines: the supervisor lost the rest")
+        copy.notes.append(f"the job log got {got} of {total} lines: a worker still printed when the master ended, "
+                          "or the supervisor lost lines")
     first, last = engine_span(home / "logs" / f"{job_id}.jsonl")
     copy.ours.append(copied_at - first)
     copy.base.append(last - first)
