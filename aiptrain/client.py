@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from aiptrain import filtering, jobs, logs, runtimes
+from aiptrain.backends import Backend, open_backend
 from aiptrain.config import SubmitFlags
 from aiptrain.errors import ValidationError
 from aiptrain.model import Job
@@ -43,12 +44,13 @@ class Client:
     """One aiptrain installation (AIPTRAIN_HOME, or `home`): its jobs and its engine.
     The store and the engine are opened on first use; `close()` (or `with`) releases them."""
 
-    def __init__(self, home: str | Path | None = None, settings: Settings | None = None, backend=None):
+    def __init__(self, home: str | Path | None = None, settings: Settings | None = None,
+                 backend: Backend | None = None):
         if settings is None:
             settings = Settings(home=Path(home).expanduser().resolve()) if home else Settings()
         self.settings = settings
-        if backend is not None:
-            self.__dict__["backend"] = backend  # a given backend (a fake in tests) replaces the engine's
+        self._given_backend = backend  # a given backend (a fake in tests) runs every job
+        self._backends: dict[str, Backend] = {}
 
     # -- what the client holds ---------------------------------------------------------------
 
@@ -57,14 +59,18 @@ class Client:
         self.settings.ensure_dirs()
         return JobStore(self.settings.store_path)
 
-    @cached_property
-    def backend(self):
-        from aiptrain.backends.docker import DockerBackend
+    def backend_named(self, name: str | None = None) -> Backend:
+        """The backend called `name` (default: the settings'), opened once per client."""
+        if self._given_backend is not None:
+            return self._given_backend
+        name = name or self.settings.backend
+        if name not in self._backends:
+            self._backends[name] = open_backend(self.settings, name)
+        return self._backends[name]
 
-        return DockerBackend.from_settings(self.settings)
-
-    def _backend(self):
-        return self.backend
+    def backend_for(self, job_id: str) -> Backend:
+        """The backend the job was submitted to."""
+        return self.backend_named(self.store.backend_of(job_id))
 
     def close(self) -> None:
         if "store" in self.__dict__:
@@ -92,7 +98,7 @@ class Client:
         if submission.runtime and self.settings.auto_build:
             runtimes.ensure_image(submission.runtime, self.settings.cache_dir,
                                   build_progress or report or (lambda line: None), submission.runtime_given_as)
-        return Submitter(self.settings, self.store, self.backend, report).submit(submission)
+        return Submitter(self.settings, self.store, self.backend_named(submission.backend), report).submit(submission)
 
     def submit_training(
         self,
@@ -120,7 +126,7 @@ class Client:
 
     def get(self, job_id: str) -> Job:
         """The job, reconciled first if nobody drives it any more; JobNotFound if there is none."""
-        return jobs.get_job(job_id, self.settings, self.store, self._backend)
+        return jobs.get_job(job_id, self.settings, self.store, self.backend_for(job_id))
 
     def list(self, filter: str | None = None, sort_by: str | Iterable[str] | None = None,
              limit: int | None = None) -> list[Job]:
@@ -128,7 +134,8 @@ class Client:
         (`~` for descending; newest first by default), sorted, then filtered, then limited."""
         expression = filtering.parse(filter) if filter else None
         keys = filtering.parse_sort_keys(sort_by)
-        jobs.reconcile_all(self.settings, self.store, self._backend)
+        for active in self.store.active_job_ids():
+            jobs.reconcile(active, self.settings, self.store, self.backend_for(active))
         query = filtering.plan_query(expression, keys, limit)
         found = self.store.query(query)
         if query.complete:
@@ -156,7 +163,7 @@ class Client:
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:
         """Block until the job ends (or `timeout` seconds pass); the job as it then is."""
-        return jobs.wait_until_done(job_id, self.settings, self.store, self._backend, timeout)
+        return jobs.wait_until_done(job_id, self.settings, self.store, self.backend_for(job_id), timeout)
 
     def log_batches(self, job_id: str, task_name: str | None = None, poll_seconds: float = 0.2,
                     on_poll: Callable[[Job], None] | None = None) -> Iterator[list[logs.LogRecord]]:
@@ -181,7 +188,7 @@ class Client:
 
     def replicas(self, job_id: str):
         """What the engine says about the job's replicas now (backends.ReplicaObservation)."""
-        return self.backend.observe(job_id)
+        return self.backend_for(job_id).observe(job_id)
 
     def restart_counts(self, job_id: str) -> dict[str, int]:
         """Restarts so far, by task name."""
@@ -189,7 +196,7 @@ class Client:
 
     def cancel(self, job_id: str, timeout: float = 60) -> Job:
         """Cancel the job and wait (up to `timeout`) until it has stopped; a job that ended stays as it is."""
-        return jobs.cancel(job_id, self.settings, self.store, self._backend, timeout)
+        return jobs.cancel(job_id, self.settings, self.store, self.backend_for(job_id), timeout)
 
     # -- labels ----------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from aiptrain.backends import EXITED, MISSING, RUNNING, ReplicaObservation
+from aiptrain.backends import ReplicaObservation, ReplicaStatus
 from aiptrain.model import State
 
 RETRYABLE_EXIT_CODES = frozenset({130, 137, 143})
@@ -46,7 +46,8 @@ def failure_message(task_name: str, exit_code: int | None, restarts: int = 0) ->
 
 
 def master_succeeded(observations: list[ReplicaObservation]) -> bool:
-    return any(o.task_name == MASTER_TASK and o.status == EXITED and o.exit_code == 0 for o in observations)
+    return any(o.task_name == MASTER_TASK and o.status == ReplicaStatus.EXITED and o.exit_code == 0
+               for o in observations)
 
 
 def awaited_at_end(observations: list[ReplicaObservation], cancel_requested: bool) -> list[ReplicaObservation]:
@@ -56,7 +57,7 @@ def awaited_at_end(observations: list[ReplicaObservation], cancel_requested: boo
     parameter servers are stopped at once; after a cancel nobody is waited for."""
     if cancel_requested or not master_succeeded(observations):
         return []
-    return [o for o in observations if o.task_type == "evaluator" and o.status == RUNNING]
+    return [o for o in observations if o.task_type == "evaluator" and o.status == ReplicaStatus.RUNNING]
 
 
 _EPOCH = datetime.min.replace(tzinfo=timezone.utc)
@@ -79,10 +80,10 @@ def decide(
     to_restart = []
     for task in expected_tasks:
         observed = seen.get(task)
-        if observed is None or observed.status == MISSING:
+        if observed is None or observed.status == ReplicaStatus.MISSING:
             failures.append((_EPOCH, task, None))
             continue
-        if observed.status != EXITED or observed.exit_code == 0:
+        if observed.status != ReplicaStatus.EXITED or observed.exit_code == 0:
             continue
         if observed.exit_code in RETRYABLE_EXIT_CODES and restarts.get(task, 0) < max_restarts:
             to_restart.append(task)

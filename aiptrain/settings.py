@@ -20,6 +20,8 @@ DEFAULT_SUBNET_POOL = "198.18.0.0/15"
 # Processes and threads one replica may have: generous for TensorFlow's thread pools and data
 # loaders, but a fork bomb in a trainer stops there instead of taking the host.
 DEFAULT_REPLICA_PIDS_LIMIT = 4096
+# What runs replicas (`--backend`, AIPTRAIN_BACKEND): one Docker engine, or a Docker Swarm.
+BACKEND_NAMES = ("docker", "swarm")
 
 
 def _env_number(name: str, default, kind):
@@ -38,6 +40,13 @@ def _env_int(name: str, default: int) -> int:
 
 def _env_float(name: str, default: float) -> float:
     return _env_number(name, default, float)
+
+
+def _env_backend() -> str:
+    name = os.environ.get("AIPTRAIN_BACKEND") or BACKEND_NAMES[0]
+    if name not in BACKEND_NAMES:
+        raise ValidationError(f"AIPTRAIN_BACKEND [{name}] is not a backend: set it to one of {', '.join(BACKEND_NAMES)}.")
+    return name
 
 
 def _default_home() -> Path:
@@ -81,6 +90,8 @@ class Settings:
     auto_build: bool = field(default_factory=lambda: os.environ.get("AIPTRAIN_AUTO_BUILD", "1") != "0")
     # Where jobs' bridge networks get their subnets (one per job, sized to its replicas).
     subnet_pool: str = field(default_factory=lambda: os.environ.get("AIPTRAIN_SUBNET_POOL", DEFAULT_SUBNET_POOL))
+    # The backend jobs run on unless `--backend` says otherwise.
+    backend: str = field(default_factory=_env_backend)
     # Processes and threads per replica; 0: no limit.
     replica_pids_limit: int = field(
         default_factory=lambda: _env_int("AIPTRAIN_REPLICA_PIDS_LIMIT", DEFAULT_REPLICA_PIDS_LIMIT)

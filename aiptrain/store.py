@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     state       TEXT NOT NULL,
     create_time TEXT NOT NULL,
     resource    TEXT NOT NULL,              -- the Job resource, camelCase JSON
-    restarts    TEXT NOT NULL DEFAULT '{}'  -- task name -> restarts so far
+    restarts    TEXT NOT NULL DEFAULT '{}', -- task name -> restarts so far
+    backend     TEXT NOT NULL DEFAULT 'docker' -- what runs its replicas (aiptrain.backends)
 );
 CREATE TABLE IF NOT EXISTS events (
     job_id TEXT NOT NULL,
@@ -44,6 +45,8 @@ CREATE TABLE IF NOT EXISTS verdicts (
     verdict TEXT NOT NULL  -- how a supervisor decided the job ends, recorded before it tears down
 );
 """
+# Columns added to `jobs` later, with their definitions: older databases take them on open.
+ADDED_COLUMNS = {"backend": "TEXT NOT NULL DEFAULT 'docker'"}
 # --sort-by keys and --filter conditions the store answers in SQL (aiptrain.filtering.COLUMNS).
 _SQL_OPERATORS = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
@@ -74,6 +77,17 @@ class JobStore:
             with self._transaction():
                 for statement in filter(str.strip, (SCHEMA + INDEXES).split(";")):
                     self._db.execute(statement)
+        self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        if set(ADDED_COLUMNS) <= columns:
+            return
+        with self._transaction():  # re-read under the lock: another process may have added them
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+            for name, definition in ADDED_COLUMNS.items():
+                if name not in columns:
+                    self._db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {definition}")
 
     def close(self) -> None:
         self._db.close()
@@ -87,14 +101,15 @@ class JobStore:
             (job_id, rfc3339(moment), state.value, detail),
         )
 
-    def create(self, job: Job) -> Job:
-        """Record a new job in QUEUED. A job ID that exists already is a ValidationError."""
+    def create(self, job: Job, backend: str = "docker") -> Job:
+        """Record a new job in QUEUED, run by `backend`. A job ID that exists already is a
+        ValidationError."""
         job = job.model_copy(update={"state": State.QUEUED, "create_time": job.create_time or utc_now()})
         try:
             with self._transaction():
                 self._db.execute(
-                    "INSERT INTO jobs (job_id, state, create_time, resource) VALUES (?, ?, ?, ?)",
-                    (job.job_id, job.state.value, rfc3339(job.create_time), json.dumps(job.to_resource())),
+                    "INSERT INTO jobs (job_id, state, create_time, resource, backend) VALUES (?, ?, ?, ?, ?)",
+                    (job.job_id, job.state.value, rfc3339(job.create_time), json.dumps(job.to_resource()), backend),
                 )
                 self._event(job.job_id, job.create_time, State.QUEUED, None)
         except sqlite3.IntegrityError:
@@ -103,6 +118,11 @@ class JobStore:
 
     def exists(self, job_id: str) -> bool:
         return self._db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job_id,)).fetchone() is not None
+
+    def backend_of(self, job_id: str) -> str:
+        """The backend that runs the job (docker for a job the store does not know)."""
+        row = self._db.execute("SELECT backend FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        return row[0] if row else "docker"
 
     def get(self, job_id: str) -> Job | None:
         row = self._db.execute("SELECT resource FROM jobs WHERE job_id = ?", (job_id,)).fetchone()

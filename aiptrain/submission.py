@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from aiptrain.backends import Backend
 from aiptrain.config import SubmitFlags, build_job
 from aiptrain.errors import AiptrainError, ValidationError
 from aiptrain.logs import JobLogWriter
@@ -78,6 +79,7 @@ class Submission:
     runtime: Runtime | None = None  # what --runtime-version (or runtimeVersion) named
     runtime_given_as: str = "--runtime-version"  # where it was named, for messages
     pids_limit: int | None = None  # processes and threads per replica (AIPTRAIN_REPLICA_PIDS_LIMIT)
+    backend: str = "docker"  # what runs the replicas (--backend, AIPTRAIN_BACKEND)
 
     @property
     def remote_job_dir(self) -> bool:
@@ -187,6 +189,7 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
         runtime=rt,
         runtime_given_as=runtime_given_as,
         pids_limit=settings.replica_pids_limit,
+        backend=flags.backend or settings.backend,
     )
 
 
@@ -348,7 +351,8 @@ def dry_run_plan(submission: Submission) -> LaunchPlan:
 class Submitter:
     """Carries one submission from validated flags to running replicas."""
 
-    def __init__(self, settings: Settings, store: JobStore, backend, report: Callable[[str], None] | None = None):
+    def __init__(self, settings: Settings, store: JobStore, backend: Backend,
+                 report: Callable[[str], None] | None = None):
         self.settings = settings
         self.store = store
         self.backend = backend
@@ -376,7 +380,7 @@ class Submitter:
         warm_up = threading.Thread(target=self.backend.warm_up, daemon=True)
         warm_up.start()
         try:
-            job = self.store.create(job)
+            job = self.store.create(job, backend=self.backend.name)
             if submission.project:
                 _project_path(self.settings, job.job_id).write_text(submission.project + "\n")
             with JobLogWriter(self.settings.job_log_path(job.job_id)) as job_log:

@@ -18,7 +18,7 @@ import time
 import traceback
 from datetime import timedelta
 
-from aiptrain.backends import EXITED, RUNNING, Backend, ReplicaObservation
+from aiptrain.backends import Backend, ReplicaObservation, ReplicaStatus, open_backend
 from aiptrain.lifecycle import Decision, awaited_at_end, decide, failure_message, replica_label
 from aiptrain.logs import SERVICE, JobLogWriter, last_times_by_task, parse_engine_time, read_records, severity_of
 from aiptrain.model import State, utc_now
@@ -59,7 +59,7 @@ class LogFollowers:
             thread = self._threads.get(key)
             if thread and thread.is_alive():
                 continue
-            if obs.status == EXITED and key in self._drained:
+            if obs.status == ReplicaStatus.EXITED and key in self._drained:
                 continue
             thread = threading.Thread(target=self._follow, args=(obs,), daemon=True)
             self._threads[key] = thread
@@ -77,7 +77,7 @@ class LogFollowers:
                 self._last_ns[key] = parse_engine_time(chunk.time)
         except Exception:  # the container vanished under us: its logs went with it
             pass
-        if obs.status == EXITED:
+        if obs.status == ReplicaStatus.EXITED:
             self._drained.add(key)
 
     def join(self, timeout: float, trial_id: str | None = None) -> None:
@@ -230,7 +230,7 @@ class Supervisor:
         self.backend.remove(self.job_id, trial_id)
 
     def stop_running(self, observations: list[ReplicaObservation]) -> None:
-        running = [o.container_id for o in observations if o.status == RUNNING]
+        running = [o.container_id for o in observations if o.status == ReplicaStatus.RUNNING]
         if running:
             self.backend.stop(running, self.settings.stop_grace_seconds)
 
@@ -246,7 +246,7 @@ class Supervisor:
         deadline, settle = time.monotonic() + grace, Settle()
         while time.monotonic() < deadline:
             self.followers.sync(observations)
-            if not any(o.container_id in container_ids and o.status == RUNNING for o in observations):
+            if not any(o.container_id in container_ids and o.status == ReplicaStatus.RUNNING for o in observations):
                 break
             if self.store.get(self.job_id).state is State.CANCELLING:
                 break
@@ -357,9 +357,7 @@ def main(argv: list[str]) -> int:
     settings = Settings()
     lock = JobLock(lock_fd, settings.job_lock_path(job_id))  # inherited, already held
     store = JobStore(settings.store_path)
-    from aiptrain.backends.docker import DockerBackend
-
-    supervisor = Supervisor(job_id, settings, store, DockerBackend.from_settings(settings))
+    supervisor = Supervisor(job_id, settings, store, open_backend(settings, store.backend_of(job_id)))
     try:
         supervisor.run()
         return 0

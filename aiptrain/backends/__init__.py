@@ -1,19 +1,35 @@
 """Backends turn a LaunchPlan into running replicas and report on them.
 
-The supervisor and the CLI talk to this small interface only; `docker` is the one
-backend today (one engine), and a Swarm or process backend fits the same shape.
+The supervisor, the job verbs and the CLI see this small interface only, and get a backend
+from `open_backend`, which imports the named one on first use: `docker` (one engine) and
+`swarm` (a Docker Swarm cluster) run the same LaunchPlan. A job records which backend runs it.
 """
 
 from __future__ import annotations
 
+import enum
+import importlib
 import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterator, Protocol
 
 from aiptrain.planning import ContainerSpec, LaunchPlan
+from aiptrain.settings import BACKEND_NAMES, Settings
 
-CREATED, RUNNING, EXITED, MISSING = "created", "running", "exited", "missing"
+# name -> (module, class); every class has `from_settings(settings)`.
+_BACKEND_CLASSES = {"docker": ("aiptrain.backends.docker", "DockerBackend")}
+assert set(_BACKEND_CLASSES) <= set(BACKEND_NAMES)
+
+
+class ReplicaStatus(str, enum.Enum):
+    """A replica's state, whatever the engine calls it (each backend maps its own in one table)."""
+
+    CREATED = "created"  # made, not started yet
+    RUNNING = "running"
+    EXITED = "exited"
+    MISSING = "missing"  # the engine no longer has it
+
 
 
 @dataclass(frozen=True)
@@ -23,7 +39,7 @@ class ReplicaObservation:
     task_name: str
     task_type: str
     task_index: int
-    status: str  # created | running | exited | missing
+    status: ReplicaStatus
     exit_code: int | None = None
     finished_at: datetime | None = None
     container_id: str | None = None
@@ -38,6 +54,8 @@ class LogChunk:
 
 
 class Backend(Protocol):
+    name: str  # as --backend and the job store call it
+
     def host_address(self) -> str | None:
         """This host's address as seen from inside a replica, if the backend knows it."""
 
@@ -73,3 +91,11 @@ class Backend(Protocol):
 
     def follow_logs(self, container_id: str, since_ns: int | None = None) -> Iterator[LogChunk]:
         """The replica's output from `since_ns` on, following until it stops."""
+
+
+def open_backend(settings: Settings, name: str | None = None) -> Backend:
+    """The backend called `name` (default: AIPTRAIN_BACKEND, else docker) for this home.
+    Cheap: backends connect to their engine on first use."""
+    name = name or settings.backend
+    module, class_name = _BACKEND_CLASSES[name]
+    return getattr(importlib.import_module(module), class_name).from_settings(settings)

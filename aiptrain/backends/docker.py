@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Iterator
 
-from aiptrain.backends import CREATED, EXITED, RUNNING, LogChunk, ReplicaObservation
+from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import (
@@ -38,7 +38,9 @@ from aiptrain.settings import DEFAULT_SUBNET_POOL, Settings
 
 TMPFS_OPTIONS = "rw,nosuid,nodev,exec,size=4g"
 _EXIT_STATUS = re.compile(r"Exited \((-?\d+)\)")
-_STATES = {"created": CREATED, "running": RUNNING, "restarting": RUNNING, "paused": RUNNING}
+# The engine's container states as replica states; any other ("exited", "dead") is EXITED.
+_STATES = {"created": ReplicaStatus.CREATED, "running": ReplicaStatus.RUNNING,
+           "restarting": ReplicaStatus.RUNNING, "paused": ReplicaStatus.RUNNING}
 # Addresses a job's subnet reserves besides its replicas: network, gateway, broadcast.
 RESERVED_ADDRESSES = 3
 SMALLEST_SUBNET = 29  # 8 addresses: 5 replicas
@@ -132,6 +134,8 @@ def host_gateway(api) -> str | None:
 
 
 class DockerBackend:
+    name = "docker"
+
     def __init__(self, installation: str | None = None, client=None, subnet_pool: str = DEFAULT_SUBNET_POOL):
         self._installation = installation
         self._client = client
@@ -307,9 +311,9 @@ class DockerBackend:
         observations = []
         for info in self._containers(job_id):
             labels = info["Labels"]
-            status = _STATES.get(info["State"], EXITED)
+            status = _STATES.get(info["State"], ReplicaStatus.EXITED)
             exit_code = finished = None
-            if status == EXITED:
+            if status == ReplicaStatus.EXITED:
                 exit_code, finished = self._exit_details(info)
             observations.append(
                 ReplicaObservation(

@@ -9,6 +9,7 @@ import sys
 import click
 
 from aiptrain.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK
+from aiptrain.settings import BACKEND_NAMES
 
 
 def _client():
@@ -144,6 +145,8 @@ def submit() -> None:
 @click.option("--stream-logs", is_flag=True, help="Stream the logs until the job ends; exit 1 unless it succeeded.")
 @click.option("--limit-resources", is_flag=True, envvar="AIPTRAIN_LIMIT_RESOURCES",
               help="Limit each replica to its machine type's vCPUs and memory, scaled so the job fits this host.")
+@click.option("--backend", type=click.Choice(BACKEND_NAMES), default=None,
+              help="What runs the replicas: one Docker engine, or a Docker Swarm (default: AIPTRAIN_BACKEND, else docker).")
 @click.option("--dry-run", is_flag=True, help="Print the launch plan (every container) and do nothing else.")
 def training(job_id, user_args, config, labels, packages, async_, stream_logs, dry_run, **flags) -> None:
     """Submit a training job, as `gcloud ai-platform jobs submit training`."""
