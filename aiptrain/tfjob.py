@@ -261,7 +261,7 @@ def _pod_template(spec: ContainerSpec, replica: Replica, job_dir: str | None, jo
     return {"metadata": {"annotations": dict(NO_ISTIO)}, "spec": {k: v for k, v in pod_spec.items() if v is not None}}
 
 
-def build(job: Job, replicas: list[Replica], runtime_image: str | None, package_uris: list[str],
+def build_tfjob(job: Job, replicas: list[Replica], runtime_image: str | None, package_uris: list[str],
           backoff_limit: int, max_running_seconds: float | None = None) -> Export:
     """The TFJob of `job`. `package_uris` are where its packages are (packageUris): gs:// ones
     are fetched in each pod, others cannot reach a pod. `backoff_limit` is aiptrain's restart budget."""
@@ -337,3 +337,7 @@ def _warnings(job: Job, unreachable: list[str]) -> tuple[str, ...]:
 
 def with_warning(export: Export, warning: str) -> Export:
     return replace(export, warnings=(*export.warnings, warning))
+
+
+def with_note(export: Export, note: str) -> Export:
+    return replace(export, notes=(*export.notes, note))
