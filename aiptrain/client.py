@@ -26,7 +26,8 @@ from aiptrain.errors import ValidationError
 from aiptrain.model import Job
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore, duplicate_job
-from aiptrain.submission import Submission, Submitter, prepare
+from aiptrain.submission import Submission, Submitter, dry_run_tfjob, prepare, tfjob_export
+from aiptrain.tfjob import Export
 from aiptrain.validation import validate_labels
 
 SUBMIT_FLAG_NAMES = frozenset(f.name for f in dataclasses.fields(SubmitFlags))
@@ -121,6 +122,16 @@ class Client:
             config=_text(config), user_args=list(args), **flags,
         )
         return self.submit(self.prepare(submit_flags))
+
+    def dry_run_tfjob(self, submission: Submission) -> Export:
+        """The Kubeflow TFJob of a prepared submission, its packages where submit would stage them."""
+        return dry_run_tfjob(submission, self.settings)
+
+    def export_tfjob(self, job_id: str) -> Export:
+        """A submitted job as a Kubeflow TFJob (`jobs export --format tfjob`); `.tfjob.to_manifest()`
+        is the manifest, `.comment()` and `.warnings` what to tell the person applying it."""
+        job = self.get(job_id)
+        return tfjob_export(job, list(job.training_input.package_uris or []), self.settings)
 
     # -- read ------------------------------------------------------------------------------
 

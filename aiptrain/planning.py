@@ -273,11 +273,17 @@ def hostname(base: str, replica: Replica) -> str:
     followed by a digest of the whole base: short, the same on every plan, and distinct for
     distinct bases (job IDs of up to 128 characters are valid)."""
     suffix = f"-{replica.task_type}-{replica.index}"
+    return dns_label_within(base, HOSTNAME_MAX - len(suffix)) + suffix
+
+
+def dns_label_within(base: str, room: int) -> str:
+    """`base` in DNS form in at most `room` characters: cut and followed by a digest of the
+    whole base when longer (see hostname)."""
     label = dns_label(base)
-    if len(label) + len(suffix) > HOSTNAME_MAX:
-        keep = HOSTNAME_MAX - len(suffix) - DIGEST_CHARS - 1
+    if len(label) > room:
+        keep = room - DIGEST_CHARS - 1
         label = f"{label[:keep].rstrip('-')}-{_digest(base)}"
-    return label + suffix
+    return label
 
 
 def engine_name(name: str, installation: str) -> str:

@@ -41,8 +41,9 @@ from aiptrain.planning import (
 from aiptrain.runtime_catalog import Runtime
 from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings
-from aiptrain.staging import WHEELHOUSE
+from aiptrain.staging import WHEELHOUSE, staging_target
 from aiptrain.store import JobStore, duplicate_job
+from aiptrain.tfjob import Export, build_tfjob, with_note, with_warning
 from aiptrain.storage import check_gcs_uri, gcs_root_for, is_gcs, local_gcs_path, local_path
 from aiptrain.topology import Replica, replicas_for
 from aiptrain.validation import (
@@ -324,12 +325,14 @@ def plan_inputs(
     )
 
 
-def dry_run_plan(submission: Submission) -> LaunchPlan:
-    """The plan submit would launch, built without the bucket, the store or Docker.
-    The sdist is built in a temporary directory to learn its file name and requirements."""
-    files = [p.name for p in submission.local_packages] + [u.rsplit("/", 1)[-1] for u in submission.remote_packages]
-    if not files and not submission.package_path:  # as submit: packageUris from --config when no flag names one
-        files = [u.rsplit("/", 1)[-1] for u in submission.job.training_input.package_uris or []]
+def _dry_run_packages(submission: Submission) -> tuple[list[str], list[str], bool]:
+    """(names of the files submit would stage, gs:// URLs it would pass through, whether a
+    wheelhouse would go with them), learnt without the bucket: the sdist is built in a
+    temporary directory to learn its file name and requirements."""
+    staged = [p.name for p in submission.local_packages]
+    remote = list(submission.remote_packages)
+    if not staged and not remote and not submission.package_path:  # as submit: packageUris from --config
+        remote = list(submission.job.training_input.package_uris or [])
     wheelhouse = False
     if submission.package_path:
         from aiptrain.packaging import build_sdist
@@ -337,8 +340,16 @@ def dry_run_plan(submission: Submission) -> LaunchPlan:
 
         with tempfile.TemporaryDirectory() as tmp:
             sdist = build_sdist(submission.package_path, Path(tmp)).path
-            files.append(sdist.name)
+            staged.append(sdist.name)
             wheelhouse = bool(submission.runtime_image and requirements_for([*submission.local_packages, sdist]))
+    return staged, remote, wheelhouse
+
+
+def dry_run_plan(submission: Submission) -> LaunchPlan:
+    """The plan submit would launch, built without the bucket, the store or Docker."""
+    staged, remote, wheelhouse = _dry_run_packages(submission)
+    sdist = staged[len(submission.local_packages):]
+    files = staged[:len(submission.local_packages)] + [u.rsplit("/", 1)[-1] for u in remote] + sdist
     inputs = plan_inputs(submission, Path("<job work dir>/packages"), files, wheelhouse)
     trial = None
     if submission.job.training_input.hyperparameters:
@@ -346,6 +357,46 @@ def dry_run_plan(submission: Submission) -> LaunchPlan:
 
         trial = first_trial(submission.job.training_input.hyperparameters, "<job work dir>/trials/1")
     return plan(submission.job, submission.replicas, inputs, trial)
+
+
+# What stands for the digest of a dry run's staged packages: submit computes it when it stages them.
+DIGEST_PLACEHOLDER = "<sha256>"
+
+
+def dry_run_tfjob(submission: Submission, settings: Settings) -> Export:
+    """The TFJob of the job submit would run, its packages where submit would stage them."""
+    staged, remote, _ = _dry_run_packages(submission)
+    ti = submission.job.training_input
+    bucket_url, prefix = staging_target(
+        submission.job.job_id, submission.staging_bucket, ti.job_dir, str(settings.bucket_root)
+    )
+    uris = remote + [f"{bucket_url.rstrip('/')}/{prefix}/{DIGEST_PLACEHOLDER}/{name}" for name in staged]
+    export = tfjob_export(submission.job, uris, settings)
+    if staged and is_gcs(bucket_url):
+        export = with_note(export, f"A dry run: {DIGEST_PLACEHOLDER} in the package URLs is the digest submit gives "
+                                   "them; export the submitted job for a manifest to apply.")
+    return export
+
+
+def tfjob_export(job: Job, package_uris: list[str], settings: Settings) -> Export:
+    """The job as a Kubeflow TFJob (aiptrain.tfjob), with what that needs from this machine:
+    the runtime's image, the restart budget, and whether its gs:// packages are kept here."""
+    ti = job.training_input
+    runtime_image = None
+    if not ti.uses_custom_container:
+        runtime_image = lookup_runtime(ti.runtime_version or settings.default_runtime_version, settings.home,
+                                       "runtimeVersion").image
+    deadline = ti.scheduling.max_running_time if ti.scheduling else None
+    seconds = parse_duration_seconds(deadline, "scheduling.maxRunningTime") if deadline else None
+    export = build_tfjob(job, replicas_for(ti), runtime_image, package_uris, settings.max_restarts, seconds)
+    gcs_uris = [uri for uri in package_uris if is_gcs(uri)]
+    gcs_root = gcs_root_for(settings.gcs_mode, settings.gcs_root)[0] if gcs_uris else None
+    if gcs_root is not None:
+        export = with_warning(export, (
+            f"The gs:// packages of job [{job.job_id}] are kept on this machine (AIPTRAIN_GCS=local), under "
+            f"{gcs_root}: copy them to Cloud Storage (`gsutil cp -r {gcs_root}/BUCKET gs://BUCKET`) before applying."
+        ))
+    return export
 
 
 class Submitter:

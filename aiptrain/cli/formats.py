@@ -15,13 +15,15 @@ from aiptrain.errors import ValidationError
 from aiptrain.filtering import lookup as _lookup
 
 _FORMAT = re.compile(
-    r"\s*(?P<kind>json|yaml|value|none|table|csv)\s*(?:\[(?P<attrs>[^\]]*)\])?\s*(?:\((?P<fields>.*)\))?\s*",
+    r"\s*(?P<kind>json|yaml|value|none|table|csv|tfjob)\s*(?:\[(?P<attrs>[^\]]*)\])?\s*(?:\((?P<fields>.*)\))?\s*",
     re.DOTALL,
 )
 _COLUMN = re.compile(r"\s*(?P<key>[A-Za-z_][\w\[\]]*(?:\.[A-Za-z_][\w\[\]]*)*?)"
                      r"(?:\.(?P<transform>basename|date)\((?P<args>[^)]*)\))?(?P<attrs>(?::[\w-]+(?:=[^:]*)?)*)\s*")
 SUPPORTED = ("json, yaml, none, value(FIELD,...), json(FIELD,...), yaml(FIELD,...), table(FIELD,...) "
-             "or csv[no-heading](FIELD,...); a FIELD may end in .basename() or .date(FORMAT) and carry :label=NAME")
+             "or csv[no-heading](FIELD,...); a FIELD may end in .basename() or .date(FORMAT) and carry :label=NAME; "
+             "tfjob (a Kubeflow TFJob) on `jobs export` and `jobs submit training --dry-run`")
+TFJOB = "tfjob"  # not a view of the resource: the job as a Kubeflow TFJob manifest
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,8 @@ def parse_format(spec: str) -> Format:
         raise _refuse(spec, f" ({kind} needs fields)")
     if kind in ("json", "yaml", "none") and any(c.transform for c in columns):
         raise _refuse(spec, " (transforms are for value, table and csv)")
+    if kind == TFJOB and (columns or attrs):
+        raise _refuse(spec, " (tfjob takes no fields)")
     return Format(kind, columns, no_heading="no-heading" in attrs)
 
 
@@ -190,6 +194,11 @@ def render(data: dict | list[dict], spec: str) -> str:
     items = data if many else [data]
     if kind == "none":
         return ""
+    if kind == TFJOB:
+        raise ValidationError(
+            "--format tfjob prints a job as a Kubeflow TFJob: use it with `aiptrain jobs export JOB` or "
+            "`aiptrain jobs submit training ... --dry-run`."
+        )
     if kind in ("value", "table", "csv"):
         columns = parsed.columns or _flat_columns(items)
         rows = [[_cell(item, column) for column in columns] for item in items]
@@ -208,6 +217,10 @@ def render(data: dict | list[dict], spec: str) -> str:
     if kind == "json":
         return json.dumps(projected if many else projected[0], indent=2, sort_keys=True) + "\n"
     return "---\n".join(dump_yaml(item) for item in projected)
+
+
+def wants_tfjob(spec: str | None) -> bool:
+    return bool(spec) and parse_format(spec).kind == TFJOB
 
 
 def dump_yaml(data: Any) -> str:

@@ -161,6 +161,10 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
             "asynchronously; it can be omitted. For synchronous behavior, please pass --stream-logs.",
             err=True,
         )
+    tfjob = _wants_tfjob()
+    if tfjob and not dry_run:
+        raise click.UsageError("--format tfjob prints the job as a Kubeflow TFJob instead of submitting it: add "
+                               "--dry-run, or export a submitted job with `aiptrain jobs export JOB --format tfjob`.")
     client = _client()
     submit_flags = SubmitFlags(
         job_id=job_id, config=config, labels=_labels(labels), packages=_packages(packages),
@@ -172,7 +176,10 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
         click.echo(submission.runtime.note, err=True)
     if dry_run:
         _warn(submission.notices)
-        _echo_formatted(dry_run_plan(submission).to_dict(), _yaml)
+        if tfjob:
+            _print_tfjob(client.dry_run_tfjob(submission))
+        else:
+            _echo_formatted(dry_run_plan(submission).to_dict(), _yaml)
         return
     from aiptrain.cli.output import spinner
 
@@ -187,6 +194,18 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
         _echo_formatted(job.to_resource(), lambda resource: _summary(resource, ("jobId", "state")))
         return
     sys.exit(_stream_then_summarize(client, job.job_id))
+
+
+def _wants_tfjob() -> bool:
+    from aiptrain.cli.formats import wants_tfjob
+
+    return wants_tfjob(_global_flags().format)
+
+
+def _print_tfjob(export) -> None:
+    """The manifest on stdout (notes for the person applying it as YAML comments), warnings on stderr."""
+    _warn(export.warnings)
+    click.echo(export.comment() + _yaml(export.tfjob.to_manifest()), nl=False)
 
 
 def _warn(notices) -> None:
@@ -282,6 +301,17 @@ def plot(job_id, output) -> None:
 
     plot_study(_client().get(job_id), Path(output))
     click.echo(f"Plotted job [{job_id}] to [{output}].", err=True)
+
+
+@jobs.command()
+@click.argument("job_id", metavar="JOB", shell_complete=_complete_job_ids)
+def export(job_id) -> None:
+    """Print a job as a Kubeflow TFJob manifest (--format tfjob, the default and only format):
+    `aiptrain jobs export JOB --format tfjob > tfjob.yaml && kubectl apply -f tfjob.yaml`."""
+    spec = _global_flags().format
+    if spec and not _wants_tfjob():
+        raise click.UsageError(f"jobs export prints a Kubeflow TFJob: use --format tfjob, not [{spec}].")
+    _print_tfjob(_client().export_tfjob(job_id))
 
 
 LIST_FORMAT = "table(jobId.basename(), state:label=STATUS, createTime.date(tz=LOCAL):label=CREATED)"
