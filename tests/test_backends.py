@@ -5,6 +5,7 @@ import sqlite3
 import pytest
 
 import aiptrain
+import aiptrain.backends
 import aiptrain.client
 from aiptrain.backends import ReplicaObservation, ReplicaStatus, open_backend
 from aiptrain.backends.docker import DockerBackend
@@ -93,3 +94,26 @@ def test_an_interrupted_submission_is_cleaned_up_on_its_own_backend(home, monkey
         client.store.create(Job(job_id="interrupted"), backend="swarm")  # QUEUED, and nobody holds its lock
         assert client.get("interrupted").state.value == "FAILED"
     assert backend.calls == [("remove", "interrupted")]
+
+
+def _protocol_members():
+    from aiptrain.backends import Backend
+
+    return sorted(name for name in vars(Backend) if not name.startswith("_")) + ["name", "from_settings"]
+
+
+@pytest.mark.parametrize("backend_name", sorted(aiptrain.backends._BACKEND_CLASSES))
+def test_every_backend_implements_the_whole_protocol_with_its_signatures(backend_name):
+    import importlib
+    import inspect
+
+    from aiptrain.backends import Backend
+
+    module, class_name = aiptrain.backends._BACKEND_CLASSES[backend_name]
+    backend_class = getattr(importlib.import_module(module), class_name)
+    assert backend_class.name == backend_name
+    for member in _protocol_members():
+        assert hasattr(backend_class, member), f"{class_name} lacks {member}"
+        if callable(getattr(Backend, member, None)):
+            expected = list(inspect.signature(getattr(Backend, member)).parameters)
+            assert list(inspect.signature(getattr(backend_class, member)).parameters) == expected, member
