@@ -19,6 +19,7 @@ import traceback
 from datetime import timedelta
 
 from aiptrain.backends import Backend, ReplicaObservation, ReplicaStatus, open_backend
+from aiptrain.errors import AiptrainError
 from aiptrain.lifecycle import Decision, awaited_at_end, decide, failure_message, replica_label
 from aiptrain.logs import SERVICE, JobLogWriter, last_times_by_task, parse_engine_time, read_records, severity_of
 from aiptrain.model import State, utc_now
@@ -262,7 +263,10 @@ class Supervisor:
             "state": decision.state.value, "error_message": decision.error_message,
             "failed_task": decision.failed_task, "failed_trial": failed_trial,
         })
-        self.end_group(observations)
+        try:
+            self.end_group(observations)
+        except AiptrainError as exc:  # e.g. a network the engine keeps: the job ended as decided all the same
+            self.writer.service(f"Tearing down left something behind: {exc}", "WARNING")
         error = self.error_message(decision, failed_trial)
         if not self.said_how_it_ended():
             if decision.state is State.SUCCEEDED:
