@@ -48,11 +48,6 @@ def reconcile(job_id: str, settings: Settings, store: JobStore, backend_factory)
         lock.release()
 
 
-def reconcile_all(settings: Settings, store: JobStore, backend_factory) -> None:
-    for job_id in store.active_job_ids():
-        reconcile(job_id, settings, store, backend_factory)
-
-
 def remove_stale_locks(settings: Settings, store: JobStore) -> int:
     """Remove lock files of jobs that ended or were never recorded (left by a submit killed
     at the wrong moment, or by older versions); return how many went."""
