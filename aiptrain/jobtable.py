@@ -46,7 +46,9 @@ CREATE TABLE IF NOT EXISTS verdicts (
 ADDED_COLUMNS = {"labels": "json_extract(resource, '$.labels')"}
 # The columns `jobs list` prints from without reading the resource (aiptrain.filtering.COLUMNS).
 LISTED = ("job_id", "state", "create_time", "labels")
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")  # aiptrain.model.TERMINAL_STATES, without importing it
+# The states of aiptrain.model.State that are not TERMINAL_STATES, spelled out here so that this
+# module need not import the model; named rather than "not terminal" so the state index finds them.
+ACTIVE = ("STATE_UNSPECIFIED", "QUEUED", "PREPARING", "RUNNING", "CANCELLING")
 _SQL_OPERATORS = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
@@ -117,7 +119,7 @@ class JobTable:
 
     def active_job_ids(self) -> list[str]:
         rows = self._db.execute(
-            f"SELECT job_id FROM jobs WHERE state NOT IN ({','.join('?' * len(TERMINAL))})", tuple(TERMINAL)
+            f"SELECT job_id FROM jobs WHERE state IN ({','.join('?' * len(ACTIVE))})", ACTIVE
         ).fetchall()
         return [job_id for (job_id,) in rows]
 
