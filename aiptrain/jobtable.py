@@ -13,8 +13,9 @@ import json
 import sqlite3
 import time
 from pathlib import Path
+from typing import Iterable
 
-from aiptrain.filtering import COLUMNS, Condition, Query
+from aiptrain.filtering import COLUMNS, Condition, Query, listed_only
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -44,8 +45,8 @@ CREATE TABLE IF NOT EXISTS verdicts (
 """
 # Columns added after the first release: name -> how to fill it in from the stored resource.
 ADDED_COLUMNS = {"labels": "json_extract(resource, '$.labels')"}
-# The columns `jobs list` prints from without reading the resource (aiptrain.filtering.COLUMNS).
-LISTED = ("job_id", "state", "create_time", "labels")
+# The columns `jobs list` prints from without reading the resource, by the resource's key.
+LISTED = {**COLUMNS, "labels": "labels"}
 # The states of aiptrain.model.State that are not TERMINAL_STATES, spelled out here so that this
 # module need not import the model; named rather than "not terminal" so the state index finds them.
 ACTIVE = ("STATE_UNSPECIFIED", "QUEUED", "PREPARING", "RUNNING", "CANCELLING")
@@ -123,10 +124,11 @@ class JobTable:
         ).fetchall()
         return [job_id for (job_id,) in rows]
 
-    def resources(self, query: Query, whole: bool = True) -> list[dict]:
+    def resources(self, query: Query, fields: Iterable[str] | None = None) -> list[dict]:
         """The resources of the jobs meeting the query's conditions, in its order (newest first
-        by default), at most its limit. `whole=False` gives only the listed columns (jobId,
-        state, createTime, labels), read without parsing the stored resource."""
+        by default), at most its limit. `fields`: the only keys the caller reads; when the
+        columns hold them all (filtering.listed_only), the resources are made of those columns
+        alone, without reading or parsing the stored JSON."""
         where, params = [], []
         for condition in query.conditions:
             clause, values = _sql_condition(condition)
@@ -137,7 +139,8 @@ class JobTable:
             expression, values = _sql_sort_key(key.key)
             order.append(f"{expression} {'DESC' if key.descending else 'ASC'}")
             params += values
-        sql = f"SELECT {'resource' if whole else ', '.join(LISTED)} FROM jobs"
+        keys = _listed_keys(fields)
+        sql = f"SELECT {'resource' if keys is None else ', '.join(LISTED[key] for key in keys)} FROM jobs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY " + ", ".join([*order, "create_time DESC", "job_id"])  # ties: newest first, as unsorted
@@ -145,15 +148,23 @@ class JobTable:
             sql += " LIMIT ?"
             params.append(query.limit)
         rows = self._db.execute(sql, params).fetchall()
-        if whole:
+        if keys is None:
             return [json.loads(resource) for (resource,) in rows]
-        return [_listed_resource(*row) for row in rows]
+        return [_listed_resource(keys, row) for row in rows]
 
 
-def _listed_resource(job_id: str, state: str, create_time: str, labels: str | None) -> dict:
-    resource = {"jobId": job_id, "state": state, "createTime": create_time}
-    if labels is not None:
-        resource["labels"] = json.loads(labels)
+def _listed_keys(fields: Iterable[str] | None) -> tuple[str, ...] | None:
+    """The resource keys to read from columns for these fields; None: read whole resources."""
+    fields = list(fields or ())
+    if not fields or not listed_only(fields):
+        return None
+    return tuple(key for key in LISTED if any(f == key or f.startswith(f"{key}.") for f in fields))
+
+
+def _listed_resource(keys: tuple[str, ...], row: tuple) -> dict:
+    resource = {key: value for key, value in zip(keys, row) if value is not None}
+    if "labels" in resource:
+        resource["labels"] = json.loads(resource["labels"])
     return resource
 
 

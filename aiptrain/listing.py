@@ -45,6 +45,6 @@ def list_resources(settings: Settings, reconcile: Callable[[str], None], filter:
         reconcile(job_id)
     query = filtering.plan_query(expression, keys, limit)
     if query.complete:
-        return table.resources(query, whole=fields is None or not filtering.listed_only(fields))
+        return table.resources(query, fields)
     found = table.resources(query)
     return filtering.select(found, expression, keys, limit, lambda resource: resource)

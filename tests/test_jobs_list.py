@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from aiptrain import filtering
+from aiptrain import filtering, listing
 from aiptrain.client import Client
 from aiptrain.errors import JobNotFound, ValidationError
 from aiptrain.model import Job, State
@@ -256,7 +256,7 @@ def test_existing_databases_get_the_indexes_and_columns(tmp_path):
     by_state = filtering.plan_query(filtering.parse("state:SUCCEEDED"), (), None)
     assert [r["jobId"] for r in store.resources(by_state)] == ["old"]
     by_label = filtering.plan_query(filtering.parse("labels.team=ml"), (), None)
-    assert store.resources(by_label, whole=False) == [
+    assert store.resources(by_label, ["jobId", "state", "createTime", "labels.team"]) == [
         {"jobId": "old", "state": "SUCCEEDED", "createTime": "2025-01-01T00:00:00Z", "labels": {"team": "ml"}}]
     plan = " ".join(str(row) for row in store._db.execute(
         "EXPLAIN QUERY PLAN SELECT resource FROM jobs WHERE state IN ('FAILED') ORDER BY create_time DESC"))
@@ -389,3 +389,43 @@ def test_update_labels_api_is_compare_and_set(labelled):
     assert labelled.update_labels("lab", update={"c": "3"}).changed is False
     with pytest.raises(JobNotFound):
         labelled.update_labels("nope", clear=True)
+
+
+LISTS_WITHOUT_THE_MODEL = """
+import sys
+from aiptrain.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exit_:
+    assert exit_.code == 0, exit_.code
+heavy = sorted(m for m in ("pydantic", "aiptrain.model", "aiptrain.client", "docker", "yaml") if m in sys.modules)
+print("imported:", heavy, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["jobs", "list", "--limit", "20"],
+    ["jobs", "list", "--filter", "labels.team=ml AND state!=RUNNING", "--sort-by", "~labels.n"],
+    ["jobs", "list", "--format", "value(jobId,labels.team)"],
+])
+def test_a_table_of_jobs_needs_neither_pydantic_nor_the_engine(filled, argv):
+    """The start-up cost of `jobs list` stays near click's: a fresh process imports no heavy module."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", LISTS_WITHOUT_THE_MODEL, *argv], capture_output=True, text=True)
+    assert result.stdout and result.stderr.splitlines()[-1] == "imported: []", result.stderr
+
+
+def test_listing_reconciles_only_the_active_jobs_nobody_drives(home):
+    client = Client()
+    resources = _fill(client.store)
+    running = [r["jobId"] for r in resources if r["state"] == "RUNNING"]
+    locks = _hold_running(client.settings, resources)
+    locks[0].release()  # its supervisor died
+    reconciled = []
+    found = listing.list_resources(client.settings, reconciled.append, "state:RUNNING", limit=3, fields=["jobId"])
+    assert reconciled == [running[0]] and len(found) == 3
+    for lock in locks[1:]:
+        lock.release()
+    client.close()
