@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from aiptrain import filtering, jobs, logs, runtimes
+from aiptrain import jobs, listing, logs, runtimes
 from aiptrain.backends import Backend, open_backend
 from aiptrain.config import SubmitFlags
 from aiptrain.errors import ValidationError
@@ -143,17 +143,13 @@ class Client:
              limit: int | None = None) -> list[Job]:
         """Jobs as `jobs list` selects them: gcloud's --filter expression and --sort-by keys
         (`~` for descending; newest first by default), sorted, then filtered, then limited."""
-        expression = filtering.parse(filter) if filter else None
-        keys = filtering.parse_sort_keys(sort_by)
-        for active in self.store.active_job_ids():
-            jobs.reconcile(active, self.settings, self.store, self.backend_for(active))
-        query = filtering.plan_query(expression, keys, limit)
-        found = self.store.query(query)
-        if query.complete:
-            return found
-        pairs = filtering.select([(job.to_resource(), job) for job in found], expression, keys, limit,
-                                 lambda pair: pair[0])
-        return [job for _, job in pairs]
+        found = listing.list_resources(self.settings, self.reconcile, filter, sort_by, limit, table=self.store)
+        return [Job.model_validate(resource) for resource in found]
+
+    def reconcile(self, job_id: str) -> None:
+        """Take over the job if it is active and nobody drives it any more (its submitter or
+        supervisor died): supervise it again, or fail a submission that never launched."""
+        jobs.reconcile(job_id, self.settings, self.store, self.backend_for(job_id))
 
     def job_ids(self, prefix: str = "") -> list[str]:
         """IDs starting with `prefix`, newest first, without reconciling (shell completion)."""
