@@ -66,8 +66,8 @@ def capacity(used: int, cpus: int, available_memory: int, override: int | None) 
         return Capacity(override, f"AIPTRAIN_MAX_RUNNING_REPLICAS={override}")
     by_cores = max(1, cpus) * REPLICAS_PER_CORE
     by_memory = used + available_memory // REPLICA_MEMORY_BYTES
-    free_gib = available_memory / (1 << 30)
-    why = (f"{REPLICAS_PER_CORE} per core on {cpus} cores, 1 per GiB of the {free_gib:.1f} GiB free; "
+    # No free-memory figure in the text: it changes all the time, and the reason is logged when it changes.
+    why = (f"{REPLICAS_PER_CORE} per core on {cpus} cores and 1 per GiB of free memory; "
            "set AIPTRAIN_MAX_RUNNING_REPLICAS to change it")
     return Capacity(max(1, min(by_cores, by_memory)), why)
 
