@@ -44,7 +44,7 @@ def _env_cap(name: str) -> int | None:
     """A count that may be left unset (None: aiptrain decides); 0 and up."""
     if not os.environ.get(name):
         return None
-    value = _env_int(name, 0)
+    value = _env_int(name, 8)  # the default only names an example in the error
     if value < 0:
         raise ValidationError(f"{name} [{value}] is negative: set a count of replicas, or 0 for no cap.")
     return value

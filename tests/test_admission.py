@@ -136,3 +136,21 @@ def test_a_job_cancelled_while_queued_is_not_admitted_and_leaves_the_queue(store
     assert store.get("b").state is State.CANCELLING
     store.transition("b", State.CANCELLED, [State.CANCELLING])
     assert store.admission_queue() == ([], 0) and not store.is_enqueued("b")
+
+
+@pytest.mark.parametrize("value, cap", [("", None), ("0", 0), ("3", 3)])
+def test_the_cap_variable_is_read_in_settings(monkeypatch, value, cap):
+    from aiptrain.settings import Settings
+
+    monkeypatch.setenv("AIPTRAIN_MAX_RUNNING_REPLICAS", value)
+    assert Settings().max_running_replicas == cap
+
+
+@pytest.mark.parametrize("value, problem", [("-1", "is negative"), ("x", "is not a number")])
+def test_a_bad_cap_variable_is_one_clear_error(monkeypatch, value, problem):
+    from aiptrain.errors import ValidationError
+    from aiptrain.settings import Settings
+
+    monkeypatch.setenv("AIPTRAIN_MAX_RUNNING_REPLICAS", value)
+    with pytest.raises(ValidationError, match=f"AIPTRAIN_MAX_RUNNING_REPLICAS \\[{value}\\] {problem}"):
+        Settings()
