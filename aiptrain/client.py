@@ -155,6 +155,11 @@ class Client:
         """IDs starting with `prefix`, newest first, without reconciling (shell completion)."""
         return self.store.job_ids(prefix)
 
+    def waiting_reason(self, job_id: str) -> str | None:
+        """Why a QUEUED job has not started yet (aiptrain.admission); None when it does not wait."""
+        queued = self.store.queue_position(job_id)
+        return queued[1] if queued else None
+
     def recorded_project(self, job_id: str) -> str | None:
         from aiptrain.submission import recorded_project
 

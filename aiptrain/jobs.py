@@ -18,7 +18,7 @@ from aiptrain.validation import JOB_ID_PATTERN
 
 def reconcile(job_id: str, settings: Settings, store: JobStore, backend: Backend) -> None:
     """If the job is active but nobody drives it, take over: restart supervision for a
-    launched job, or clean up a submission that died before launch."""
+    launched job or one waiting for admission, or clean up a submission that died before launch."""
     job = store.get(job_id)
     if job is None and JOB_ID_PATTERN.fullmatch(job_id) and settings.job_lock_path(job_id).exists():
         remove_if_unowned(settings.job_lock_path(job_id))  # a submit killed before it recorded the job
@@ -32,7 +32,8 @@ def reconcile(job_id: str, settings: Settings, store: JobStore, backend: Backend
         if job is None or job.state.is_terminal:
             lock.remove()  # it ended while we waited for its lock
             return
-        if job.state in (State.QUEUED, State.PREPARING):
+        waits_for_admission = job.state is State.QUEUED and store.is_enqueued(job_id)
+        if job.state in (State.QUEUED, State.PREPARING) and not waits_for_admission:
             backend.remove(job_id)
             shutil.rmtree(settings.job_work_dir(job_id), ignore_errors=True)
             message = "The job's submission was interrupted before all replicas started."
@@ -64,6 +65,10 @@ def get_job(job_id: str, settings: Settings, store: JobStore, backend: Backend) 
     job = store.get(job_id)
     if job is None:
         raise JobNotFound(job_id)
+    if job.state is State.QUEUED:
+        queued = store.queue_position(job_id)
+        if queued:
+            job.job_position = queued[0]
     return job
 
 

@@ -43,6 +43,13 @@ CREATE TABLE IF NOT EXISTS verdicts (
     job_id  TEXT PRIMARY KEY,
     verdict TEXT NOT NULL  -- how a supervisor decided the job ends, recorded before it tears down
 );
+CREATE TABLE IF NOT EXISTS admission (      -- jobs waiting to start or holding capacity (aiptrain.admission)
+    seq      INTEGER PRIMARY KEY AUTOINCREMENT,  -- the order jobs asked to start in
+    job_id   TEXT NOT NULL UNIQUE,
+    replicas INTEGER NOT NULL,                   -- what the job holds once admitted
+    admitted INTEGER NOT NULL DEFAULT 0,
+    reason   TEXT                                -- why it waits, as describe shows it
+);
 """
 # Columns added after the first release: name -> how to fill it in from the stored resource.
 ADDED_COLUMNS = {"labels": "json_extract(resource, '$.labels')", "backend": "'docker'"}
@@ -83,7 +90,7 @@ class JobTable:
 
     def _schema_is_current(self) -> bool:
         tables = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master")}
-        return {"jobs", "events", "verdicts", "jobs_by_state"} <= tables and not self._missing_columns()
+        return {"jobs", "events", "verdicts", "jobs_by_state", "admission"} <= tables and not self._missing_columns()
 
     def _missing_columns(self) -> list[str]:
         present = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}

@@ -49,6 +49,16 @@ def _env_backend() -> str:
     return name
 
 
+def _env_cap(name: str) -> int | None:
+    """A count that may be left unset (None: aiptrain decides); 0 and up."""
+    if not os.environ.get(name):
+        return None
+    value = _env_int(name, 8)  # the default only names an example in the error
+    if value < 0:
+        raise ValidationError(f"{name} [{value}] is negative: set a count of replicas, or 0 for no cap.")
+    return value
+
+
 def _default_home() -> Path:
     if os.environ.get("AIPTRAIN_HOME"):
         return Path(os.environ["AIPTRAIN_HOME"]).expanduser().resolve()
@@ -96,6 +106,11 @@ class Settings:
     replica_pids_limit: int = field(
         default_factory=lambda: _env_int("AIPTRAIN_REPLICA_PIDS_LIMIT", DEFAULT_REPLICA_PIDS_LIMIT)
     )
+    # Replicas that may run at once before further jobs wait in QUEUED (aiptrain.admission);
+    # unset: derived from the host's cores and free memory; 0: no cap.
+    max_running_replicas: int | None = field(default_factory=lambda: _env_cap("AIPTRAIN_MAX_RUNNING_REPLICAS"))
+    # How often a queued job's supervisor looks whether it may start.
+    admission_poll_seconds: float = 0.5
 
     @property
     def installation_id(self) -> str:

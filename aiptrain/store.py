@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import sqlite3
 from datetime import datetime
-from typing import Iterable
+from typing import Callable, Iterable
 
+from aiptrain.admission import Queued, Verdict
 from aiptrain.errors import ValidationError
 from aiptrain.jobtable import JobTable, labels_column
 from aiptrain.model import Job, State, TrainingOutput, rfc3339, utc_now
@@ -75,6 +76,7 @@ class JobStore(JobTable):
             self._db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
             self._db.execute("DELETE FROM events WHERE job_id = ?", (job_id,))
             self._db.execute("DELETE FROM verdicts WHERE job_id = ?", (job_id,))
+            self._db.execute("DELETE FROM admission WHERE job_id = ?", (job_id,))
 
     def update_resource(self, job: Job) -> None:
         """Replace the stored resource (e.g. packageUris after staging), keeping the state."""
@@ -117,27 +119,76 @@ class JobStore(JobTable):
 
         Entering RUNNING sets startTime, a terminal state sets endTime.
         """
-        allowed = {s.value for s in from_states}
         with self._transaction():
-            row = self._db.execute("SELECT state, resource FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-            if row is None or row[0] not in allowed:
-                return None
-            job = Job.model_validate_json(row[1])
-            now = utc_now()
-            update: dict = {"state": to_state}
-            if to_state is State.RUNNING and job.start_time is None:
-                update["start_time"] = now
-            if to_state.is_terminal:
-                update["end_time"] = now
-            if error_message is not None:
-                update["error_message"] = error_message
-            job = job.model_copy(update=update)
-            self._db.execute(
-                "UPDATE jobs SET state = ?, resource = ? WHERE job_id = ?",
-                (to_state.value, json.dumps(job.to_resource()), job_id),
-            )
-            self._event(job_id, now, to_state, detail or error_message)
+            return self._transition(job_id, to_state, from_states, error_message, detail)
+
+    def _transition(self, job_id: str, to_state: State, from_states: Iterable[State],
+                    error_message: str | None = None, detail: str | None = None) -> Job | None:
+        """`transition`, inside the caller's transaction. A job that ends gives back its capacity."""
+        allowed = {s.value for s in from_states}
+        row = self._db.execute("SELECT state, resource FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        if row is None or row[0] not in allowed:
+            return None
+        job = Job.model_validate_json(row[1])
+        now = utc_now()
+        update: dict = {"state": to_state}
+        if to_state is State.RUNNING and job.start_time is None:
+            update["start_time"] = now
+        if to_state.is_terminal:
+            update["end_time"] = now
+            self._db.execute("DELETE FROM admission WHERE job_id = ?", (job_id,))
+        if error_message is not None:
+            update["error_message"] = error_message
+        job = job.model_copy(update=update)
+        self._db.execute(
+            "UPDATE jobs SET state = ?, resource = ? WHERE job_id = ?",
+            (to_state.value, json.dumps(job.to_resource()), job_id),
+        )
+        self._event(job_id, now, to_state, detail or error_message)
         return job
+
+    # -- admission (aiptrain.admission decides; the store keeps the queue) ---------------------
+
+    def admission_queue(self) -> tuple[list[Queued], int]:
+        """(the jobs waiting to start, oldest first; the replicas admitted jobs hold)."""
+        rows = self._db.execute("SELECT job_id, replicas, admitted FROM admission ORDER BY seq").fetchall()
+        return [Queued(job_id, replicas) for job_id, replicas, admitted in rows if not admitted], sum(
+            replicas for _, replicas, admitted in rows if admitted
+        )
+
+    def admission_job_ids(self) -> list[str]:
+        """Jobs holding capacity, then those waiting to start, oldest first."""
+        return [job_id for (job_id,) in self._db.execute("SELECT job_id FROM admission ORDER BY admitted DESC, seq")]
+
+    def is_enqueued(self, job_id: str) -> bool:
+        """Whether the job asked to start (and waits, or was admitted)."""
+        return self._db.execute("SELECT 1 FROM admission WHERE job_id = ?", (job_id,)).fetchone() is not None
+
+    def queue_position(self, job_id: str) -> tuple[int, str | None] | None:
+        """(1 for the next job to start, why it waits) for a job waiting to start; None otherwise."""
+        row = self._db.execute(
+            "SELECT seq, reason FROM admission WHERE job_id = ? AND admitted = 0", (job_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        ahead = self._db.execute("SELECT COUNT(*) FROM admission WHERE admitted = 0 AND seq < ?", (row[0],))
+        return ahead.fetchone()[0] + 1, row[1]
+
+    def request_admission(self, job_id: str, replicas: int, rule: Callable[[list[Queued], int], Verdict]) -> Verdict:
+        """Queue the job (once) and apply `rule(queue, used)` to it, all under the store's write
+        lock, so two jobs never both take the last capacity. Admitted: the job is PREPARING. A job
+        no longer QUEUED (cancelled meanwhile) is not admitted."""
+        with self._transaction():
+            self._db.execute("INSERT OR IGNORE INTO admission (job_id, replicas) VALUES (?, ?)", (job_id, replicas))
+            queue, used = self.admission_queue()
+            verdict = rule(queue, used)
+            if verdict.admitted:
+                if self._transition(job_id, State.PREPARING, [State.QUEUED]) is None:
+                    return Verdict(False, 0, "The job is no longer queued.")
+                self._db.execute("UPDATE admission SET admitted = 1, reason = NULL WHERE job_id = ?", (job_id,))
+            else:
+                self._db.execute("UPDATE admission SET reason = ? WHERE job_id = ?", (verdict.reason, job_id))
+        return verdict
 
     def events(self, job_id: str) -> list[tuple[str, str, str | None]]:
         return self._db.execute(

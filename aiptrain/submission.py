@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from aiptrain import admission
 from aiptrain.backends import Backend
 from aiptrain.config import SubmitFlags, build_job
-from aiptrain.errors import AiptrainError, ValidationError
+from aiptrain.errors import ValidationError
 from aiptrain.logs import JobLogWriter
-from aiptrain.model import Job, State, TrainingInput
+from aiptrain.model import Job, TrainingInput
 from aiptrain.ownership import JobLock
 from aiptrain.planning import (
     LABEL_INSTALL_FOR,
@@ -58,6 +59,7 @@ log = logging.getLogger(__name__)
 NOBODY_ID = 65534
 NOBODY = f"{NOBODY_ID}:{NOBODY_ID}"
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
+SERVICE_MIN_WAIT_SECONDS = 1800  # the service refuses a shorter scheduling.maxWaitTime
 
 
 @dataclass
@@ -140,8 +142,16 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
     _check_custom_container(ti)
     if not ti.region:
         ti.region = os.environ.get("CLOUDSDK_COMPUTE_REGION", "us-central1")
+    notices = []
     if ti.scheduling and ti.scheduling.max_running_time:
         parse_duration_seconds(ti.scheduling.max_running_time, "scheduling.maxRunningTime")
+    if ti.scheduling and ti.scheduling.max_wait_time:
+        max_wait = parse_duration_seconds(ti.scheduling.max_wait_time, "scheduling.maxWaitTime")
+        if max_wait < SERVICE_MIN_WAIT_SECONDS:
+            notices.append(
+                f"scheduling.maxWaitTime [{ti.scheduling.max_wait_time}] is below the service's minimum of "
+                f"{SERVICE_MIN_WAIT_SECONDS}s: AI Platform would refuse it; aiptrain applies it as given."
+            )
     replicas = replicas_for(ti)
 
     package_path = validate_package_path(flags.package_path) if flags.package_path else None
@@ -165,7 +175,7 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
 
     staging_bucket = flags.staging_bucket or settings.default_bucket or None
     _check_local_bucket(staging_bucket)
-    gcs_root, notice = _gcs_mode(
+    gcs_root, gcs_notice = _gcs_mode(
         [ti.job_dir, staging_bucket, *remote_packages, *(ti.package_uris or []), *gcs_urls_in(ti.args)], settings
     )
     job_dir_mount = None
@@ -185,7 +195,7 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
         limit_resources=flags.limit_resources,
         installation=settings.installation_id,
         gcs_root=gcs_root,
-        notices=(notice,) if notice else (),
+        notices=tuple(notices) + ((gcs_notice,) if gcs_notice else ()),
         project=flags.project,
         runtime=rt,
         runtime_given_as=runtime_given_as,
@@ -476,24 +486,22 @@ class Submitter:
             job_log.service(f"Installed the packages once for every replica: {packages}")
         job_log.service("Job creation request has been successfully validated.")
         job_log.service(f"Job {job.job_id} is queued.")
-        self.store.transition(job.job_id, State.PREPARING, [State.QUEUED])
-        job_log.service("Waiting for job to be provisioned.")
-        if job.training_input.hyperparameters:
+        work_dir = self.settings.job_work_dir(job.job_id)
+        tuning = bool(job.training_input.hyperparameters)
+        verdict = admission.request(self.store, job, self.settings.max_running_replicas)
+        if tuning or not verdict.admitted:
+            # What the supervisor plans from: a study's trials, or a job that starts once admitted.
             from aiptrain.tuning import save_plan_inputs
 
-            save_plan_inputs(self.settings.job_work_dir(job.job_id), inputs)
-            self.store.transition(job.job_id, State.RUNNING, [State.PREPARING])
+            save_plan_inputs(work_dir, inputs)
+        if not verdict.admitted:
+            self._step("Queued: the job starts when the machine has room for it")
+            job_log.service(verdict.reason)
             return
-        self._step(f"Starting {len(launch_plan.containers)} replica(s)")
-        try:
-            self.backend.launch(launch_plan)
-        except AiptrainError as exc:
-            job_log.service(str(exc), "ERROR")
-            shutil.rmtree(self.settings.job_work_dir(job.job_id), ignore_errors=True)
-            self.store.transition(job.job_id, State.FAILED, [State.PREPARING, State.CANCELLING], str(exc))
-            raise
-        self.store.transition(job.job_id, State.RUNNING, [State.PREPARING])
-        job_log.service("Waiting for training program to start.")
+        from aiptrain.supervisor import start_job
+
+        start_job(job.job_id, self.store, self.backend, None if tuning else launch_plan, job_log, work_dir,
+                  self._step)
 
     def _stage_and_plan(self, submission: Submission, job: Job) -> tuple[LaunchPlan, PlanInputs]:
         """Package, resolve dependencies, stage, fetch and plan; on any error leave no trace

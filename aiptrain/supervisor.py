@@ -18,6 +18,7 @@ import time
 import traceback
 from datetime import timedelta
 
+from aiptrain import admission
 from aiptrain.backends import Backend, ReplicaObservation, ReplicaStatus, open_backend
 from aiptrain.errors import AiptrainError
 from aiptrain.lifecycle import Decision, awaited_at_end, decide, failure_message, replica_label
@@ -33,6 +34,7 @@ ACTIVE = (State.QUEUED, State.PREPARING, State.RUNNING, State.CANCELLING)
 LOG_TAIL_LINES = 20
 TRACEBACK_LINES = 60
 ENGINE_PATIENCE_SECONDS = 30
+ORPHAN_CHECK_POLLS = 20  # a queued job looks for orphaned jobs ahead of it every this many polls
 SETTLE_CHECKS, SETTLE_SECONDS = 5, 0.05
 # The last line a supervisor writes for each way a job ends, after tearing it down.
 CLOSING_LINES = {
@@ -111,6 +113,10 @@ class Supervisor:
         if verdict is not None:  # a predecessor decided and died tearing down: finish its ending
             failed_trial = verdict.pop("failed_trial", "")
             return self.finish(Decision(State(verdict.pop("state")), **verdict), self.observe(), failed_trial)
+        if job.state is State.QUEUED and self.store.is_enqueued(self.job_id):
+            ended = self.await_admission()
+            if ended is not None:
+                return ended
         # Docker events wake the loop the moment a replica starts or dies; the poll is the fallback.
         stop = threading.Event()
         watcher = threading.Thread(
@@ -126,10 +132,71 @@ class Supervisor:
         finally:
             stop.set()
 
+    def await_admission(self) -> State | None:
+        """Wait in QUEUED until aiptrain.admission lets the job start, then start it; the job's
+        final state instead when it ends first (cancelled, past maxWaitTime, or its launch failed)."""
+        job = self.store.get(self.job_id)
+        max_wait = scheduling_seconds(job, "max_wait_time")
+        override = self.settings.max_running_replicas
+        queued = self.store.queue_position(self.job_id)
+        said, polls = queued[1] if queued else None, 0  # submit logged the first reason
+        while True:
+            job = self.store.get(self.job_id)
+            if job.state is State.CANCELLING:
+                return self.finish(Decision(State.CANCELLED), [])
+            if job.state is not State.QUEUED:
+                return None
+            if admission.waited_too_long(job.create_time, utc_now(), max_wait):
+                message = (f"Job cancelled: it waited longer than scheduling.maxWaitTime "
+                           f"({job.training_input.scheduling.max_wait_time}) to start. {said or ''}").strip()
+                self.writer.service(message, "WARNING")
+                self.store.transition(self.job_id, State.CANCELLING, [State.QUEUED], error_message=message)
+                continue
+            verdict = admission.peek(self.store, job, override)
+            if verdict is None or verdict.admitted or verdict.reason != said:
+                verdict = admission.request(self.store, job, override)  # decided again under the write lock
+            if verdict.admitted:
+                break
+            if verdict.reason != said:
+                said = verdict.reason
+                self.writer.service(said)
+            polls += 1
+            if polls % ORPHAN_CHECK_POLLS == 0:
+                self.reconcile_others()
+            time.sleep(self.settings.admission_poll_seconds)
+        return self.start_admitted()
+
+    def start_admitted(self) -> State | None:
+        """Launch an admitted job's replicas from the plan inputs its submit left."""
+        from aiptrain.errors import AiptrainError
+        from aiptrain.planning import plan
+        from aiptrain.tuning import load_plan_inputs
+
+        job = self.store.get(self.job_id)
+        work_dir = self.settings.job_work_dir(self.job_id)
+        inputs = load_plan_inputs(work_dir)
+        launch_plan = None if job.training_input.hyperparameters else plan(
+            job, replicas_for(job.training_input), inputs)
+        try:
+            start_job(self.job_id, self.store, self.backend, launch_plan, self.writer, work_dir)
+        except AiptrainError:
+            return State.FAILED
+        return None
+
+    def reconcile_others(self) -> None:
+        """Jobs ahead in the queue or holding capacity whose supervisor died would keep this one
+        waiting: take them over (aiptrain.jobs.reconcile), as any command touching them would."""
+        from aiptrain.jobs import reconcile
+
+        for job_id in self.store.admission_job_ids():
+            if job_id == self.job_id:
+                break
+            reconcile(job_id, self.settings, self.store, lambda: self.backend)
+
     def run_job(self) -> State:
         job = self.store.get(self.job_id)
         expected = [r.task_name for r in replicas_for(job.training_input)]
-        max_running = max_running_seconds(job)
+        max_running = scheduling_seconds(job, "max_running_time")
         settle = Settle()
         while True:
             job = self.store.get(self.job_id)
@@ -313,11 +380,35 @@ def restart_key(trial_id: str, task: str) -> str:
     return f"{trial_id}/{task}" if trial_id else task
 
 
-def max_running_seconds(job) -> float | None:
-    scheduling = job.training_input.scheduling
-    if scheduling and scheduling.max_running_time:
-        return parse_duration_seconds(scheduling.max_running_time, "maxRunningTime")
-    return None
+def scheduling_seconds(job, field: str) -> float | None:
+    """scheduling.maxRunningTime or maxWaitTime (`field` in snake_case) in seconds; None when unset."""
+    from pydantic.alias_generators import to_camel
+
+    value = getattr(job.training_input.scheduling, field, None) if job.training_input.scheduling else None
+    return parse_duration_seconds(value, f"scheduling.{to_camel(field)}") if value else None
+
+
+def start_job(job_id: str, store: JobStore, backend: Backend, launch_plan, job_log: JobLogWriter, work_dir,
+              report=lambda step: None) -> None:
+    """From an admitted (PREPARING) job to RUNNING, telling the job's log as the service would:
+    launch its replicas (a study, `launch_plan` None, launches its trials itself). A launch
+    that fails fails the job, and raises."""
+    from aiptrain.errors import AiptrainError
+
+    job_log.service("Waiting for job to be provisioned.")
+    if launch_plan is None:
+        store.transition(job_id, State.RUNNING, [State.PREPARING])
+        return
+    report(f"Starting {len(launch_plan.containers)} replica(s)")
+    try:
+        backend.launch(launch_plan)
+    except AiptrainError as exc:
+        job_log.service(str(exc), "ERROR")
+        shutil.rmtree(work_dir, ignore_errors=True)
+        store.transition(job_id, State.FAILED, [State.PREPARING, State.CANCELLING], str(exc))
+        raise
+    store.transition(job_id, State.RUNNING, [State.PREPARING])
+    job_log.service("Waiting for training program to start.")
 
 
 class Settle:

@@ -271,6 +271,9 @@ def describe(job_id, summarize) -> None:
     else:
         _echo_formatted(job.to_resource(), _yaml)
     _say_where_gcs_paths_are(job, client.settings.gcs_root)
+    if job.job_position:
+        reason = client.waiting_reason(job_id) or "Waiting for the machine to have room for it."
+        click.echo(f"\nQueued (position {job.job_position}): {reason}", err=True)
     project = client.recorded_project(job_id)
     if project:
         click.echo(f"\nProject [{project}], given at submit (jobs here are not separated by project).", err=True)
