@@ -218,6 +218,12 @@ stop_dockerd() {
 leave_host_swarm_if_ours() {
   [ -e "$SWARM_MARKER" ] || return 0
   if [ "$(swarm_state docker)" = active ]; then
+    # Others may have started using the swarm `up` made (a test that found it active): leaving
+    # would kill their services, so it stays until they are gone and `down` runs again.
+    if [ -n "$(docker service ls -q)" ]; then
+      say "the host's swarm (made by \`up\`) still has services of others: left in place; run \`down\` again later"
+      return 0
+    fi
     say "leaving the swarm that \`up\` initialised on the host engine"
     docker swarm leave --force >/dev/null
     # Swarm leaves docker_gwbridge behind; it is ours when no container uses it.

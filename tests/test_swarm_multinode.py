@@ -196,6 +196,11 @@ def replica_lines(output: str) -> dict[str, list[str]]:
     return lines
 
 
+def node_of(messages: list[str]) -> str:
+    """The node a replica printed it runs on ("unknown" when the backend does not say)."""
+    return next((m.split()[4] for m in messages if " runs on node " in m), "unknown")
+
+
 def test_aiptrain_custom_job_on_swarm_places_master_and_worker_on_different_nodes(
     cli, home, docker_api, node2_api, two_nodes, minimal_runtime, tmp_path
 ):
@@ -222,11 +227,11 @@ def test_aiptrain_custom_job_on_swarm_places_master_and_worker_on_different_node
     messages = replica_lines(logs.stdout + logs.stderr)
     assert job["state"] == "SUCCEEDED", (job, messages)
 
+    # The primary calls itself chief-0 or master-0, as its runtime's TF_CONFIG names it.
     master, worker = messages.get("master-replica-0", []), messages.get("worker-replica-0", [])
-    assert any(m.startswith("master-0 received: hello from worker-0") for m in master), messages
-    assert any(m.startswith("worker-0 received: hello from master-0") for m in worker), messages
-    printed = {task: next((m.split()[4] for m in lines if " runs on node " in m), "unknown")
-               for task, lines in (("master", master), ("worker", worker))}
+    assert any(m.endswith(" received: hello from worker-0 on " + node_of(worker)) for m in master), logs.stdout
+    assert any(m.startswith("worker-0 received: hello from ") for m in worker), logs.stdout
+    printed = {"master": node_of(master), "worker": node_of(worker)}
     # Where each replica ran: as the replica printed it (AIPTRAIN_NODE_HOSTNAME), else as the
     # swarm scheduled it.
     if "unknown" not in printed.values():
