@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUNTIMES ?= 2.11 minimal
 
-.PHONY: install images test test-slow unit chaos bench clean
+.PHONY: install images test test-slow test-multinode unit chaos bench clean
 
 install: $(BIN)/aiptrain
 
@@ -24,11 +24,17 @@ images: install
 	$(BIN)/aiptrain runtimes build $(RUNTIMES)
 
 test: images
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q -m "not slow and not multinode"
 
 # The scale tests (100 concurrent jobs): minutes on a 2-core machine.
 test-slow: images
 	$(BIN)/pytest -q -m slow
+
+# Two Swarm nodes on this machine (root): a second dockerd in its own network namespace joins
+# the host engine's swarm; `down` runs even when the tests fail and removes only what `up` made.
+test-multinode: images
+	scripts/multinode-swarm.sh up && $(BIN)/pytest -q -m multinode; \
+	  status=$$?; scripts/multinode-swarm.sh down; exit $$status
 
 unit: install
 	$(BIN)/pytest -q -m "not docker and not tensorflow"
