@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUNTIMES ?= 2.11 minimal
 
-.PHONY: install images test test-slow test-multinode unit chaos bench clean
+.PHONY: install images lint test test-slow test-multinode unit chaos bench clean
 
 install: $(BIN)/aiptrain
 
@@ -23,7 +23,10 @@ images: install
 	scripts/build-base-image.sh bullseye
 	$(BIN)/aiptrain runtimes build $(RUNTIMES)
 
-test: images
+lint: install
+	$(BIN)/ruff check aiptrain tests benchmarks
+
+test: images lint
 	$(BIN)/pytest -q -m "not slow and not multinode"
 
 # The scale tests (100 concurrent jobs): minutes on a 2-core machine.

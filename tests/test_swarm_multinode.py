@@ -32,9 +32,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
