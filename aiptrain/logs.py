@@ -21,6 +21,11 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 SERVICE = "service"
+# The last line a supervisor writes for each way a job ends, after tearing it down and just
+# before it records the final state.
+CLOSING_LINES = frozenset({"Job completed successfully.", "Job failed.", "Job cancelled."})
+# After a closing line the final state follows within milliseconds: look again this soon, for a while.
+CLOSING_POLL_SECONDS, CLOSING_POLLS = 0.01, 100
 
 # Severity prefixes that Python logging, absl/TensorFlow C++ and glog put on stderr lines.
 _PY_LOGGING = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL)[:\s]")
@@ -147,7 +152,7 @@ def follow(
     """Batches of the job's records: all there are, then new ones as they come, until
     `is_done()` and the file has been read to its end. The supervisor writes its last
     records before it marks the job finished, so nothing written is missed."""
-    offset = 0
+    offset, quick_polls = 0, 0
     while True:
         done = is_done()  # checked before reading, so a final read always follows "done"
         records, offset = read_records(path, offset)
@@ -156,5 +161,8 @@ def follow(
             yield batch
         if done:
             return
+        if any(r.task == SERVICE and not r.trial and r.message in CLOSING_LINES for r in records):
+            quick_polls = CLOSING_POLLS
         if not records:
-            time.sleep(poll_seconds)
+            quick_polls = max(0, quick_polls - 1)
+            time.sleep(CLOSING_POLL_SECONDS if quick_polls else poll_seconds)

@@ -20,7 +20,15 @@ from datetime import timedelta
 
 from aiptrain.backends import EXITED, RUNNING, Backend, ReplicaObservation
 from aiptrain.lifecycle import Decision, awaited_at_end, decide, failure_message, replica_label
-from aiptrain.logs import SERVICE, JobLogWriter, last_times_by_task, parse_engine_time, read_records, severity_of
+from aiptrain.logs import (
+    CLOSING_LINES,
+    SERVICE,
+    JobLogWriter,
+    last_times_by_task,
+    parse_engine_time,
+    read_records,
+    severity_of,
+)
 from aiptrain.model import State, utc_now
 from aiptrain.ownership import JobLock
 from aiptrain.settings import Settings
@@ -33,12 +41,6 @@ LOG_TAIL_LINES = 20
 TRACEBACK_LINES = 60
 ENGINE_PATIENCE_SECONDS = 30
 SETTLE_CHECKS, SETTLE_SECONDS = 5, 0.05
-# The last line a supervisor writes for each way a job ends, after tearing it down.
-CLOSING_LINES = {
-    "Job completed successfully.": State.SUCCEEDED,
-    "Job failed.": State.FAILED,
-    "Job cancelled.": State.CANCELLED,
-}
 
 
 class LogFollowers:
