@@ -400,9 +400,10 @@ def main(argv: list[str]) -> int:
     store = JobStore(settings.store_path)
     from aiptrain.backends.docker import DockerBackend
 
-    supervisor = Supervisor(job_id, settings, store, DockerBackend.from_settings(settings))
-    if len(argv) > 2 and not released(int(argv[2]), supervisor.backend):
+    backend = DockerBackend.from_settings(settings)
+    if len(argv) > 2 and not released(int(argv[2]), backend):
         return 0  # the job was refused, failed at launch, or its submit died: not ours to drive
+    supervisor = Supervisor(job_id, settings, store, backend)  # opens the job's log: only once released
     try:
         supervisor.run()
         return 0
