@@ -40,6 +40,10 @@ TORCHX_APP = Path(__file__).resolve().parent / "torchx_app.py"  # the TorchX sid
 TORCHX_LABEL = "torchx.pytorch.org/app-id"  # the label TorchX puts on its containers
 TORCHX_NETWORK = "torchx"  # the one network TorchX's local_docker scheduler shares between apps
 TORCHX_MISSING = "torchx not installed (pip install -e '.[bench]')"
+# Figure 9 pauses after each sample (and its untimed clean-up): the engine goes on cleaning up
+# removed containers for a moment, which slowed whichever sample came next (measured here: a
+# submit right after TorchX's container was removed took up to twice as long to start up).
+ENGINE_SETTLE_SECONDS = 1.0
 SLEEP_SECONDS = "600"  # replicas that must stay up until cancelled
 
 # The trainer every aiptrain job here runs: it prints, optionally prints many lines,
@@ -643,15 +647,19 @@ def bench_torchx(b: Bench) -> list[Row]:
             if b"SUCCEEDED" not in result.stdout:
                 raise BenchError(f"the BASIC job did not succeed: {result.stdout.decode()[-300:]}")
             row.ours.append(seconds)
+            time.sleep(ENGINE_SETTLE_SECONDS)
         job_id = b.job_id("torchx_std1")
         seconds, _ = b.submit(home, job_id, "--scale-tier", "standard-1", trainer_args=("--sleep", SLEEP_SECONDS))
         start.ours.append(seconds)
         b.cancel(home, job_id)
+        time.sleep(ENGINE_SETTLE_SECONDS)
 
     def base(i: int) -> None:
         warm.base.append(b.torchx("--until", "succeeded"))
+        time.sleep(ENGINE_SETTLE_SECONDS)
         start.base.append(b.torchx("--until", "running", "--replicas", str(STANDARD_1_REPLICAS),
                                    trainer_args=("--sleep", SLEEP_SECONDS)))
+        time.sleep(ENGINE_SETTLE_SECONDS)
 
     interleaved(b.args.repeat, ours, base)
     cold.base = list(warm.base)
@@ -659,7 +667,8 @@ def bench_torchx(b: Bench) -> list[Row]:
         "9: TorchX 'local_docker' driven through its Python API (benchmarks/torchx_app.py, its own process, so its "
         "imports count as aiptrain's CLI start-up does), the trainer's source bind-mounted at /workspace "
         "(specs.BindMount, no image build). TorchX leaves its containers (removed after each run, untimed) and "
-        "keeps no record; aiptrain's time includes removing the job's containers and recording the job."
+        "keeps no record; aiptrain's time includes removing the job's containers and recording the job. "
+        f"Each sample is followed by an untimed {ENGINE_SETTLE_SECONDS:g} s pause for the engine's clean-up."
     )
     cold.notes.append("9b: each aiptrain sample in a fresh AIPTRAIN_HOME: the sdist build and the one install "
                       "container are counted; TorchX's side has no install step (the source is mounted).")
