@@ -47,7 +47,9 @@ CHAOS_RUNS ?= 10
 chaos: images
 	CHAOS_RUNS=$(CHAOS_RUNS) $(BIN)/pytest -q -m chaos tests/test_chaos.py
 
+# The bench extra brings TorchX, the baseline of figures 9 and 10 (they are skipped without it).
 bench: images
+	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python benchmarks/run.py
 
 clean:

@@ -21,6 +21,13 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 SERVICE = "service"
+# The last line a supervisor writes for each way a job ends, after tearing it down and just
+# before it records the final state.
+CLOSING_LINES = frozenset({"Job completed successfully.", "Job failed.", "Job cancelled."})
+# After a closing line the final state follows within milliseconds: look again this soon, for a while.
+CLOSING_POLL_SECONDS, CLOSING_POLLS = 0.01, 100
+# Between looks at the job, a follower watches the log file's size this often (a stat: cheap).
+GROWTH_POLL_SECONDS = 0.02
 
 # Severity prefixes that Python logging, absl/TensorFlow C++ and glog put on stderr lines.
 _PY_LOGGING = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL)[:\s]")
@@ -147,14 +154,39 @@ def follow(
     """Batches of the job's records: all there are, then new ones as they come, until
     `is_done()` and the file has been read to its end. The supervisor writes its last
     records before it marks the job finished, so nothing written is missed."""
-    offset = 0
+    offset, quick_polls = 0, 0
     while True:
         done = is_done()  # checked before reading, so a final read always follows "done"
         records, offset = read_records(path, offset)
+        size = _size(path)  # after the read: what a further write will grow
         batch = [r for r in records if task is None or r.task == task]
         if batch:
             yield batch
         if done:
             return
+        if any(r.task == SERVICE and not r.trial and r.message in CLOSING_LINES for r in records):
+            quick_polls = CLOSING_POLLS
         if not records:
-            time.sleep(poll_seconds)
+            quick_polls = max(0, quick_polls - 1)
+            if quick_polls:
+                time.sleep(CLOSING_POLL_SECONDS)
+            else:
+                wait_for_growth(path, size, poll_seconds)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def wait_for_growth(path: Path, size: int, seconds: float) -> None:
+    """Sleep up to `seconds`, waking as soon as the file is larger than `size`: new lines are
+    read within GROWTH_POLL_SECONDS of being written, the job itself is looked at every `seconds`."""
+    deadline = time.monotonic() + seconds
+    while _size(path) <= size:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(GROWTH_POLL_SECONDS, left))

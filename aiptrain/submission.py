@@ -440,16 +440,20 @@ class Submitter:
         # Connecting to Docker (importing its SDK, negotiating the API) overlaps the packaging.
         warm_up = threading.Thread(target=self.backend.warm_up, daemon=True)
         warm_up.start()
+        standby = None
         try:
             job = self.store.create(job, backend=self.backend.name)
             if submission.project:
                 _project_path(self.settings, job.job_id).write_text(submission.project + "\n")
+            from aiptrain.supervisor import Standby
+
+            standby = Standby(job.job_id, lock, self.settings)  # starts up while the job is staged and launched
             with JobLogWriter(self.settings.job_log_path(job.job_id)) as job_log:
                 self._launch(submission, job, job_log)
-            from aiptrain import supervisor
-
-            supervisor.spawn(job.job_id, lock, self.settings)
+            standby.go()
         except BaseException:
+            if standby is not None:
+                standby.abandon()
             lock.remove()  # rejected, or failed at launch: nobody will drive this job
             raise
         finally:

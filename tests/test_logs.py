@@ -4,7 +4,17 @@ import threading
 
 import pytest
 
-from aiptrain.logs import JobLogWriter, LogRecord, follow, format_record, read_records, severity_of
+from aiptrain.logs import (
+    CLOSING_POLL_SECONDS,
+    GROWTH_POLL_SECONDS,
+    JobLogWriter,
+    LogRecord,
+    follow,
+    format_record,
+    read_records,
+    severity_of,
+    wait_for_growth,
+)
 
 
 @pytest.mark.parametrize(
@@ -46,3 +56,38 @@ def test_follow_reads_everything_written_before_done(tmp_path):
     messages = [r.message for batch in follow(path, done.is_set, poll_seconds=0.01) for r in batch]
     assert messages == [f"line {i}" for i in range(500)]
     assert len(read_records(path)[0]) == 500
+
+
+def test_after_a_closing_line_follow_looks_again_soon_rather_than_at_its_poll(tmp_path, monkeypatch):
+    path = tmp_path / "job.jsonl"
+    JobLogWriter(path).service("Job completed successfully.")
+    sleeps: list[float] = []
+    monkeypatch.setattr("aiptrain.logs.time.sleep", sleeps.append)
+    answers = iter([False, False, False, True])  # the final state lands two looks after the line
+    list(follow(path, lambda: next(answers), poll_seconds=5))
+    assert sleeps == [CLOSING_POLL_SECONDS] * 2
+
+
+def test_follow_waits_its_poll_while_no_closing_line_came(tmp_path, monkeypatch):
+    path = tmp_path / "job.jsonl"
+    JobLogWriter(path).service("Waiting for training program to start.")
+    JobLogWriter(path).write("service", "INFO", "Job completed successfully.", trial="1")  # a trial's, not the job's
+    sleeps: list[float] = []
+    monkeypatch.setattr("aiptrain.logs.time.sleep", sleeps.append)
+    answers = iter([False, False, True])
+    list(follow(path, lambda: next(answers), poll_seconds=0))  # 0: no waiting for the file to grow
+    assert sleeps == []
+
+
+def test_a_follower_wakes_when_the_file_grows_not_at_its_poll(tmp_path, monkeypatch):
+    path = tmp_path / "job.jsonl"
+    JobLogWriter(path).service("Waiting for training program to start.")
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        JobLogWriter(path).write("master-replica-0", "INFO", "a new line")
+
+    monkeypatch.setattr("aiptrain.logs.time.sleep", sleep)
+    wait_for_growth(path, path.stat().st_size, seconds=60)
+    assert sleeps == [GROWTH_POLL_SECONDS]

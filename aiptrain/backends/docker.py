@@ -1,4 +1,5 @@
-"""The Docker backend: one engine, one user-defined bridge network per job.
+"""The Docker backend: one engine, one user-defined bridge network per job of two or more
+replicas (a lone replica joins the engine's default bridge: planning.own_network).
 
 Every replica runs unprivileged: the host user's uid (or nobody when aiptrain runs as
 root), all capabilities dropped, no-new-privileges, a read-only root filesystem with
@@ -50,6 +51,7 @@ SUBNET_ATTEMPTS = 8  # a concurrent submit may take the subnet we picked: pick a
 ENGINE_PART_BYTES = 16 * 1024
 LAST_PART_PATIENCE_SECONDS = 3.0
 NETWORK_PATIENCE_SECONDS = 120  # a busy Docker 20.10 engine took over a minute to release a PREMIUM_1 network
+DEFAULT_NETWORK = "bridge"  # the engine's own network, never created or removed here
 
 
 def connect(timeout: int = 120):
@@ -191,10 +193,11 @@ class DockerBackend:
 
     def launch(self, plan: LaunchPlan) -> None:
         try:
-            self._create_network(plan.network)
+            if plan.network:
+                self._create_network(plan.network)
+            network = plan.network.name if plan.network else DEFAULT_NETWORK
             with ThreadPoolExecutor(max_workers=min(32, len(plan.containers))) as pool:
-                starts = [pool.submit(self._start, spec, plan.environment(spec), plan.network.name)
-                          for spec in plan.containers]
+                starts = [pool.submit(self._start, spec, plan.environment(spec), network) for spec in plan.containers]
                 for future in starts:
                     future.result()
         except BaseException as exc:
@@ -279,7 +282,8 @@ class DockerBackend:
     def _start(self, spec: ContainerSpec, env: dict[str, str], network: str) -> None:
         api = self.api
         host_config = self._host_config(spec, network)
-        endpoint = api.create_endpoint_config(aliases=[spec.hostname])
+        # The default bridge takes no aliases; the lone replica's hostname is in its /etc/hosts.
+        endpoint = api.create_endpoint_config(aliases=[spec.hostname]) if network != DEFAULT_NETWORK else None
         container = api.create_container(
             spec.image,
             command=spec.command,
@@ -291,7 +295,7 @@ class DockerBackend:
             user=spec.user,
             working_dir=spec.working_dir,
             host_config=host_config,
-            networking_config=api.create_networking_config({network: endpoint}),
+            networking_config=api.create_networking_config({network: endpoint}) if endpoint else None,
         )
         api.start(container["Id"])
 
@@ -367,6 +371,8 @@ class DockerBackend:
             # Leaving the network first, while the container exists: removing replicas that
             # are still exiting can leave a stale endpoint that blocks the network's removal.
             for network in ((container.get("NetworkSettings") or {}).get("Networks") or {}):
+                if network == DEFAULT_NETWORK:
+                    continue  # never removed, so never blocked by a stale endpoint
                 try:
                     self.api.disconnect_container_from_network(container["Id"], network, force=True)
                 except (APIError, NotFound):
