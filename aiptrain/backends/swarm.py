@@ -1,0 +1,501 @@
+"""The Swarm backend: the same LaunchPlan on a Docker Swarm, whose nodes may be several machines.
+
+Each replica is a service in `replicated-job` mode with one task and no restart policy (aiptrain's
+own rule restarts a replica killed by a signal: `restart` re-runs the job with a forced update),
+on the job's attachable overlay network with a subnet from AIPTRAIN_SUBNET_POOL. A replica's
+service carries its hostname as a network alias and resolves by DNS round robin (no virtual IP),
+so the names in TF_CONFIG reach the task itself; labels, env, user and working dir are the plan's.
+
+What a bind mount would carry on one engine travels otherwise here, because the other nodes do
+not share this host's disk:
+- Read-only files (the job's packages and their wheelhouse, credentials) become Swarm configs,
+  one per file, mounted at the same paths: the managers hand them to any node, no registry
+  needed. A config holds less than 1,024,000 bytes; a bigger file is refused at submit.
+- So the packages are installed by each replica when it starts (`pip install --user`, offline,
+  from the mounted files), not once on this host (aiptrain.installs works on one engine only).
+- Writable directories (a local job dir, local gs:// buckets, a trial's metrics) stay bind
+  mounts: on a swarm of several nodes they must be mounted at the same path on every node and
+  listed in AIPTRAIN_SWARM_SHARED_DIRS, else the submit is refused. gs:// job dirs just work.
+
+Machine types become CPU and memory reservations (each replica's machine type, scaled down
+only when the whole job is bigger than the swarm, as --limit-resources scales to one host) and
+accelerators the `NVIDIA-GPU` generic resource: the scheduler places replicas by them, and a
+replica that no node could hold is refused at submit instead of pending forever.
+
+Security as on the docker backend where Swarm (API 1.41) allows it: the host user's uid (nobody
+for root), every capability dropped, an init process, the pids limit. Swarm has no
+no-new-privileges, and its tmpfs mounts are noexec (packages with compiled parts installed in
+/tmp would not load), so the root filesystem stays writable; it goes with the task's container.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import queue
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Iterator
+
+from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
+from aiptrain.backends.docker import DockerBackend, _frames, read_log_lines, subnet_pool
+from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
+from aiptrain.logs import parse_engine_time
+from aiptrain.planning import (
+    LABEL_TASK,
+    LABEL_TASK_INDEX,
+    LABEL_TASK_TYPE,
+    LABEL_TRIAL,
+    ContainerSpec,
+    LaunchPlan,
+    Mount,
+)
+from aiptrain.settings import DEFAULT_SUBNET_POOL, Settings
+
+# Swarm's task states as replica states (swarmkit's TaskState), in one table; a service whose
+# task the orchestrator has not made yet is CREATED too (see `replica_status`).
+TASK_STATES = {
+    "new": ReplicaStatus.CREATED,
+    "allocated": ReplicaStatus.CREATED,
+    "pending": ReplicaStatus.CREATED,  # waiting for a node with the resources it reserves
+    "assigned": ReplicaStatus.CREATED,
+    "accepted": ReplicaStatus.CREATED,
+    "preparing": ReplicaStatus.CREATED,
+    "ready": ReplicaStatus.CREATED,
+    "starting": ReplicaStatus.CREATED,
+    "running": ReplicaStatus.RUNNING,
+    "complete": ReplicaStatus.EXITED,
+    "failed": ReplicaStatus.EXITED,
+    "shutdown": ReplicaStatus.EXITED,
+    "rejected": ReplicaStatus.EXITED,  # never started: e.g. the image is not on the node
+    "orphaned": ReplicaStatus.EXITED,  # its node went away
+    "remove": ReplicaStatus.EXITED,
+}
+_RAN = ("complete", "failed", "shutdown")  # states whose task had a container with an exit status
+CONFIG_MAX_BYTES = 1_024_000 - 1  # swarmkit: "config data must be ... less than 1024000 bytes"
+SERVICE_NAME_MAX = 63  # a DNS label
+CONFIG_NAME_MAX = 64
+GPU_RESOURCE = "NVIDIA-GPU"  # the generic resource GPU nodes advertise (dockerd --node-generic-resource)
+# A job's overlay subnet holds its replicas, one load-balancer address per node, and a few spare
+# for tasks re-run while their predecessor still holds its address.
+SPARE_ADDRESSES = 4
+RESTART_PATIENCE_SECONDS = 30  # for the orchestrator to make a re-run task
+LOG_QUIET_SECONDS = 0.3  # a follow ends once the task has ended and its output is this quiet
+TASK_CHECK_SECONDS = 0.5
+RESERVATION_ATTEMPTS = 20  # scaling down by 0.8 each time: to about 1% of the machine types
+NOT_A_MANAGER = (
+    "This Docker engine is not a Swarm manager: run `docker swarm init` on it (and `docker swarm join` "
+    "on the other machines), or submit with --backend docker."
+)
+
+
+@dataclass(frozen=True)
+class Node:
+    """What one node of the swarm offers replicas."""
+
+    nano_cpus: int
+    memory_bytes: int
+    gpus: int = 0
+
+
+def short_name(name: str, limit: int) -> str:
+    """`name`, or when longer than `limit` its start and a digest of the whole: distinct names stay distinct."""
+    if len(name) <= limit:
+        return name
+    return f"{name[:limit - 9].rstrip('-_')}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+def replica_status(task: dict | None) -> ReplicaStatus:
+    return TASK_STATES.get(task["Status"]["State"], ReplicaStatus.EXITED) if task else ReplicaStatus.CREATED
+
+
+def latest_task(tasks: list[dict]) -> dict | None:
+    """The task of the service's latest run: a restart (forced update) makes a new one."""
+    return max(tasks, key=lambda t: ((t.get("JobIteration") or {}).get("Index", 0), t["CreatedAt"]), default=None)
+
+
+def observation(service: dict, task: dict | None) -> ReplicaObservation:
+    """One replica as its service and latest task show it; the service's ID is the replica's handle."""
+    labels = service["Spec"]["Labels"]
+    status = replica_status(task)
+    exit_code = finished = None
+    if status == ReplicaStatus.EXITED and task["Status"]["State"] in _RAN:
+        exit_code = (task["Status"].get("ContainerStatus") or {}).get("ExitCode")
+    if status == ReplicaStatus.EXITED and exit_code != 0:  # a failure: its time orders failures
+        finished = datetime.fromtimestamp(parse_engine_time(task["Status"]["Timestamp"]) / 1e9).astimezone()
+    return ReplicaObservation(
+        task_name=labels[LABEL_TASK],
+        task_type=labels[LABEL_TASK_TYPE],
+        task_index=int(labels[LABEL_TASK_INDEX]),
+        status=status,
+        exit_code=exit_code,
+        finished_at=finished,
+        container_id=service["ID"],
+        trial_id=labels.get(LABEL_TRIAL, ""),
+    )
+
+
+def reservations(specs: tuple[ContainerSpec, ...], nodes: list[Node]) -> list[tuple[int, int]]:
+    """(nano CPUs, memory bytes) each replica reserves: its machine type (never above its
+    limits), scaled down, when the swarm is smaller than the job, until every replica of the
+    job fits on the swarm's nodes at once, as --limit-resources fits a job to one host. GPUs
+    do not scale: a job whose GPUs no set of nodes holds is refused, as Swarm would keep its
+    replicas pending forever."""
+    wanted = [(min(int(s.machine_vcpus * 1e9), s.nano_cpus or 1 << 62),
+               min(s.machine_memory_bytes, s.memory_bytes or 1 << 62)) for s in specs]
+    cpu_scale = _fitting_scale([c for c, _ in wanted], [n.nano_cpus for n in nodes])
+    memory_scale = _fitting_scale([m for _, m in wanted], [n.memory_bytes for n in nodes])
+    for _ in range(RESERVATION_ATTEMPTS):
+        reserved = [(int(c * cpu_scale), int(m * memory_scale)) for c, m in wanted]
+        if _packs([(*r, s.gpus) for r, s in zip(reserved, specs)], nodes):
+            return reserved
+        cpu_scale, memory_scale = cpu_scale * 0.8, memory_scale * 0.8
+    gpus = sorted((s.gpus for s in specs if s.gpus), reverse=True)
+    raise ValidationError(
+        f"The job's replicas ask for {' + '.join(map(str, gpus)) or 'no'} GPU(s) but the swarm's "
+        f"{len(nodes)} ready node(s) offer {', '.join(str(n.gpus) for n in nodes) or 'none'}: submit without "
+        f"accelerators, or add GPU nodes (dockerd --node-generic-resource {GPU_RESOURCE}=...)."
+    )
+
+
+def _fitting_scale(wanted: list[int], capacities: list[int]) -> float:
+    """The largest factor (at most 1) under which the replicas' sum fits the swarm's and the
+    biggest replica fits the biggest node."""
+    if not wanted or not max(wanted):
+        return 1.0
+    return min(1.0, sum(capacities) / sum(wanted), max(capacities, default=0) / max(wanted))
+
+
+def _packs(items: list[tuple[int, int, int]], nodes: list[Node]) -> bool:
+    """Whether (CPUs, memory, GPUs) items all fit on the nodes at once: first fit, biggest first."""
+    free = [[n.nano_cpus, n.memory_bytes, n.gpus] for n in nodes]
+    for item in sorted(items, key=lambda i: (i[2], i[0], i[1]), reverse=True):
+        node = next((f for f in free if all(f[k] >= item[k] for k in range(3))), None)
+        if node is None:
+            return False
+        for k in range(3):
+            node[k] -= item[k]
+    return True
+
+
+def carried_files(mounts: tuple[Mount, ...]) -> list[tuple[Path, str]]:
+    """(host file, path in the replica) of every read-only mount's files, which travel as
+    configs; each is checked against a config's size limit here, before anything is created."""
+    files = []
+    for mount in mounts:
+        if not mount.read_only:
+            continue
+        source = Path(mount.source)
+        if source.is_dir():
+            for directory, _, names in sorted(os.walk(source, followlinks=True)):
+                for name in sorted(names):
+                    path = Path(directory) / name
+                    files.append((path, f"{mount.target}/{path.relative_to(source).as_posix()}"))
+        else:
+            files.append((source, mount.target))
+    for path, _ in files:
+        size = path.stat().st_size
+        if size > CONFIG_MAX_BYTES:
+            raise ValidationError(
+                f"[{path.name}] is {size / 1e6:.1f} MB: a swarm carries a job's files to its nodes as Swarm configs "
+                "of under 1 MB each. Build an image with it installed and present on every node "
+                "(--master-image-uri), or submit with --backend docker."
+            )
+    return files
+
+
+def plan_mounts(plan: LaunchPlan) -> tuple[Mount, ...]:
+    """Every mount of the plan's replicas, once each."""
+    return tuple(sorted({m for spec in plan.containers for m in spec.mounts}, key=lambda m: (m.target, m.source)))
+
+
+def unshared_dirs(mounts: tuple[Mount, ...], shared_dirs: tuple[str, ...]) -> list[str]:
+    """The writable bind mounts' host directories that no shared directory holds."""
+    shared = [Path(d).resolve() for d in shared_dirs]
+    return [m.source for m in mounts
+            if not m.read_only and not any(Path(m.source).resolve().is_relative_to(d) for d in shared)]
+
+
+def service_spec(spec: ContainerSpec, env: dict[str, str], network: str, configs: list[dict],
+                 reservation: tuple[int, int], constraints: tuple[str, ...], stop_grace_seconds: int) -> dict:
+    """The arguments of `create_service` that run one replica (see the module's docstring)."""
+    from docker.types import (
+        ContainerSpec as SwarmContainerSpec,
+        EndpointSpec,
+        NetworkAttachmentConfig,
+        Placement,
+        Resources,
+        RestartPolicy,
+        ServiceMode,
+        TaskTemplate,
+    )
+    from docker.types import Mount as EngineMount
+
+    mounts = [EngineMount(m.target, m.source, type="bind") for m in spec.mounts if not m.read_only]
+    mounts.append(EngineMount("/dev/shm", None, type="tmpfs", tmpfs_size=spec.shm_bytes))
+    container = SwarmContainerSpec(
+        spec.image, command=spec.entrypoint, args=spec.command or None, hostname=spec.hostname, env=env,
+        workdir=spec.working_dir, user=spec.user, labels=spec.labels, mounts=mounts, configs=configs or None,
+        init=True, cap_drop=["ALL"], stop_grace_period=stop_grace_seconds * 1_000_000_000,
+    )
+    cpus, memory = reservation
+    resources = Resources(cpu_limit=spec.nano_cpus, mem_limit=spec.memory_bytes, cpu_reservation=cpus or None,
+                          mem_reservation=memory or None,
+                          generic_resources={GPU_RESOURCE: spec.gpus} if spec.gpus else None)
+    if spec.pids_limit:
+        resources.setdefault("Limits", {})["Pids"] = spec.pids_limit
+    template = TaskTemplate(
+        container, resources=resources, restart_policy=RestartPolicy("none"),
+        placement=Placement(constraints=list(constraints)) if constraints else None,
+        networks=[NetworkAttachmentConfig(network, aliases=[spec.hostname])],
+    )
+    return {"task_template": template, "name": short_name(spec.name, SERVICE_NAME_MAX), "labels": spec.labels,
+            "mode": ServiceMode("replicated-job"), "endpoint_spec": EndpointSpec(mode="dnsrr")}
+
+
+def config_reference(config_id: str, name: str, target: str, user: str) -> dict:
+    from docker.types import ConfigReference
+
+    uid, _, gid = user.partition(":")
+    return ConfigReference(config_id, name, filename=target, uid=uid if uid.isdigit() else "0",
+                           gid=gid if gid.isdigit() else "0", mode=0o444)
+
+
+class SwarmBackend(DockerBackend):
+    """A Docker Swarm through one of its managers (DOCKER_HOST, or this host's engine). What
+    it shares with the docker backend: the connection, label filters, subnet picking, removing
+    the containers this node still keeps, engine events and the log line assembly."""
+
+    name = "swarm"
+    host_dirs_reach_replicas = False
+    network_options = {"driver": "overlay", "attachable": True}
+    logs_path = "/services/{0}/logs"
+
+    def __init__(self, installation: str | None = None, client=None, subnet_pool: str = DEFAULT_SUBNET_POOL,
+                 shared_dirs: tuple[str, ...] = (), constraints: tuple[str, ...] = (), stop_grace_seconds: int = 10):
+        super().__init__(installation, client, subnet_pool)
+        self._shared_dirs = shared_dirs
+        self._constraints = constraints
+        self._stop_grace_seconds = stop_grace_seconds
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "SwarmBackend":
+        return cls(settings.installation_id, subnet_pool=settings.subnet_pool, shared_dirs=settings.swarm_shared_dirs,
+                   constraints=settings.swarm_constraints, stop_grace_seconds=settings.stop_grace_seconds)
+
+    # -- readiness -----------------------------------------------------------------------
+
+    def check_ready(self, plan: LaunchPlan) -> None:
+        swarm = self.api.info().get("Swarm") or {}
+        if swarm.get("LocalNodeState") != "active" or not swarm.get("ControlAvailable"):
+            raise EnvironmentNotReady(NOT_A_MANAGER)
+        subnet_pool(self._subnet_pool)
+        self._check_images(plan, " (every node of the swarm needs it)")
+        self._check_mounts(plan, len(self.api.nodes()))
+        reservations(plan.containers, self._nodes())
+
+    def _check_mounts(self, plan: LaunchPlan, node_count: int) -> None:
+        mounts = plan_mounts(plan)
+        carried_files(mounts)
+        unshared = unshared_dirs(mounts, self._shared_dirs) if node_count > 1 else []
+        if unshared:
+            raise ValidationError(
+                f"The replicas would write to [{unshared[0]}], a directory of this machine that the other nodes of "
+                f"the swarm ({node_count} nodes) do not see: use a gs:// --job-dir, or mount it at the same path "
+                "on every node and list it in AIPTRAIN_SWARM_SHARED_DIRS."
+            )
+
+    def _nodes(self) -> list[Node]:
+        """The nodes that take tasks now: ready and active."""
+        nodes = []
+        for node in self.api.nodes():
+            if node["Status"]["State"] != "ready" or node["Spec"].get("Availability") != "active":
+                continue
+            resources = node["Description"].get("Resources") or {}
+            gpus = sum(_gpu_count(g) for g in resources.get("GenericResources") or [])
+            nodes.append(Node(resources.get("NanoCPUs", 0), resources.get("MemoryBytes", 0), gpus))
+        return nodes
+
+    # -- launch --------------------------------------------------------------------------
+
+    def launch(self, plan: LaunchPlan) -> None:
+        with self._removed_on_failure(plan):
+            nodes = self._nodes()
+            reserved = reservations(plan.containers, nodes)
+            network = plan.network
+            self._create_network(dataclasses.replace(network, addresses=network.addresses + len(nodes) + SPARE_ADDRESSES))
+            configs = self._create_configs(plan)
+            jobs = [(spec, reservation) for spec, reservation in zip(plan.containers, reserved)]
+            self._each(lambda job: self._create_service(plan, *job, configs), jobs)
+
+    def _create_configs(self, plan: LaunchPlan) -> dict[str, tuple[str, str]]:
+        """One config per carried file: path in the replicas -> (config ID, config name)."""
+        files = carried_files(plan_mounts(plan))
+        base = short_name(plan.network.name, CONFIG_NAME_MAX - 6)
+        created: dict[str, tuple[str, str]] = {}
+
+        def create(item: tuple[int, tuple[Path, str]]) -> None:
+            index, (path, target) = item
+            name = f"{base}-{index}"
+            config = self.api.create_config(name, path.read_bytes(), labels=plan.network.labels)
+            created[target] = (config["ID"], name)
+
+        self._each(create, list(enumerate(files)))
+        return created
+
+    def _create_service(self, plan: LaunchPlan, spec: ContainerSpec, reservation: tuple[int, int],
+                        configs: dict[str, tuple[str, str]]) -> None:
+        carried = {target for path, target in carried_files(spec.mounts)}
+        references = [config_reference(*configs[target], target, spec.user) for target in sorted(carried)]
+        self.api.create_service(**service_spec(spec, plan.environment(spec), plan.network.name, references,
+                                               reservation, self._constraints, self._stop_grace_seconds))
+
+    # -- observation ---------------------------------------------------------------------
+
+    def _services(self, job_id: str, trial_id: str | None = None) -> list[dict]:
+        return self.api.services(filters={"label": self._job_labels(job_id, trial_id)})
+
+    def observe(self, job_id: str) -> list[ReplicaObservation]:
+        services = self._services(job_id)
+        if not services:
+            return []
+        tasks: dict[str, list[dict]] = {}
+        for task in self.api.tasks(filters={"service": [s["ID"] for s in services]}):
+            tasks.setdefault(task["ServiceID"], []).append(task)
+        return [observation(s, latest_task(tasks.get(s["ID"], []))) for s in services]
+
+    def _latest_task(self, service_id: str) -> dict | None:
+        return latest_task(self.api.tasks(filters={"service": service_id}))
+
+    # -- control -------------------------------------------------------------------------
+
+    def restart(self, container_id: str) -> None:
+        """Run the replica's service again (a forced update re-runs a job): same name, hostname,
+        network and configs, a new task. Returns once the new task exists, so that the next
+        observation (and log follow) sees it rather than the one that ended."""
+        service = self.api.inspect_service(container_id)
+        iteration = ((service.get("JobStatus") or {}).get("JobIteration") or {}).get("Index", 0)
+        template = service["Spec"]["TaskTemplate"]
+        template["ForceUpdate"] = template.get("ForceUpdate", 0) + 1
+        self.api.update_service(container_id, service["Version"]["Index"], task_template=template,
+                                fetch_current_spec=True)
+        deadline = time.monotonic() + RESTART_PATIENCE_SECONDS
+        while time.monotonic() < deadline:
+            task = self._latest_task(container_id)
+            if task and (task.get("JobIteration") or {}).get("Index", 0) > iteration:
+                return
+            time.sleep(0.1)
+        raise AiptrainError(f"Swarm did not re-run the replica's service {container_id[:12]} within "
+                            f"{RESTART_PATIENCE_SECONDS} s: see `docker service ps {container_id[:12]}`.")
+
+    def stop(self, container_ids: list[str], grace_seconds: int = 10) -> None:
+        """Swarm cannot stop a job's task and keep it: the services go (their tasks get SIGTERM,
+        then SIGKILL after the grace period set at launch); the job's removal finishes the rest."""
+        self._each(self._remove_service, container_ids)
+
+    def _remove_service(self, service_id: str) -> None:
+        from docker.errors import NotFound
+
+        try:
+            self.api.remove_service(service_id)
+        except NotFound:
+            pass
+
+    def remove(self, job_id: str, trial_id: str | None = None) -> None:
+        """Services first (their tasks stop), then what this node still keeps of their containers
+        and the network (the docker backend's removal, waiting while the network is in use),
+        then the configs, which no service uses any more."""
+        from docker.errors import NotFound
+
+        self._each(self._remove_service, [s["ID"] for s in self._services(job_id, trial_id)])
+        super().remove(job_id, trial_id)
+
+        def remove_config(config: dict) -> None:
+            try:
+                self.api.remove_config(config["ID"])
+            except NotFound:
+                pass
+
+        self._each(remove_config, self.api.configs(filters={"label": self._job_labels(job_id, trial_id)}))
+
+    # -- logs ----------------------------------------------------------------------------
+
+    def follow_logs(self, container_id: str, since_ns: int | None = None) -> Iterator[LogChunk]:
+        """The replica's output from `since_ns` on, until its task has ended: a service's log
+        follow never ends by itself (a job's service outlives its task), so it is ended here once
+        the task has ended and its output is quiet, and then read once more plainly."""
+        frames = lambda since, follow: self._log_frames(container_id, since, follow)  # noqa: E731
+        yield from read_log_lines(frames, since_ns, read_again=True)
+
+    def _log_frames(self, replica_id: str, since_ns: int | None, follow: bool) -> Iterator[tuple[int, bytes]]:
+        if not follow:
+            yield from super()._log_frames(replica_id, since_ns, follow)
+            return
+        response = self._open_logs(replica_id, since_ns, follow=True)
+        frames: queue.Queue = queue.Queue()
+        reader = threading.Thread(target=_pump, args=(response, frames), daemon=True)
+        reader.start()
+        ended, next_check = False, 0.0
+        try:
+            while True:
+                try:
+                    frame = frames.get(timeout=LOG_QUIET_SECONDS)
+                except queue.Empty:
+                    if ended:
+                        return
+                    frame = ()
+                if frame is None:
+                    return
+                if frame:
+                    yield frame
+                if not ended and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + TASK_CHECK_SECONDS
+                    ended = self._task_ended(replica_id)
+        finally:
+            _hang_up(self.api, response, reader)
+
+    def _task_ended(self, service_id: str) -> bool:
+        from docker.errors import NotFound
+
+        try:
+            self.api.inspect_service(service_id)
+        except NotFound:
+            return True
+        return replica_status(self._latest_task(service_id)) == ReplicaStatus.EXITED
+
+
+def _gpu_count(resource: dict) -> int:
+    """A node's generic resource, as GPUs: `NVIDIA-GPU=2` (discrete) or one per named GPU."""
+    discrete = resource.get("DiscreteResourceSpec") or {}
+    if discrete.get("Kind") == GPU_RESOURCE:
+        return int(discrete.get("Value", 0))
+    return 1 if (resource.get("NamedResourceSpec") or {}).get("Kind") == GPU_RESOURCE else 0
+
+
+def _pump(response, frames: queue.Queue) -> None:
+    """Copy a log stream's frames into a queue (None at its end): the follow can then stop
+    waiting for frames that will never come."""
+    try:
+        for frame in _frames(response):
+            frames.put(frame)
+    except Exception:  # noqa: BLE001 - the stream was hung up: the end
+        pass
+    frames.put(None)
+
+
+def _hang_up(api, response, reader: threading.Thread) -> None:
+    """End a streaming response whose reader thread may be blocked reading it: shutting the
+    socket down wakes the reader (closing it would wait for the reader's lock)."""
+    sock = api._get_raw_response_socket(response)
+    try:
+        getattr(sock, "_sock", sock).shutdown(socket.SHUT_RDWR)  # a unix socket's SocketIO holds it
+    except OSError:
+        pass
+    reader.join(5)
+    if not reader.is_alive():
+        response.close()
