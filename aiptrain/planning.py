@@ -84,9 +84,6 @@ class ContainerSpec:
     memory_bytes: int | None = None
     shm_bytes: int = 1 << 30
     pids_limit: int | None = None  # None: the engine's default (unlimited)
-    # The machine type's size, whatever the limits: what a cluster (Swarm) reserves for the replica.
-    machine_vcpus: float = 0
-    machine_memory_bytes: int = 0
     # Runtime replicas start in the writable /tmp; a custom container keeps its image's WORKDIR
     # (None), which entrypoints such as `python3 main.py` rely on.
     working_dir: str | None = "/tmp"
@@ -523,8 +520,6 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | N
                 memory_bytes=memory,
                 shm_bytes=shm,
                 pids_limit=inputs.pids_limit or None,
-                machine_vcpus=replica.machine.vcpus,
-                machine_memory_bytes=int(replica.machine.memory_gb * (1 << 30)),
                 working_dir="/tmp" if installs else None,
             )
         )

@@ -3,7 +3,10 @@ table-tested, then jobs on a real single-node Docker Swarm, driven by the same c
 docker job. The session fixture makes this engine a swarm manager if it is not one and leaves
 the swarm at the end only if it made it."""
 
+import io
+import os
 import socket
+import tarfile
 import threading
 import uuid
 from pathlib import Path
@@ -19,9 +22,10 @@ from aiptrain.backends.swarm import (
     Node,
     SwarmBackend,
     carried_files,
+    check_gpus,
     latest_task,
+    meets,
     observation,
-    reservations,
     service_spec,
     short_name,
     unshared_dirs,
@@ -65,6 +69,8 @@ def task(state: str, exit_code: int | None = None, iteration: int = 0, created: 
     (task("starting", 0), ReplicaStatus.CREATED, None, False),  # a starting task's 0 is no exit
     (task("running", 0), ReplicaStatus.RUNNING, None, False),
     (task("complete", 0), ReplicaStatus.EXITED, 0, False),
+    (task("complete"), ReplicaStatus.EXITED, 0, False),  # the engine omits a zero ExitCode
+    (task("failed"), ReplicaStatus.EXITED, None, True),  # failed before its container ran
     (task("failed", 137), ReplicaStatus.EXITED, 137, True),
     (task("rejected"), ReplicaStatus.EXITED, None, True),  # never ran: a failure without a status
 ])
@@ -92,7 +98,6 @@ def spec(**changes) -> ContainerSpec:
         task_index=1, image="img", entrypoint=None, command=["sh", "-c", "x"], env={"A": "1"},
         mounts=(Mount("/pk", "/opt/aiptrain/packages"), Mount("/out", "/out", read_only=False)),
         labels=LABELS, user="1000:1000", shm_bytes=1 << 30, pids_limit=4096,
-        machine_vcpus=4, machine_memory_bytes=15 << 30,
     )
     return ContainerSpec(**{**values, **changes})
 
@@ -100,8 +105,7 @@ def spec(**changes) -> ContainerSpec:
 def test_a_replica_becomes_a_one_task_job_service_on_the_job_network():
     config = {"ConfigID": "c1", "ConfigName": "n-0", "File": {"Name": "/opt/aiptrain/packages/t.tar.gz",
                                                                "UID": "1000", "GID": "1000", "Mode": 0o444}}
-    built = service_spec(spec(), {"TF_CONFIG": "{}", "A": "1"}, "net", [config], (2_000_000_000, 8 << 30),
-                         ("node.role==manager",), 10)
+    built = service_spec(spec(), {"TF_CONFIG": "{}", "A": "1"}, "net", [config], ("node.role==manager",), 10)
     assert built == {
         "name": "j-worker-1-inst",
         "labels": LABELS,
@@ -116,8 +120,7 @@ def test_a_replica_becomes_a_one_task_job_service_on_the_job_network():
                             "TmpfsOptions": {"SizeBytes": 1 << 30}}],
                 "Configs": [config], "Init": True, "CapabilityDrop": ["ALL"], "StopGracePeriod": 10_000_000_000,
             },
-            "Resources": {"Reservations": {"NanoCPUs": 2_000_000_000, "MemoryBytes": 8 << 30},
-                          "Limits": {"Pids": 4096}},
+            "Resources": {"Limits": {"Pids": 4096}},  # no CPU or memory reservation (module docstring)
             "RestartPolicy": {"Condition": "none", "Delay": 0, "MaxAttempts": 0, "Window": 0},
             "Placement": {"Constraints": ["node.role==manager"]},
             "Networks": [{"Target": "net", "Aliases": ["j-worker-1"], "DriverOpts": None}],
@@ -127,7 +130,7 @@ def test_a_replica_becomes_a_one_task_job_service_on_the_job_network():
 
 def test_limits_and_gpus_go_into_the_service_resources():
     built = service_spec(spec(gpus=2, nano_cpus=500_000_000, memory_bytes=1 << 30, pids_limit=None,
-                              entrypoint=["python3"], command=[]), {}, "net", [], (0, 0), (), 10)
+                              entrypoint=["python3"], command=[]), {}, "net", [], (), 10)
     assert built["task_template"]["Resources"] == {
         "Limits": {"NanoCPUs": 500_000_000, "MemoryBytes": 1 << 30},
         "Reservations": {"GenericResources": [{"DiscreteResourceSpec": {"Kind": "NVIDIA-GPU", "Value": 2}}]},
@@ -140,31 +143,21 @@ def test_limits_and_gpus_go_into_the_service_resources():
 GIB = 1 << 30
 
 
-@pytest.mark.parametrize("machines, nodes, reserved", [
-    # the job fits: each replica reserves its machine type
-    ([(4, 15 * GIB)], [Node(8_000_000_000, 32 * GIB)], [(4_000_000_000, 15 * GIB)]),
-    # a 2-CPU node: the whole job scaled down to it, in proportion
-    ([(4, 8 * GIB), (4, 8 * GIB)], [Node(2_000_000_000, 8 * GIB)], [(1_000_000_000, 4 * GIB)] * 2),
-    # two small nodes: the big replica fits one of them
-    ([(4, 4 * GIB)], [Node(2_000_000_000, 8 * GIB)] * 2, [(2_000_000_000, 4 * GIB)]),
-    # three replicas on two nodes that hold only one each at 4/9 of their machine type: scaled
-    # further (CPUs and memory alike, by 0.8 at a time) until two fit on one node
-    ([(3, GIB)] * 3, [Node(2_000_000_000, 8 * GIB)] * 2, [(853_333_333, 687_194_767)] * 3),
+@pytest.mark.parametrize("gpus, nodes, fits", [
+    ((), [Node(2_000_000_000, GIB)], True),
+    ((1,), [Node(2_000_000_000, GIB, gpus=1)], True),
+    ((1, 1), [Node(2_000_000_000, GIB, gpus=1)] * 2, True),  # one on each node
+    ((2, 1), [Node(2_000_000_000, GIB, gpus=2)] * 2, True),
+    ((2,), [Node(2_000_000_000, GIB, gpus=1)] * 2, False),  # a replica's GPUs are on one node
+    ((1, 1), [Node(2_000_000_000, GIB, gpus=1)], False),
 ])
-def test_reservations_scale_machine_types_until_the_whole_job_fits(machines, nodes, reserved):
-    specs = tuple(spec(machine_vcpus=cpus, machine_memory_bytes=memory) for cpus, memory in machines)
-    assert reservations(specs, nodes) == reserved
-
-
-def test_reservations_never_exceed_the_limits():
-    limited = spec(nano_cpus=500_000_000, memory_bytes=GIB)
-    assert reservations((limited,), [Node(8_000_000_000, 32 * GIB)]) == [(500_000_000, GIB)]
-
-
-def test_gpus_that_no_node_offers_are_refused():
-    with pytest.raises(ValidationError, match="ask for 1 GPU.*offer 0: submit without accelerators"):
-        reservations((spec(gpus=1),), [Node(8_000_000_000, 32 * GIB)])
-    assert reservations((spec(gpus=1),), [Node(8_000_000_000, 32 * GIB, gpus=1)]) == [(4_000_000_000, 15 * GIB)]
+def test_gpus_must_fit_the_nodes_at_once(gpus, nodes, fits):
+    specs = tuple(spec(gpus=count) for count in gpus)
+    if fits:
+        check_gpus(specs, nodes)
+    else:
+        with pytest.raises(ValidationError, match="GPU.*submit without accelerators, or add GPU nodes"):
+            check_gpus(specs, nodes)
 
 
 def test_read_only_mounts_are_carried_file_by_file_and_big_files_refused(tmp_path):
@@ -187,6 +180,21 @@ def test_writable_mounts_outside_the_shared_dirs_are_named(tmp_path):
               Mount("/elsewhere", "/y", read_only=False))
     assert unshared_dirs(mounts, (str(tmp_path / "a"),)) == ["/elsewhere"]
     assert unshared_dirs(mounts, ()) == [str(tmp_path / "a" / "out"), "/elsewhere"]
+
+
+NODE = {"ID": "n1", "Spec": {"Role": "manager", "Labels": {"gpu": "true"}},
+        "Description": {"Hostname": "vm", "Platform": {"OS": "linux", "Architecture": "x86_64"},
+                        "Engine": {"Labels": {"zone": "a"}}}}
+
+
+@pytest.mark.parametrize("constraint, met", [
+    ("node.role==manager", True), ("node.role == worker", False), ("node.role!=worker", True),
+    ("node.hostname==VM", True), ("node.id==n2", False), ("node.platform.os==linux", True),
+    ("node.labels.gpu==true", True), ("node.labels.disk==ssd", False), ("node.labels.disk!=ssd", True),
+    ("engine.labels.zone==a", True),
+])
+def test_placement_constraints_select_the_nodes_whose_capacity_counts(constraint, met):
+    assert meets(NODE, constraint) is met
 
 
 class _NoSwarm:
@@ -215,12 +223,13 @@ def default_route_address() -> str:
 @pytest.fixture(scope="session")
 def swarm(docker_api):
     """This engine as a swarm manager; a swarm made here is left (with the docker_gwbridge
-    network it leaves behind) at the end, one that was there before is kept."""
+    network it leaves behind) at the end unless others run services on it meanwhile; one that
+    was there before is kept."""
     made = docker_api.info()["Swarm"].get("LocalNodeState") != "active"
     if made:
         docker_api.init_swarm(advertise_addr=default_route_address())
     yield docker_api
-    if made:
+    if made and docker_api.info()["Swarm"].get("LocalNodeState") == "active" and not docker_api.services():
         docker_api.leave_swarm(force=True)
         try:
             docker_api.remove_network("docker_gwbridge")
@@ -308,9 +317,11 @@ def test_failing_master_fails_the_job_with_its_exit_status(cli, on_swarm, tmp_pa
 
 
 @pytest.mark.docker
-def test_replica_killed_by_sigkill_is_restarted_and_the_job_succeeds(cli, on_swarm, tmp_path):
+def test_replica_killed_by_sigkill_is_restarted_and_the_job_succeeds(cli, on_swarm, tmp_path, home):
     cli(*probe_job("sw_kill", tmp_path, user_args=("--run", "chief=6")), check_code=0)
-    master = wait_for(lambda: running_container(on_swarm, "sw_kill", "master-replica-0"), timeout=60, what="master")
+    log = home / "logs" / "sw_kill.jsonl"
+    wait_for(lambda: "probe chief 0 started" in log.read_text(), timeout=60, what="the master's first line")
+    master = running_container(on_swarm, "sw_kill", "master-replica-0")
     on_swarm.kill(master["Id"], signal="SIGKILL")  # exit 137, as kill -9 of the replica
     wait_for(lambda: state_of(cli, "sw_kill")["state"] in ("SUCCEEDED", "FAILED"), timeout=90, what="end")
     assert state_of(cli, "sw_kill")["state"] == "SUCCEEDED"
@@ -325,11 +336,11 @@ def test_cancel_mid_run_leaves_nothing_behind(cli, on_swarm, tmp_path):
     cli(*probe_job("sw_cancel", tmp_path, *PS_JOB, user_args=("--run", "chief=120")), check_code=0)
     wait_for(lambda: running_container(on_swarm, "sw_cancel", "master-replica-0"), timeout=60, what="master")
     streamed: list[str] = []
-    stream = threading.Thread(target=lambda: streamed.append(cli("jobs", "stream-logs", "sw_cancel").stderr))
+    stream = threading.Thread(target=lambda: streamed.append(cli("jobs", "stream-logs", "sw_cancel").stdout))
     stream.start()
-    assert "state: CANCELLED" in cli("jobs", "cancel", "sw_cancel", check_code=0).stdout + str(
-        state_of(cli, "sw_cancel"))
+    cli("jobs", "cancel", "sw_cancel", check_code=0)
     stream.join(60)
+    assert "Job cancelled." in streamed[0]
     assert state_of(cli, "sw_cancel")["state"] == "CANCELLED"
     assert wait_for(lambda: swarm_resources(on_swarm, "sw_cancel") == [], timeout=30, what="clean-up")
 
@@ -337,7 +348,12 @@ def test_cancel_mid_run_leaves_nothing_behind(cli, on_swarm, tmp_path):
 @pytest.mark.docker
 def test_a_package_too_big_for_a_config_is_refused_with_nothing_left(cli, on_swarm, tmp_path):
     big = tmp_path / "big-1.0.tar.gz"
-    big.write_bytes(b"x" * (CONFIG_MAX_BYTES + 1))
+    with tarfile.open(big, "w:gz") as sdist:  # a real sdist, incompressible
+        for name, data in (("PKG-INFO", b"Metadata-Version: 2.1\nName: big\nVersion: 1.0\n"),
+                           ("blob", os.urandom(CONFIG_MAX_BYTES))):
+            info = tarfile.TarInfo(f"big-1.0/{name}")
+            info.size = len(data)
+            sdist.addfile(info, io.BytesIO(data))
     result = cli(*probe_job("sw_big", tmp_path, "--packages", str(big)))
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [

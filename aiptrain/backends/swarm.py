@@ -17,10 +17,13 @@ not share this host's disk:
   mounts: on a swarm of several nodes they must be mounted at the same path on every node and
   listed in AIPTRAIN_SWARM_SHARED_DIRS, else the submit is refused. gs:// job dirs just work.
 
-Machine types become CPU and memory reservations (each replica's machine type, scaled down
-only when the whole job is bigger than the swarm, as --limit-resources scales to one host) and
-accelerators the `NVIDIA-GPU` generic resource: the scheduler places replicas by them, and a
-replica that no node could hold is refused at submit instead of pending forever.
+Machine types are not reserved: Docker 20.10's swarm keeps the task of a job-mode service removed
+before the task completed (a parameter server stopped at the job's end) in its store, reservations
+and all, and its constraint enforcer counts them, so after a few jobs every task that reserves
+CPUs or memory is rejected ("assigned node no longer meets constraints"). Replicas spread over the nodes by Swarm's default strategy; --limit-resources
+still caps each one. Accelerators are reserved as the `NVIDIA-GPU` generic resource (how a GPU
+node hands GPUs to a task), and a job whose GPUs no nodes hold is refused at submit instead of
+pending forever.
 
 Security as on the docker backend where Swarm (API 1.41) allows it: the host user's uid (nobody
 for root), every capability dropped, an init process, the pids limit. Swarm has no
@@ -87,7 +90,6 @@ SPARE_ADDRESSES = 4
 RESTART_PATIENCE_SECONDS = 30  # for the orchestrator to make a re-run task
 LOG_QUIET_SECONDS = 0.3  # a follow ends once the task has ended and its output is this quiet
 TASK_CHECK_SECONDS = 0.5
-RESERVATION_ATTEMPTS = 20  # scaling down by 0.8 each time: to about 1% of the machine types
 NOT_A_MANAGER = (
     "This Docker engine is not a Swarm manager: run `docker swarm init` on it (and `docker swarm join` "
     "on the other machines), or submit with --backend docker."
@@ -119,13 +121,22 @@ def latest_task(tasks: list[dict]) -> dict | None:
     return max(tasks, key=lambda t: ((t.get("JobIteration") or {}).get("Index", 0), t["CreatedAt"]), default=None)
 
 
+def exit_status(task: dict) -> int | None:
+    """A task's exit status: 0 for a complete one (the engine omits a zero ExitCode), its
+    container's for a failed or shut-down one, None for one that never ran."""
+    state = task["Status"]["State"]
+    if state == "complete":
+        return 0
+    return (task["Status"].get("ContainerStatus") or {}).get("ExitCode") if state in _RAN else None
+
+
 def observation(service: dict, task: dict | None) -> ReplicaObservation:
     """One replica as its service and latest task show it; the service's ID is the replica's handle."""
     labels = service["Spec"]["Labels"]
     status = replica_status(task)
     exit_code = finished = None
-    if status == ReplicaStatus.EXITED and task["Status"]["State"] in _RAN:
-        exit_code = (task["Status"].get("ContainerStatus") or {}).get("ExitCode")
+    if status == ReplicaStatus.EXITED:
+        exit_code = exit_status(task)
     if status == ReplicaStatus.EXITED and exit_code != 0:  # a failure: its time orders failures
         finished = datetime.fromtimestamp(parse_engine_time(task["Status"]["Timestamp"]) / 1e9).astimezone()
     return ReplicaObservation(
@@ -140,47 +151,20 @@ def observation(service: dict, task: dict | None) -> ReplicaObservation:
     )
 
 
-def reservations(specs: tuple[ContainerSpec, ...], nodes: list[Node]) -> list[tuple[int, int]]:
-    """(nano CPUs, memory bytes) each replica reserves: its machine type (never above its
-    limits), scaled down, when the swarm is smaller than the job, until every replica of the
-    job fits on the swarm's nodes at once, as --limit-resources fits a job to one host. GPUs
-    do not scale: a job whose GPUs no set of nodes holds is refused, as Swarm would keep its
-    replicas pending forever."""
-    wanted = [(min(int(s.machine_vcpus * 1e9), s.nano_cpus or 1 << 62),
-               min(s.machine_memory_bytes, s.memory_bytes or 1 << 62)) for s in specs]
-    cpu_scale = _fitting_scale([c for c, _ in wanted], [n.nano_cpus for n in nodes])
-    memory_scale = _fitting_scale([m for _, m in wanted], [n.memory_bytes for n in nodes])
-    for _ in range(RESERVATION_ATTEMPTS):
-        reserved = [(int(c * cpu_scale), int(m * memory_scale)) for c, m in wanted]
-        if _packs([(*r, s.gpus) for r, s in zip(reserved, specs)], nodes):
-            return reserved
-        cpu_scale, memory_scale = cpu_scale * 0.8, memory_scale * 0.8
-    gpus = sorted((s.gpus for s in specs if s.gpus), reverse=True)
-    raise ValidationError(
-        f"The job's replicas ask for {' + '.join(map(str, gpus)) or 'no'} GPU(s) but the swarm's "
-        f"{len(nodes)} ready node(s) offer {', '.join(str(n.gpus) for n in nodes) or 'none'}: submit without "
-        f"accelerators, or add GPU nodes (dockerd --node-generic-resource {GPU_RESOURCE}=...)."
-    )
-
-
-def _fitting_scale(wanted: list[int], capacities: list[int]) -> float:
-    """The largest factor (at most 1) under which the replicas' sum fits the swarm's and the
-    biggest replica fits the biggest node."""
-    if not wanted or not max(wanted):
-        return 1.0
-    return min(1.0, sum(capacities) / sum(wanted), max(capacities, default=0) / max(wanted))
-
-
-def _packs(items: list[tuple[int, int, int]], nodes: list[Node]) -> bool:
-    """Whether (CPUs, memory, GPUs) items all fit on the nodes at once: first fit, biggest first."""
-    free = [[n.nano_cpus, n.memory_bytes, n.gpus] for n in nodes]
-    for item in sorted(items, key=lambda i: (i[2], i[0], i[1]), reverse=True):
-        node = next((f for f in free if all(f[k] >= item[k] for k in range(3))), None)
-        if node is None:
-            return False
-        for k in range(3):
-            node[k] -= item[k]
-    return True
+def check_gpus(specs: tuple[ContainerSpec, ...], nodes: list[Node]) -> None:
+    """Refuse a job whose replicas' GPUs no set of the nodes holds at once: Swarm would keep
+    them pending forever. CPUs and memory are not reserved (see the module's docstring)."""
+    free = sorted((n.gpus for n in nodes), reverse=True)
+    for wanted in sorted((s.gpus for s in specs if s.gpus), reverse=True):
+        index = next((i for i, gpus in enumerate(free) if gpus >= wanted), None)
+        if index is None:
+            asked = " + ".join(str(s.gpus) for s in specs if s.gpus)
+            raise ValidationError(
+                f"The job's replicas ask for {asked} GPU(s) but the swarm's {len(nodes)} ready node(s) offer "
+                f"{', '.join(str(n.gpus) for n in nodes) or 'none'}: submit without accelerators, or add GPU nodes "
+                f"(dockerd --node-generic-resource {GPU_RESOURCE}=...)."
+            )
+        free[index] -= wanted
 
 
 def carried_files(mounts: tuple[Mount, ...]) -> list[tuple[Path, str]]:
@@ -222,7 +206,7 @@ def unshared_dirs(mounts: tuple[Mount, ...], shared_dirs: tuple[str, ...]) -> li
 
 
 def service_spec(spec: ContainerSpec, env: dict[str, str], network: str, configs: list[dict],
-                 reservation: tuple[int, int], constraints: tuple[str, ...], stop_grace_seconds: int) -> dict:
+                 constraints: tuple[str, ...], stop_grace_seconds: int) -> dict:
     """The arguments of `create_service` that run one replica (see the module's docstring)."""
     from docker.types import (
         ContainerSpec as SwarmContainerSpec,
@@ -243,9 +227,7 @@ def service_spec(spec: ContainerSpec, env: dict[str, str], network: str, configs
         workdir=spec.working_dir, user=spec.user, labels=spec.labels, mounts=mounts, configs=configs or None,
         init=True, cap_drop=["ALL"], stop_grace_period=stop_grace_seconds * 1_000_000_000,
     )
-    cpus, memory = reservation
-    resources = Resources(cpu_limit=spec.nano_cpus, mem_limit=spec.memory_bytes, cpu_reservation=cpus or None,
-                          mem_reservation=memory or None,
+    resources = Resources(cpu_limit=spec.nano_cpus, mem_limit=spec.memory_bytes,
                           generic_resources={GPU_RESOURCE: spec.gpus} if spec.gpus else None)
     if spec.pids_limit:
         resources.setdefault("Limits", {})["Pids"] = spec.pids_limit
@@ -297,7 +279,7 @@ class SwarmBackend(DockerBackend):
         subnet_pool(self._subnet_pool)
         self._check_images(plan, " (every node of the swarm needs it)")
         self._check_mounts(plan, len(self.api.nodes()))
-        reservations(plan.containers, self._nodes())
+        check_gpus(plan.containers, self._nodes())
 
     def _check_mounts(self, plan: LaunchPlan, node_count: int) -> None:
         mounts = plan_mounts(plan)
@@ -311,27 +293,21 @@ class SwarmBackend(DockerBackend):
             )
 
     def _nodes(self) -> list[Node]:
-        """The nodes that take tasks now: ready and active."""
-        nodes = []
-        for node in self.api.nodes():
-            if node["Status"]["State"] != "ready" or node["Spec"].get("Availability") != "active":
-                continue
-            resources = node["Description"].get("Resources") or {}
-            gpus = sum(_gpu_count(g) for g in resources.get("GenericResources") or [])
-            nodes.append(Node(resources.get("NanoCPUs", 0), resources.get("MemoryBytes", 0), gpus))
-        return nodes
+        """The nodes that take the replicas now: ready, active, and meeting the constraints."""
+        return [node_capacity(n) for n in self.api.nodes()
+                if n["Status"]["State"] == "ready" and n["Spec"].get("Availability") == "active"
+                and all(meets(n, c) for c in self._constraints)]
 
     # -- launch --------------------------------------------------------------------------
 
     def launch(self, plan: LaunchPlan) -> None:
         with self._removed_on_failure(plan):
             nodes = self._nodes()
-            reserved = reservations(plan.containers, nodes)
+            check_gpus(plan.containers, nodes)
             network = plan.network
             self._create_network(dataclasses.replace(network, addresses=network.addresses + len(nodes) + SPARE_ADDRESSES))
             configs = self._create_configs(plan)
-            jobs = [(spec, reservation) for spec, reservation in zip(plan.containers, reserved)]
-            self._each(lambda job: self._create_service(plan, *job, configs), jobs)
+            self._each(lambda spec: self._create_service(plan, spec, configs), plan.containers)
 
     def _create_configs(self, plan: LaunchPlan) -> dict[str, tuple[str, str]]:
         """One config per carried file: path in the replicas -> (config ID, config name)."""
@@ -348,12 +324,11 @@ class SwarmBackend(DockerBackend):
         self._each(create, list(enumerate(files)))
         return created
 
-    def _create_service(self, plan: LaunchPlan, spec: ContainerSpec, reservation: tuple[int, int],
-                        configs: dict[str, tuple[str, str]]) -> None:
+    def _create_service(self, plan: LaunchPlan, spec: ContainerSpec, configs: dict[str, tuple[str, str]]) -> None:
         carried = {target for path, target in carried_files(spec.mounts)}
         references = [config_reference(*configs[target], target, spec.user) for target in sorted(carried)]
         self.api.create_service(**service_spec(spec, plan.environment(spec), plan.network.name, references,
-                                               reservation, self._constraints, self._stop_grace_seconds))
+                                               self._constraints, self._stop_grace_seconds))
 
     # -- observation ---------------------------------------------------------------------
 
@@ -380,10 +355,12 @@ class SwarmBackend(DockerBackend):
         observation (and log follow) sees it rather than the one that ended."""
         service = self.api.inspect_service(container_id)
         iteration = ((service.get("JobStatus") or {}).get("JobIteration") or {}).get("Index", 0)
-        template = service["Spec"]["TaskTemplate"]
+        spec = service["Spec"]
+        template = spec["TaskTemplate"]
         template["ForceUpdate"] = template.get("ForceUpdate", 0) + 1
-        self.api.update_service(container_id, service["Version"]["Index"], task_template=template,
-                                fetch_current_spec=True)
+        # The whole spec again, but no UpdateConfig: "Jobs may not have an update config".
+        self.api.update_service(container_id, service["Version"]["Index"], task_template=template, name=spec["Name"],
+                                labels=spec.get("Labels"), mode=spec["Mode"], endpoint_spec=spec.get("EndpointSpec"))
         deadline = time.monotonic() + RESTART_PATIENCE_SECONDS
         while time.monotonic() < deadline:
             task = self._latest_task(container_id)
@@ -467,6 +444,39 @@ class SwarmBackend(DockerBackend):
         except NotFound:
             return True
         return replica_status(self._latest_task(service_id)) == ReplicaStatus.EXITED
+
+
+def node_capacity(node: dict) -> Node:
+    resources = node["Description"].get("Resources") or {}
+    gpus = sum(_gpu_count(g) for g in resources.get("GenericResources") or [])
+    return Node(resources.get("NanoCPUs", 0), resources.get("MemoryBytes", 0), gpus)
+
+
+def _node_attribute(node: dict, name: str) -> str | None:
+    """A node's value of a placement constraint's left side (Docker's `node.*` and `engine.labels.*`)."""
+    description = node.get("Description") or {}
+    fixed = {
+        "node.id": node.get("ID"),
+        "node.hostname": description.get("Hostname"),
+        "node.role": (node.get("Spec") or {}).get("Role"),
+        "node.platform.os": (description.get("Platform") or {}).get("OS"),
+        "node.platform.arch": (description.get("Platform") or {}).get("Architecture"),
+    }
+    if name in fixed:
+        return fixed[name]
+    if name.startswith("node.labels."):
+        return ((node.get("Spec") or {}).get("Labels") or {}).get(name[len("node.labels."):])
+    if name.startswith("engine.labels."):
+        return ((description.get("Engine") or {}).get("Labels") or {}).get(name[len("engine.labels."):])
+    return None
+
+
+def meets(node: dict, constraint: str) -> bool:
+    """Whether the node meets a placement constraint (`node.role==manager`, `node.labels.gpu!=no`)."""
+    equal = "!=" not in constraint
+    name, _, value = constraint.partition("==" if equal else "!=")
+    actual = _node_attribute(node, name.strip())
+    return (actual is not None and actual.lower() == value.strip().lower()) == equal
 
 
 def _gpu_count(resource: dict) -> int:
