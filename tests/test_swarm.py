@@ -1,6 +1,6 @@
 """The swarm backend: pure pieces (task states, service specs, reservations, carried files)
 table-tested, then jobs on a real single-node Docker Swarm, driven by the same commands as a
-docker job. The session fixture makes this engine a swarm manager if it is not one and leaves
+docker job. A module fixture makes this engine a swarm manager if it is not one and leaves
 the swarm at the end only if it made it."""
 
 import io
@@ -220,7 +220,7 @@ def default_route_address() -> str:
         return probe.getsockname()[0]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # left as soon as these tests are done: others run on a plain engine
 def swarm(docker_api):
     """This engine as a swarm manager; a swarm made here is left (with the docker_gwbridge
     network it leaves behind) at the end unless others run services on it meanwhile; one that
