@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import job_resources, require_image, runtime_image, wait_for
 
 from aiptrain.backends import ReplicaStatus
 from aiptrain.backends.swarm import (
@@ -32,7 +33,6 @@ from aiptrain.backends.swarm import (
 )
 from aiptrain.errors import EnvironmentNotReady, ValidationError
 from aiptrain.planning import ContainerSpec, LaunchPlan, Mount, NetworkSpec
-from conftest import job_resources, require_image, runtime_image, wait_for
 
 PROBE = Path(__file__).parent / "trainers" / "probe"
 PS_JOB = ("--scale-tier", "custom", "--master-machine-type", "n1-standard-4",
@@ -356,11 +356,11 @@ def test_a_package_too_big_for_a_config_is_refused_with_nothing_left(cli, on_swa
             sdist.addfile(info, io.BytesIO(data))
     result = cli(*probe_job("sw_big", tmp_path, "--packages", str(big)))
     assert result.returncode == 2, result.stderr
-    assert result.stderr.strip().splitlines() == [
+    assert result.stderr.strip().splitlines() == [(
         "ERROR: [big-1.0.tar.gz] is 1.0 MB: a swarm carries a job's files to its nodes as Swarm configs of under "
         "1 MB each. Build an image with it installed and present on every node (--master-image-uri), or submit "
         "with --backend docker."
-    ]
+    )]
     assert cli("jobs", "describe", "sw_big").returncode == 2
     assert swarm_resources(on_swarm, "sw_big") == []
 

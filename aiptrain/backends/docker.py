@@ -18,7 +18,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Iterator
+from typing import ClassVar, Iterator
 
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
@@ -139,7 +139,7 @@ class DockerBackend:
     # Bind mounts of this host's directories reach every replica: packages can be installed
     # once here (aiptrain.installs) and mounted into all of them.
     host_dirs_reach_replicas = True
-    network_options: dict = {"driver": "bridge"}  # how a job's network is created
+    network_options: ClassVar[dict] = {"driver": "bridge"}  # how a job's network is created
     logs_path = "/containers/{0}/logs"  # the engine's log endpoint of one replica
 
     def __init__(self, installation: str | None = None, client=None, subnet_pool: str = DEFAULT_SUBNET_POOL):

@@ -34,6 +34,7 @@ no-new-privileges, and its tmpfs mounts are noexec (packages with compiled parts
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import queue
@@ -43,7 +44,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator
+from typing import ClassVar, Iterator
 
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.backends.docker import DockerBackend, _frames, read_log_lines, subnet_pool
@@ -208,17 +209,10 @@ def unshared_dirs(mounts: tuple[Mount, ...], shared_dirs: tuple[str, ...]) -> li
 def service_spec(spec: ContainerSpec, env: dict[str, str], network: str, configs: list[dict],
                  constraints: tuple[str, ...], stop_grace_seconds: int) -> dict:
     """The arguments of `create_service` that run one replica (see the module's docstring)."""
-    from docker.types import (
-        ContainerSpec as SwarmContainerSpec,
-        EndpointSpec,
-        NetworkAttachmentConfig,
-        Placement,
-        Resources,
-        RestartPolicy,
-        ServiceMode,
-        TaskTemplate,
-    )
+    from docker.types import ContainerSpec as SwarmContainerSpec
+    from docker.types import EndpointSpec, NetworkAttachmentConfig, Placement, Resources, RestartPolicy, ServiceMode
     from docker.types import Mount as EngineMount
+    from docker.types import TaskTemplate
 
     mounts = [EngineMount(m.target, m.source, type="bind") for m in spec.mounts if not m.read_only]
     mounts.append(EngineMount("/dev/shm", None, type="tmpfs", tmpfs_size=spec.shm_bytes))
@@ -255,7 +249,7 @@ class SwarmBackend(DockerBackend):
 
     name = "swarm"
     host_dirs_reach_replicas = False
-    network_options = {"driver": "overlay", "attachable": True}
+    network_options: ClassVar[dict] = {"driver": "overlay", "attachable": True}
     logs_path = "/services/{0}/logs"
 
     def __init__(self, installation: str | None = None, client=None, subnet_pool: str = DEFAULT_SUBNET_POOL,
@@ -406,8 +400,7 @@ class SwarmBackend(DockerBackend):
         """The replica's output from `since_ns` on, until its task has ended: a service's log
         follow never ends by itself (a job's service outlives its task), so it is ended here once
         the task has ended and its output is quiet, and then read once more plainly."""
-        frames = lambda since, follow: self._log_frames(container_id, since, follow)  # noqa: E731
-        yield from read_log_lines(frames, since_ns, read_again=True)
+        yield from read_log_lines(functools.partial(self._log_frames, container_id), since_ns, read_again=True)
 
     def _log_frames(self, replica_id: str, since_ns: int | None, follow: bool) -> Iterator[tuple[int, bytes]]:
         if not follow:
