@@ -75,9 +75,16 @@ def task(state: str, exit_code: int | None = None, iteration: int = 0, created: 
     (task("rejected"), ReplicaStatus.EXITED, None, True),  # never ran: a failure without a status
 ])
 def test_observation_of_a_service_and_its_latest_task(the_task, status, exit_code, failed_at):
-    seen = observation({"ID": "s1", "Spec": {"Labels": LABELS}}, the_task)
+    seen = observation({"ID": "s1", "Spec": {"Labels": LABELS, "Mode": {"ReplicatedJob": {}}}}, the_task)
     assert (seen.task_name, seen.task_type, seen.task_index, seen.container_id) == ("worker-replica-1", "worker", 1, "s1")
     assert (seen.status, seen.exit_code, seen.finished_at is not None) == (status, exit_code, failed_at)
+
+
+def test_a_stopped_replica_whose_task_the_swarm_deleted_has_exited():
+    service = {"ID": "s1", "Spec": {"Labels": LABELS, "Mode": {"ReplicatedJob": {"TotalCompletions": 0}}}}
+    seen = observation(service, None)
+    assert (seen.status, seen.exit_code, seen.finished_at) == (ReplicaStatus.EXITED, None, None)
+    assert observation(service, task("running")).status == ReplicaStatus.RUNNING  # still shutting down
 
 
 def test_the_latest_task_is_the_latest_run_of_the_job():

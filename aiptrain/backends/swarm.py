@@ -17,9 +17,9 @@ not share this host's disk:
   mounts: on a swarm of several nodes they must be mounted at the same path on every node and
   listed in AIPTRAIN_SWARM_SHARED_DIRS, else the submit is refused. gs:// job dirs just work.
 
-Machine types are not reserved: Docker 20.10's swarm keeps the task of a job-mode service removed
-before the task completed (a parameter server stopped at the job's end) in its store, reservations
-and all, and its constraint enforcer counts them, so after a few jobs every task that reserves
+Machine types are not reserved: Docker 20.10's swarm keeps the last task of a removed job-mode
+service in its store (desired state "complete", whether it completed, failed or still ran), and
+its constraint enforcer counts their reservations, so after a few jobs every task that reserves
 CPUs or memory is rejected ("assigned node no longer meets constraints"). Replicas spread over the nodes by Swarm's default strategy; --limit-resources
 still caps each one. Accelerators are reserved as the `NVIDIA-GPU` generic resource (how a GPU
 node hands GPUs to a task), and a job whose GPUs no nodes hold is refused at submit instead of
@@ -89,6 +89,7 @@ GPU_RESOURCE = "NVIDIA-GPU"  # the generic resource GPU nodes advertise (dockerd
 # for tasks re-run while their predecessor still holds its address.
 SPARE_ADDRESSES = 4
 RESTART_PATIENCE_SECONDS = 30  # for the orchestrator to make a re-run task
+STOP_PATIENCE_SECONDS = 10  # beyond the grace period, for the node to report a stopped task
 LOG_QUIET_SECONDS = 0.3  # a follow ends once the task has ended and its output is this quiet
 TASK_CHECK_SECONDS = 0.5
 NOT_A_MANAGER = (
@@ -113,8 +114,16 @@ def short_name(name: str, limit: int) -> str:
     return f"{name[:limit - 9].rstrip('-_')}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
-def replica_status(task: dict | None) -> ReplicaStatus:
-    return TASK_STATES.get(task["Status"]["State"], ReplicaStatus.EXITED) if task else ReplicaStatus.CREATED
+def replica_status(service: dict, task: dict | None) -> ReplicaStatus:
+    """A replica's status from its latest task. With no task, a stopped replica (its job updated
+    to zero completions, whose task the swarm then deletes) has EXITED; any other is yet to start."""
+    if task:
+        return TASK_STATES.get(task["Status"]["State"], ReplicaStatus.EXITED)
+    return ReplicaStatus.EXITED if stopped(service) else ReplicaStatus.CREATED
+
+
+def stopped(service: dict) -> bool:
+    return ((service["Spec"].get("Mode") or {}).get("ReplicatedJob") or {}).get("TotalCompletions", 1) == 0
 
 
 def latest_task(tasks: list[dict]) -> dict | None:
@@ -134,11 +143,11 @@ def exit_status(task: dict) -> int | None:
 def observation(service: dict, task: dict | None) -> ReplicaObservation:
     """One replica as its service and latest task show it; the service's ID is the replica's handle."""
     labels = service["Spec"]["Labels"]
-    status = replica_status(task)
+    status = replica_status(service, task)
     exit_code = finished = None
-    if status == ReplicaStatus.EXITED:
+    if status == ReplicaStatus.EXITED and task:
         exit_code = exit_status(task)
-    if status == ReplicaStatus.EXITED and exit_code != 0:  # a failure: its time orders failures
+    if status == ReplicaStatus.EXITED and task and exit_code != 0:  # a failure: its time orders failures
         finished = datetime.fromtimestamp(parse_engine_time(task["Status"]["Timestamp"]) / 1e9).astimezone()
     return ReplicaObservation(
         task_name=labels[LABEL_TASK],
@@ -347,14 +356,7 @@ class SwarmBackend(DockerBackend):
         """Run the replica's service again (a forced update re-runs a job): same name, hostname,
         network and configs, a new task. Returns once the new task exists, so that the next
         observation (and log follow) sees it rather than the one that ended."""
-        service = self.api.inspect_service(container_id)
-        iteration = ((service.get("JobStatus") or {}).get("JobIteration") or {}).get("Index", 0)
-        spec = service["Spec"]
-        template = spec["TaskTemplate"]
-        template["ForceUpdate"] = template.get("ForceUpdate", 0) + 1
-        # The whole spec again, but no UpdateConfig: "Jobs may not have an update config".
-        self.api.update_service(container_id, service["Version"]["Index"], task_template=template, name=spec["Name"],
-                                labels=spec.get("Labels"), mode=spec["Mode"], endpoint_spec=spec.get("EndpointSpec"))
+        iteration = self._update_job(container_id, completions=1, force=True)
         deadline = time.monotonic() + RESTART_PATIENCE_SECONDS
         while time.monotonic() < deadline:
             task = self._latest_task(container_id)
@@ -364,27 +366,51 @@ class SwarmBackend(DockerBackend):
         raise AiptrainError(f"Swarm did not re-run the replica's service {container_id[:12]} within "
                             f"{RESTART_PATIENCE_SECONDS} s: see `docker service ps {container_id[:12]}`.")
 
-    def stop(self, container_ids: list[str], grace_seconds: int = 10) -> None:
-        """Swarm cannot stop a job's task and keep it: the services go (their tasks get SIGTERM,
-        then SIGKILL after the grace period set at launch); the job's removal finishes the rest."""
-        self._each(self._remove_service, container_ids)
+    def _update_job(self, service_id: str, completions: int, force: bool = False) -> int:
+        """Update a replica's job: `completions` 0 stops its task (SIGTERM, then SIGKILL after the
+        grace period set at launch), 1 with `force` runs it again. Returns the job's iteration
+        before the update."""
+        service = self.api.inspect_service(service_id)
+        spec = service["Spec"]
+        template = spec["TaskTemplate"]
+        if force:
+            template["ForceUpdate"] = template.get("ForceUpdate", 0) + 1
+        # The whole spec again, but no UpdateConfig: "Jobs may not have an update config".
+        self.api.update_service(service_id, service["Version"]["Index"], task_template=template, name=spec["Name"],
+                                labels=spec.get("Labels"), endpoint_spec=spec.get("EndpointSpec"),
+                                mode={"ReplicatedJob": {"MaxConcurrent": 1, "TotalCompletions": completions}})
+        return ((service.get("JobStatus") or {}).get("JobIteration") or {}).get("Index", 0)
 
-    def _remove_service(self, service_id: str) -> None:
+    def stop(self, container_ids: list[str], grace_seconds: int = 10) -> None:
+        """Stop the replicas' tasks and wait (up to the grace period, and a little) until they
+        have ended; their services stay, with their logs, until the job is removed. (Removing a
+        job-mode service alone leaves its running task running, on Docker 20.10.)"""
         from docker.errors import NotFound
 
-        try:
-            self.api.remove_service(service_id)
-        except NotFound:
-            pass
+        def stop_one(service_id: str) -> None:
+            try:
+                self._update_job(service_id, completions=0)
+            except NotFound:
+                return
+            deadline = time.monotonic() + grace_seconds + STOP_PATIENCE_SECONDS
+            while not self._task_ended(service_id) and time.monotonic() < deadline:
+                time.sleep(0.2)
+
+        self._each(stop_one, container_ids)
 
     def remove(self, job_id: str, trial_id: str | None = None) -> None:
-        """Services first (their tasks stop), then what this node still keeps of their containers
+        """Tasks stopped, services removed, then what this node still keeps of their containers
         and the network (the docker backend's removal, waiting while the network is in use),
         then the configs, which no service uses any more."""
         from docker.errors import NotFound
 
-        self._each(self._remove_service, [s["ID"] for s in self._services(job_id, trial_id)])
-        super().remove(job_id, trial_id)
+        def remove_service(service: dict) -> None:
+            try:
+                if replica_status(service, self._latest_task(service["ID"])) != ReplicaStatus.EXITED:
+                    self._update_job(service["ID"], completions=0)  # else its task would run on
+                self.api.remove_service(service["ID"])
+            except NotFound:
+                pass
 
         def remove_config(config: dict) -> None:
             try:
@@ -392,6 +418,8 @@ class SwarmBackend(DockerBackend):
             except NotFound:
                 pass
 
+        self._each(remove_service, self._services(job_id, trial_id))
+        super().remove(job_id, trial_id)
         self._each(remove_config, self.api.configs(filters={"label": self._job_labels(job_id, trial_id)}))
 
     # -- logs ----------------------------------------------------------------------------
@@ -433,10 +461,10 @@ class SwarmBackend(DockerBackend):
         from docker.errors import NotFound
 
         try:
-            self.api.inspect_service(service_id)
+            service = self.api.inspect_service(service_id)
         except NotFound:
             return True
-        return replica_status(self._latest_task(service_id)) == ReplicaStatus.EXITED
+        return replica_status(service, self._latest_task(service_id)) == ReplicaStatus.EXITED
 
 
 def node_capacity(node: dict) -> Node:
