@@ -5,6 +5,8 @@ own rule restarts a replica killed by a signal: `restart` re-runs the job with a
 on the job's attachable overlay network with a subnet from AIPTRAIN_SUBNET_POOL. A replica's
 service carries its hostname as a network alias and resolves by DNS round robin (no virtual IP),
 so the names in TF_CONFIG reach the task itself; labels, env, user and working dir are the plan's.
+A replica is stopped by updating its job to zero completions (removing a job-mode service leaves
+its running task running on Docker 20.10); its service and logs stay until the job is removed.
 
 What a bind mount would carry on one engine travels otherwise here, because the other nodes do
 not share this host's disk:
@@ -20,8 +22,8 @@ not share this host's disk:
 Machine types are not reserved: Docker 20.10's swarm keeps the last task of a removed job-mode
 service in its store (desired state "complete", whether it completed, failed or still ran), and
 its constraint enforcer counts their reservations, so after a few jobs every task that reserves
-CPUs or memory is rejected ("assigned node no longer meets constraints"). Replicas spread over the nodes by Swarm's default strategy; --limit-resources
-still caps each one. Accelerators are reserved as the `NVIDIA-GPU` generic resource (how a GPU
+CPUs or memory is rejected ("assigned node no longer meets constraints"). Replicas spread over
+the nodes by Swarm's default strategy; --limit-resources still caps each one. Accelerators are reserved as the `NVIDIA-GPU` generic resource (how a GPU
 node hands GPUs to a task), and a job whose GPUs no nodes hold is refused at submit instead of
 pending forever.
 
