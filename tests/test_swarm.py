@@ -80,6 +80,18 @@ def test_observation_of_a_service_and_its_latest_task(the_task, status, exit_cod
     assert (seen.status, seen.exit_code, seen.finished_at is not None) == (status, exit_code, failed_at)
 
 
+def test_a_task_that_never_ran_fails_the_job_with_the_swarms_reason():
+    from aiptrain.lifecycle import decide
+
+    rejected = task("rejected")
+    rejected["Status"]["Err"] = "No such image: trainer:1"
+    seen = observation({"ID": "s1", "Spec": {"Labels": {**LABELS, "aiptrain.task-name": "master-replica-0"},
+                                             "Mode": {"ReplicatedJob": {}}}}, rejected)
+    assert (seen.exit_code, seen.error) == (None, "No such image: trainer:1")
+    assert decide(["master-replica-0"], [seen], {}, 5).error_message == (
+        "The replica master 0 did not run: No such image: trainer:1.")
+
+
 def test_a_stopped_replica_whose_task_the_swarm_deleted_has_exited():
     service = {"ID": "s1", "Spec": {"Labels": LABELS, "Mode": {"ReplicatedJob": {"TotalCompletions": 0}}}}
     seen = observation(service, None)

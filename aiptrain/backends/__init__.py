@@ -47,6 +47,7 @@ class ReplicaObservation:
     finished_at: datetime | None = None
     container_id: str | None = None
     trial_id: str = ""  # the hyperparameter trial the replica belongs to; "" outside tuning jobs
+    error: str = ""  # why the engine ended a replica that never ran (a swarm task rejected on its node)
 
 
 @dataclass(frozen=True)

@@ -147,8 +147,10 @@ def observation(service: dict, task: dict | None) -> ReplicaObservation:
     labels = service["Spec"]["Labels"]
     status = replica_status(service, task)
     exit_code = finished = None
+    error = ""
     if status == ReplicaStatus.EXITED and task:
         exit_code = exit_status(task)
+        error = "" if exit_code is not None else task["Status"].get("Err") or task["Status"]["State"]
     if status == ReplicaStatus.EXITED and task and exit_code != 0:  # a failure: its time orders failures
         finished = datetime.fromtimestamp(parse_engine_time(task["Status"]["Timestamp"]) / 1e9).astimezone()
     return ReplicaObservation(
@@ -160,6 +162,7 @@ def observation(service: dict, task: dict | None) -> ReplicaObservation:
         finished_at=finished,
         container_id=service["ID"],
         trial_id=labels.get(LABEL_TRIAL, ""),
+        error=error,
     )
 
 
