@@ -216,6 +216,17 @@ def test_placement_constraints_select_the_nodes_whose_capacity_counts(constraint
     assert meets(NODE, constraint) is met
 
 
+def test_a_local_job_dir_is_refused_on_several_nodes_unless_declared_shared(tmp_path):
+    (tmp_path / "pk").mkdir()
+    plan = LaunchPlan("j", NetworkSpec("n", {}), (spec(mounts=(Mount(str(tmp_path / "pk"), "/opt/p"),
+                                                                 Mount("/data/out", "/data/out", read_only=False))),))
+    SwarmBackend()._check_mounts(plan, node_count=1)  # one node: the bind mount is this host's
+    with pytest.raises(ValidationError, match=r"write to \[/data/out\], a directory of this machine that the other "
+                                              r"nodes of the swarm \(2 nodes\) do not see: use a gs:// --job-dir"):
+        SwarmBackend()._check_mounts(plan, node_count=2)
+    SwarmBackend(shared_dirs=("/data",))._check_mounts(plan, node_count=2)
+
+
 class _NoSwarm:
     def info(self):
         return {"Swarm": {"LocalNodeState": "inactive"}}
