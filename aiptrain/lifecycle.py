@@ -36,7 +36,9 @@ def replica_label(task_name: str) -> str:
     return f"{task_type} {index}"
 
 
-def failure_message(task_name: str, exit_code: int | None, restarts: int = 0) -> str:
+def failure_message(task_name: str, exit_code: int | None, restarts: int = 0, error: str = "") -> str:
+    if exit_code is None and error:
+        return f"The replica {replica_label(task_name)} did not run: {error.rstrip('.')}."
     if exit_code is None:
         return f"The replica {replica_label(task_name)} disappeared: its container was removed."
     message = f"The replica {replica_label(task_name)} exited with a non-zero status of {exit_code}."
@@ -91,5 +93,6 @@ def decide(
             failures.append((observed.finished_at or _EPOCH, task, observed.exit_code))
     if failures:
         _, task, code = min(failures, key=lambda f: (f[0], expected_tasks.index(f[1])))
-        return Decision(State.FAILED, failure_message(task, code, restarts.get(task, 0)), task)
+        error = seen[task].error if task in seen else ""
+        return Decision(State.FAILED, failure_message(task, code, restarts.get(task, 0), error), task)
     return Decision(restart=tuple(to_restart))

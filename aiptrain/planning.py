@@ -2,8 +2,8 @@
 every container (image, command, env, mounts, network, labels, limits).
 
 `plan()` does no I/O: everything it needs about the host comes in PlanInputs. The
-Docker backend is the only code that turns a plan into containers, and
-`--dry-run` prints the plan instead.
+backends (one Docker engine, or a Docker Swarm) are the only code that turns a plan into
+containers, and `--dry-run` prints the plan instead.
 """
 
 from __future__ import annotations

@@ -102,6 +102,16 @@ class Settings:
     subnet_pool: str = field(default_factory=lambda: os.environ.get("AIPTRAIN_SUBNET_POOL", DEFAULT_SUBNET_POOL))
     # The backend jobs run on unless `--backend` says otherwise.
     backend: str = field(default_factory=_env_backend)
+    # Swarm: directories mounted at the same path on every node (NFS and the like), colon-separated:
+    # a local job dir inside one works on a swarm of several nodes.
+    swarm_shared_dirs: tuple[str, ...] = field(
+        default_factory=lambda: tuple(d for d in os.environ.get("AIPTRAIN_SWARM_SHARED_DIRS", "").split(":") if d)
+    )
+    # Swarm: placement constraints every replica gets, comma-separated (`node.labels.gpu==true`).
+    swarm_constraints: tuple[str, ...] = field(
+        default_factory=lambda: tuple(c.strip() for c in os.environ.get("AIPTRAIN_SWARM_CONSTRAINTS", "").split(",")
+                                      if c.strip())
+    )
     # Processes and threads per replica; 0: no limit.
     replica_pids_limit: int = field(
         default_factory=lambda: _env_int("AIPTRAIN_REPLICA_PIDS_LIMIT", DEFAULT_REPLICA_PIDS_LIMIT)

@@ -560,7 +560,7 @@ class Submitter:
             inputs = plan_inputs(submission, package_dir, package_files, bool(wheels), self._host_gateway(submission))
             launch_plan = plan(job, submission.replicas, inputs)
             self.backend.check_ready(launch_plan)
-            if submission.runtime_image and package_files:
+            if submission.runtime_image and package_files and self.backend.host_dirs_reach_replicas:
                 inputs = dataclasses.replace(inputs, installed=self._install_once(submission, inputs))
                 launch_plan = plan(job, submission.replicas, inputs)
             return launch_plan, inputs

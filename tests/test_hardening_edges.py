@@ -151,6 +151,7 @@ class FailingLaunch:
     """A backend whose launch fails after the submission was staged and planned."""
 
     name = "docker"
+    host_dirs_reach_replicas = True
 
     def warm_up(self):
         pass

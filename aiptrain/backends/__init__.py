@@ -18,7 +18,10 @@ from aiptrain.planning import ContainerSpec, LaunchPlan
 from aiptrain.settings import BACKEND_NAMES, Settings
 
 # name -> (module, class); every class has `from_settings(settings)`.
-_BACKEND_CLASSES = {"docker": ("aiptrain.backends.docker", "DockerBackend")}
+_BACKEND_CLASSES = {
+    "docker": ("aiptrain.backends.docker", "DockerBackend"),
+    "swarm": ("aiptrain.backends.swarm", "SwarmBackend"),
+}
 assert set(_BACKEND_CLASSES) <= set(BACKEND_NAMES)
 
 
@@ -44,6 +47,7 @@ class ReplicaObservation:
     finished_at: datetime | None = None
     container_id: str | None = None
     trial_id: str = ""  # the hyperparameter trial the replica belongs to; "" outside tuning jobs
+    error: str = ""  # why the engine ended a replica that never ran (a swarm task rejected on its node)
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,9 @@ class LogChunk:
 
 class Backend(Protocol):
     name: str  # as --backend and the job store call it
+    # Whether a directory of this host, bind-mounted, is the same directory in every replica
+    # (one engine), so the packages can be installed once for all of them (aiptrain.installs).
+    host_dirs_reach_replicas: bool
 
     def host_address(self) -> str | None:
         """This host's address as seen from inside a replica, if the backend knows it."""

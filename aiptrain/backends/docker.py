@@ -10,6 +10,7 @@ trainer and a stop takes milliseconds instead of the whole grace period.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import re
 import struct
@@ -18,7 +19,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Iterator
+from typing import ClassVar, Iterator
 
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
@@ -137,6 +138,11 @@ def host_gateway(api) -> str | None:
 
 class DockerBackend:
     name = "docker"
+    # Bind mounts of this host's directories reach every replica: packages can be installed
+    # once here (aiptrain.installs) and mounted into all of them.
+    host_dirs_reach_replicas = True
+    network_options: ClassVar[dict] = {"driver": "bridge"}  # how a job's network is created
+    logs_path = "/containers/{0}/logs"  # the engine's log endpoint of one replica
 
     def __init__(self, installation: str | None = None, client=None, subnet_pool: str = DEFAULT_SUBNET_POOL):
         self._installation = installation
@@ -170,17 +176,8 @@ class DockerBackend:
             pass
 
     def check_ready(self, plan: LaunchPlan) -> None:
-        from docker.errors import ImageNotFound
-
         subnet_pool(self._subnet_pool)
-        for image in sorted({c.image for c in plan.containers}):
-            try:
-                self.api.inspect_image(image)
-            except ImageNotFound:
-                raise EnvironmentNotReady(
-                    f"Image [{image}] is not on this Docker engine: build or load it first "
-                    "(runtime images: `aiptrain runtimes build VERSION`)."
-                ) from None
+        self._check_images(plan)
         if any(c.gpus for c in plan.containers):
             runtimes = self.api.info().get("Runtimes", {})
             if "nvidia" not in runtimes:
@@ -189,19 +186,35 @@ class DockerBackend:
                     "NVIDIA Container Toolkit, or submit without accelerators."
                 )
 
+    def _check_images(self, plan: LaunchPlan, where: str = "") -> None:
+        from docker.errors import ImageNotFound
+
+        for image in sorted({c.image for c in plan.containers}):
+            try:
+                self.api.inspect_image(image)
+            except ImageNotFound:
+                raise EnvironmentNotReady(
+                    f"Image [{image}] is not on this Docker engine{where}: build or load it first "
+                    "(runtime images: `aiptrain runtimes build VERSION`)."
+                ) from None
+
     # -- launch --------------------------------------------------------------------------
 
     def launch(self, plan: LaunchPlan) -> None:
-        try:
+        with self._removed_on_failure(plan):
             if plan.network:
                 self._create_network(plan.network)
             network = plan.network.name if plan.network else DEFAULT_NETWORK
-            with ThreadPoolExecutor(max_workers=min(32, len(plan.containers))) as pool:
-                starts = [pool.submit(self._start, spec, plan.environment(spec), network) for spec in plan.containers]
-                for future in starts:
-                    future.result()
+            self._each(lambda spec: self._start(spec, plan.environment(spec), network), plan.containers)
+
+    @contextlib.contextmanager
+    def _removed_on_failure(self, plan: LaunchPlan) -> Iterator[None]:
+        """A launch that fails removes what it created (of its trial only: a failed trial's
+        launch leaves the other trials be) and says why in one line."""
+        try:
+            yield
         except BaseException as exc:
-            self.remove(plan.job_id, plan.trial_id)  # a failed trial's launch leaves the other trials be
+            self.remove(plan.job_id, plan.trial_id)
             if isinstance(exc, AiptrainError | KeyboardInterrupt):
                 raise
             raise _launch_error(exc) from exc
@@ -220,8 +233,8 @@ class DockerBackend:
                 break
             ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))])
             try:
-                self.api.create_network(network.name, driver="bridge", ipam=ipam, labels=network.labels,
-                                        check_duplicate=True)
+                self.api.create_network(network.name, ipam=ipam, labels=network.labels, check_duplicate=True,
+                                        **self.network_options)
                 return
             except APIError as exc:
                 if "overlap" not in engine_error(exc).lower():
@@ -395,8 +408,9 @@ class DockerBackend:
 
     def _remove_network(self, network_id: str) -> None:
         """Remove a job's network once its containers are gone. A busy engine can still list
-        endpoints of containers it has just removed ("has active endpoints"): those are
-        disconnected by force and the removal tried again, for a while."""
+        endpoints of containers it has just removed ("has active endpoints"; a swarm's tasks
+        that are shutting down: "in use"): those are disconnected by force and the removal
+        tried again, for a while."""
         from docker.errors import APIError, NotFound
 
         deadline = time.monotonic() + NETWORK_PATIENCE_SECONDS
@@ -407,7 +421,7 @@ class DockerBackend:
             except NotFound:
                 return
             except APIError as exc:
-                if "active endpoints" not in engine_error(exc):
+                if not any(busy in engine_error(exc) for busy in ("active endpoints", "in use")):
                     raise
                 if time.monotonic() > deadline:
                     raise AiptrainError(
@@ -432,7 +446,8 @@ class DockerBackend:
                 pass  # gone meanwhile, or still being released: the next attempt tells
 
     @staticmethod
-    def _each(action, items: list) -> None:
+    def _each(action, items) -> None:
+        """`action` on every item, 32 at a time; the first failure is raised."""
         if not items:
             return
         with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
@@ -456,35 +471,46 @@ class DockerBackend:
     # -- logs ----------------------------------------------------------------------------
 
     def follow_logs(self, container_id: str, since_ns: int | None = None) -> Iterator[LogChunk]:
-        """Every log line of the container from `since_ns` on, following until it stops.
+        """Every log line of the container from `since_ns` on, following until it stops."""
+        yield from read_log_lines(lambda since, follow: self._log_frames(container_id, since, follow), since_ns)
 
-        The engine's follow can end before it has written the last part of a long line (the
-        engine cuts lines into 16 KB parts), so while a line still lacks its end, plain reads
-        follow, briefly; then a last line without a newline is flushed.
-        """
-        reader = _LogReader(lambda since, follow: self._log_frames(container_id, since, follow), since_ns)
-        yield from reader.read(follow=True)
-        deadline = time.monotonic() + LAST_PART_PATIENCE_SECONDS
-        while reader.awaits_more() and time.monotonic() < deadline:
-            time.sleep(0.1)
-            yield from reader.read(follow=False)
-        yield from reader.flush()
+    def _log_frames(self, replica_id: str, since_ns: int | None, follow: bool) -> Iterator[tuple[int, bytes]]:
+        response = self._open_logs(replica_id, since_ns, follow)
+        try:
+            yield from _frames(response)
+        finally:
+            response.close()
 
-    def _log_frames(self, container_id: str, since_ns: int | None, follow: bool) -> Iterator[tuple[int, bytes]]:
+    def _open_logs(self, replica_id: str, since_ns: int | None, follow: bool):
         """The engine's log messages, stdout and stderr apart: docker-py's logs() merges them, and
         the severity of a line depends on its stream, so the multiplexed frames are read directly."""
         api = self.api
         params = {"follow": int(follow), "stdout": 1, "stderr": 1, "timestamps": 1}
         if since_ns:
             params["since"] = f"{since_ns // 1_000_000_000}.{since_ns % 1_000_000_000:09d}"
-        response = api._get(api._url("/containers/{0}/logs", container_id), params=params, stream=True)
+        response = api._get(api._url(self.logs_path, replica_id), params=params, stream=True)
         api._raise_for_status(response)
         if follow:
             api._disable_socket_timeout(api._get_raw_response_socket(response))  # follow may wait long
-        try:
-            yield from _frames(response)
-        finally:
-            response.close()
+        return response
+
+
+def read_log_lines(frames, since_ns: int | None, read_again: bool = False) -> Iterator[LogChunk]:
+    """A replica's log lines from its engine's messages: `frames(since_ns, follow)` yields
+    (stream id, message) pairs. The follow can end before the engine has written the last part
+    of a long line (the engine cuts lines into 16 KB parts), so while a line still lacks its
+    end, plain reads follow, briefly; then a last line without a newline is flushed.
+    `read_again`: one plain read after the follow in any case, for engines whose follow is
+    ended by the caller rather than by the replica's end (Swarm's service logs)."""
+    reader = _LogReader(frames, since_ns)
+    yield from reader.read(follow=True)
+    if read_again:
+        yield from reader.read(follow=False)
+    deadline = time.monotonic() + LAST_PART_PATIENCE_SECONDS
+    while reader.awaits_more() and time.monotonic() < deadline:
+        time.sleep(0.1)
+        yield from reader.read(follow=False)
+    yield from reader.flush()
 
 
 def _launch_error(exc: BaseException) -> AiptrainError:
