@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUNTIMES ?= 2.11 minimal
 
-.PHONY: install images test test-slow unit chaos bench clean
+.PHONY: install images lint test test-slow test-multinode unit chaos bench clean
 
 install: $(BIN)/aiptrain
 
@@ -23,12 +23,21 @@ images: install
 	scripts/build-base-image.sh bullseye
 	$(BIN)/aiptrain runtimes build $(RUNTIMES)
 
-test: images
-	$(BIN)/pytest -q -m "not slow"
+lint: install
+	$(BIN)/ruff check aiptrain tests benchmarks
+
+test: images lint
+	$(BIN)/pytest -q -m "not slow and not multinode"
 
 # The scale tests (100 concurrent jobs): minutes on a 2-core machine.
 test-slow: images
 	$(BIN)/pytest -q -m slow
+
+# Two Swarm nodes on this machine (root): a second dockerd in its own network namespace joins
+# the host engine's swarm; `down` runs even when the tests fail and removes only what `up` made.
+test-multinode: images
+	scripts/multinode-swarm.sh up && $(BIN)/pytest -q -m multinode; \
+	  status=$$?; scripts/multinode-swarm.sh down; exit $$status
 
 unit: install
 	$(BIN)/pytest -q -m "not docker and not tensorflow"
@@ -38,7 +47,9 @@ CHAOS_RUNS ?= 10
 chaos: images
 	CHAOS_RUNS=$(CHAOS_RUNS) $(BIN)/pytest -q -m chaos tests/test_chaos.py
 
+# The bench extra brings TorchX, the baseline of figures 9 and 10 (they are skipped without it).
 bench: images
+	$(BIN)/pip install --quiet -e '.[bench]'
 	$(BIN)/python benchmarks/run.py
 
 clean:

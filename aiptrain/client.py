@@ -19,13 +19,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from aiptrain import filtering, jobs, logs, runtimes
+from aiptrain import jobs, listing, logs, runtimes
+from aiptrain.backends import Backend, open_backend
 from aiptrain.config import SubmitFlags
 from aiptrain.errors import ValidationError
 from aiptrain.model import Job
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore, duplicate_job
-from aiptrain.submission import Submission, Submitter, prepare
+from aiptrain.submission import Submission, Submitter, dry_run_tfjob, prepare, tfjob_export
+from aiptrain.tfjob import Export
 from aiptrain.validation import validate_labels
 
 SUBMIT_FLAG_NAMES = frozenset(f.name for f in dataclasses.fields(SubmitFlags))
@@ -43,12 +45,13 @@ class Client:
     """One aiptrain installation (AIPTRAIN_HOME, or `home`): its jobs and its engine.
     The store and the engine are opened on first use; `close()` (or `with`) releases them."""
 
-    def __init__(self, home: str | Path | None = None, settings: Settings | None = None, backend=None):
+    def __init__(self, home: str | Path | None = None, settings: Settings | None = None,
+                 backend: Backend | None = None):
         if settings is None:
             settings = Settings(home=Path(home).expanduser().resolve()) if home else Settings()
         self.settings = settings
-        if backend is not None:
-            self.__dict__["backend"] = backend  # a given backend (a fake in tests) replaces the engine's
+        self._given_backend = backend  # a given backend (a fake in tests) runs every job
+        self._backends: dict[str, Backend] = {}
 
     # -- what the client holds ---------------------------------------------------------------
 
@@ -57,14 +60,18 @@ class Client:
         self.settings.ensure_dirs()
         return JobStore(self.settings.store_path)
 
-    @cached_property
-    def backend(self):
-        from aiptrain.backends.docker import DockerBackend
+    def backend_named(self, name: str | None = None) -> Backend:
+        """The backend called `name` (default: the settings'), opened once per client."""
+        if self._given_backend is not None:
+            return self._given_backend
+        name = name or self.settings.backend
+        if name not in self._backends:
+            self._backends[name] = open_backend(self.settings, name)
+        return self._backends[name]
 
-        return DockerBackend.from_settings(self.settings)
-
-    def _backend(self):
-        return self.backend
+    def backend_for(self, job_id: str) -> Backend:
+        """The backend the job was submitted to."""
+        return self.backend_named(self.store.backend_of(job_id))
 
     def close(self) -> None:
         if "store" in self.__dict__:
@@ -92,7 +99,7 @@ class Client:
         if submission.runtime and self.settings.auto_build:
             runtimes.ensure_image(submission.runtime, self.settings.cache_dir,
                                   build_progress or report or (lambda line: None), submission.runtime_given_as)
-        return Submitter(self.settings, self.store, self.backend, report).submit(submission)
+        return Submitter(self.settings, self.store, self.backend_named(submission.backend), report).submit(submission)
 
     def submit_training(
         self,
@@ -116,30 +123,42 @@ class Client:
         )
         return self.submit(self.prepare(submit_flags))
 
+    def dry_run_tfjob(self, submission: Submission) -> Export:
+        """The Kubeflow TFJob of a prepared submission, its packages where submit would stage them."""
+        return dry_run_tfjob(submission, self.settings)
+
+    def export_tfjob(self, job_id: str) -> Export:
+        """A submitted job as a Kubeflow TFJob (`jobs export --format tfjob`); `.tfjob.to_manifest()`
+        is the manifest, `.comment()` and `.warnings` what to tell the person applying it."""
+        job = self.get(job_id)
+        return tfjob_export(job, list(job.training_input.package_uris or []), self.settings)
+
     # -- read ------------------------------------------------------------------------------
 
     def get(self, job_id: str) -> Job:
         """The job, reconciled first if nobody drives it any more; JobNotFound if there is none."""
-        return jobs.get_job(job_id, self.settings, self.store, self._backend)
+        return jobs.get_job(job_id, self.settings, self.store, self.backend_for(job_id))
 
     def list(self, filter: str | None = None, sort_by: str | Iterable[str] | None = None,
              limit: int | None = None) -> list[Job]:
         """Jobs as `jobs list` selects them: gcloud's --filter expression and --sort-by keys
         (`~` for descending; newest first by default), sorted, then filtered, then limited."""
-        expression = filtering.parse(filter) if filter else None
-        keys = filtering.parse_sort_keys(sort_by)
-        jobs.reconcile_all(self.settings, self.store, self._backend)
-        query = filtering.plan_query(expression, keys, limit)
-        found = self.store.query(query)
-        if query.complete:
-            return found
-        pairs = filtering.select([(job.to_resource(), job) for job in found], expression, keys, limit,
-                                 lambda pair: pair[0])
-        return [job for _, job in pairs]
+        found = listing.list_resources(self.settings, self.reconcile, filter, sort_by, limit, table=self.store)
+        return [Job.model_validate(resource) for resource in found]
+
+    def reconcile(self, job_id: str) -> None:
+        """Take over the job if it is active and nobody drives it any more (its submitter or
+        supervisor died): supervise it again, or fail a submission that never launched."""
+        jobs.reconcile(job_id, self.settings, self.store, self.backend_for(job_id))
 
     def job_ids(self, prefix: str = "") -> list[str]:
         """IDs starting with `prefix`, newest first, without reconciling (shell completion)."""
         return self.store.job_ids(prefix)
+
+    def waiting_reason(self, job_id: str) -> str | None:
+        """Why a QUEUED job has not started yet (aiptrain.admission); None when it does not wait."""
+        queued = self.store.queue_position(job_id)
+        return queued[1] if queued else None
 
     def recorded_project(self, job_id: str) -> str | None:
         from aiptrain.submission import recorded_project
@@ -156,7 +175,7 @@ class Client:
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:
         """Block until the job ends (or `timeout` seconds pass); the job as it then is."""
-        return jobs.wait_until_done(job_id, self.settings, self.store, self._backend, timeout)
+        return jobs.wait_until_done(job_id, self.settings, self.store, self.backend_for(job_id), timeout)
 
     def log_batches(self, job_id: str, task_name: str | None = None, poll_seconds: float = 0.2,
                     on_poll: Callable[[Job], None] | None = None) -> Iterator[list[logs.LogRecord]]:
@@ -190,7 +209,7 @@ class Client:
 
     def replicas(self, job_id: str):
         """What the engine says about the job's replicas now (backends.ReplicaObservation)."""
-        return self.backend.observe(job_id)
+        return self.backend_for(job_id).observe(job_id)
 
     def restart_counts(self, job_id: str) -> dict[str, int]:
         """Restarts so far, by task name."""
@@ -198,7 +217,7 @@ class Client:
 
     def cancel(self, job_id: str, timeout: float = 60) -> Job:
         """Cancel the job and wait (up to `timeout`) until it has stopped; a job that ended stays as it is."""
-        return jobs.cancel(job_id, self.settings, self.store, self._backend, timeout)
+        return jobs.cancel(job_id, self.settings, self.store, self.backend_for(job_id), timeout)
 
     # -- labels ----------------------------------------------------------------------------
 

@@ -55,6 +55,7 @@ class SubmitFlags:
     kms_project: str | None = None
     network: str | None = None
     tpu_tf_version: str | None = None
+    backend: str | None = None  # aiptrain's own: docker or swarm (default AIPTRAIN_BACKEND)
     user_args: list[str] = field(default_factory=list)
 
 

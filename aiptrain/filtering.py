@@ -20,6 +20,7 @@ import fnmatch
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any, Callable, Iterable, Sequence, TypeVar, Union
 
 from aiptrain.errors import ValidationError
@@ -30,6 +31,7 @@ STATES = frozenset({"STATE_UNSPECIFIED", "QUEUED", "PREPARING", "RUNNING", "SUCC
                     "CANCELLING", "CANCELLED"})
 # Keys the store keeps in columns of its own, so it can filter and sort on them in SQL.
 COLUMNS = {"jobId": "job_id", "state": "state", "createTime": "create_time"}
+_LABEL_KEY = re.compile(r"labels\.[\w-]+")  # and `labels.KEY`, from the labels column
 
 
 @dataclass(frozen=True)
@@ -202,9 +204,9 @@ def lookup(resource: Any, key: str) -> Any:
     """The value at a dotted key (`a.b[0].c`); through a list without an index, the list of
     its items' values. None when absent."""
     value = resource
-    for part in re.findall(r"[^.\[\]]+|\[\d+\]", key):
-        if part.startswith("["):
-            index = int(part[1:-1])
+    for part in _key_parts(key):
+        if isinstance(part, int):
+            index = part
             value = value[index] if isinstance(value, (list, tuple)) and index < len(value) else None
         elif isinstance(value, (list, tuple)):
             value = [lookup(item, part) for item in value]
@@ -215,6 +217,13 @@ def lookup(resource: Any, key: str) -> Any:
         if value is None:
             return None
     return value
+
+
+@lru_cache(maxsize=256)
+def _key_parts(key: str) -> tuple[str | int, ...]:
+    """`a.b[0].c` -> ("a", "b", 0, "c"), parsed once per key: tables look up thousands of rows."""
+    parts = re.findall(r"[^.\[\]]+|\[\d+\]", key)
+    return tuple(int(part[1:-1]) if part.startswith("[") else part for part in parts)
 
 
 def _scalars(value: Any) -> list:
@@ -342,12 +351,28 @@ def select(items: list[T], expr: Expr | None, keys: Sequence[SortKey], limit: in
 # -- what the store answers in SQL ------------------------------------------------------------
 
 
+def is_label_key(key: str) -> bool:
+    """`labels.KEY`: one label, which the store reads from its labels column."""
+    return _LABEL_KEY.fullmatch(key) is not None
+
+
+def in_columns(key: str) -> bool:
+    """Whether the store can filter and sort on `key` in SQL."""
+    return key in COLUMNS or is_label_key(key)
+
+
+def listed_only(fields: Iterable[str]) -> bool:
+    """Whether these fields are all read from the store's columns (jobId, state, createTime,
+    labels), so the stored resources need not be read."""
+    return all(field in COLUMNS or field == "labels" or is_label_key(field) for field in fields)
+
+
 @dataclass(frozen=True)
 class Condition:
-    """`column OP value` over one of the store's columns. op: IN (value a tuple), PREFIX,
-    CONTAINS_NOCASE (a superset prefilter), or a comparison <, <=, >, >=."""
+    """`key OP value` over a key the store keeps in a column (`in_columns`). op: IN or NOT_IN
+    (value a tuple), PREFIX, CONTAINS_NOCASE (a superset prefilter), or a comparison <, <=, >, >=."""
 
-    column: str
+    key: str
     op: str
     value: Any
 
@@ -368,28 +393,38 @@ def _conjuncts(expr: Expr | None) -> list[Expr]:
     return [expr]
 
 
+def _text_condition(key: str, op: str, values: tuple[str, ...]) -> tuple[Condition | None, bool]:
+    """`=`, `!=` and `:` on a text column (jobId, a label): the condition and whether it is exact."""
+    stars = [v for v in values if "*" in v]
+    if op in ("=", "!=") and not stars:
+        return Condition(key, "IN" if op == "=" else "NOT_IN", values), True
+    if len(values) != 1 or op not in ("=", ":"):
+        return None, False
+    stem = values[0][:-1] if values[0].endswith("*") else values[0]
+    if "*" in stem or not stem or not stem.isascii():  # SQLite's lower() knows only ASCII
+        return None, False
+    if op == "=":
+        return Condition(key, "PREFIX", stem), True  # `=abc*`
+    return Condition(key, "CONTAINS_NOCASE", stem), False  # `:` matches words, in any case
+
+
 def _condition(term: Expr) -> tuple[Condition | None, bool]:
     """The store condition for a term, and whether it is exact (else a superset prefilter)."""
-    if not isinstance(term, Term) or term.key not in COLUMNS:
+    if not isinstance(term, Term) or term.key is None or not in_columns(term.key):
         return None, False
-    column, values = COLUMNS[term.key], term.values
-    if term.key == "state" and term.op in (":", "=") and not any("*" in v for v in values):
+    key, values = term.key, term.values
+    if key == "state" and term.op in (":", "=", "!=") and not any("*" in v for v in values):
         states = tuple(v.upper() if term.op == ":" else v for v in values)
-        exact = term.op == "=" or all(s in STATES for s in states)
-        return (Condition(column, "IN", states), True) if exact else (None, False)
-    if term.key == "jobId" and len(values) == 1 and term.op in (":", "="):
-        value = values[0]
-        stem = value[:-1] if value.endswith("*") else value
-        if "*" in stem or not stem:
-            return None, False
-        if term.op == "=":
-            return (Condition(column, "PREFIX", stem), True) if value.endswith("*") else \
-                (Condition(column, "IN", (stem,)), True)
-        return Condition(column, "CONTAINS_NOCASE", stem), False
-    if term.key == "createTime" and term.op in ("<", "<=", ">", ">=") and len(values) == 1:
-        instant = _instant(values[0])
-        return (Condition(column, term.op, instant), True) if instant else (None, False)
-    return None, False
+        exact = term.op != ":" or all(s in STATES for s in states)
+        return (Condition(key, "NOT_IN" if term.op == "!=" else "IN", states), True) if exact else (None, False)
+    if key == "createTime":
+        if term.op in ("<", "<=", ">", ">=") and len(values) == 1:
+            instant = _instant(values[0])
+            return (Condition(key, term.op, instant), True) if instant else (None, False)
+        return None, False
+    if key == "state":
+        return None, False
+    return _text_condition(key, term.op, values)
 
 
 def plan_query(expr: Expr | None, keys: Sequence[SortKey], limit: int | None) -> Query:
@@ -401,7 +436,7 @@ def plan_query(expr: Expr | None, keys: Sequence[SortKey], limit: int | None) ->
         if condition is not None:
             conditions.append(condition)
         complete = complete and exact
-    sortable = all(k.key in COLUMNS for k in keys)
+    sortable = all(in_columns(k.key) for k in keys)
     complete = complete and sortable
     return Query(
         conditions=tuple(conditions),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import time
 
-from aiptrain.backends import RUNNING
+from aiptrain.backends import Backend, ReplicaStatus
 from aiptrain.errors import JobNotFound
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State
@@ -16,9 +16,9 @@ from aiptrain.store import JobStore
 from aiptrain.validation import JOB_ID_PATTERN
 
 
-def reconcile(job_id: str, settings: Settings, store: JobStore, backend_factory) -> None:
+def reconcile(job_id: str, settings: Settings, store: JobStore, backend: Backend) -> None:
     """If the job is active but nobody drives it, take over: restart supervision for a
-    launched job, or clean up a submission that died before launch."""
+    launched job or one waiting for admission, or clean up a submission that died before launch."""
     job = store.get(job_id)
     if job is None and JOB_ID_PATTERN.fullmatch(job_id) and settings.job_lock_path(job_id).exists():
         remove_if_unowned(settings.job_lock_path(job_id))  # a submit killed before it recorded the job
@@ -32,8 +32,9 @@ def reconcile(job_id: str, settings: Settings, store: JobStore, backend_factory)
         if job is None or job.state.is_terminal:
             lock.remove()  # it ended while we waited for its lock
             return
-        if job.state in (State.QUEUED, State.PREPARING):
-            backend_factory().remove(job_id)
+        waits_for_admission = job.state is State.QUEUED and store.is_enqueued(job_id)
+        if job.state in (State.QUEUED, State.PREPARING) and not waits_for_admission:
+            backend.remove(job_id)
             shutil.rmtree(settings.job_work_dir(job_id), ignore_errors=True)
             message = "The job's submission was interrupted before all replicas started."
             with JobLogWriter(settings.job_log_path(job_id)) as job_log:
@@ -48,11 +49,6 @@ def reconcile(job_id: str, settings: Settings, store: JobStore, backend_factory)
         lock.release()
 
 
-def reconcile_all(settings: Settings, store: JobStore, backend_factory) -> None:
-    for job_id in store.active_job_ids():
-        reconcile(job_id, settings, store, backend_factory)
-
-
 def remove_stale_locks(settings: Settings, store: JobStore) -> int:
     """Remove lock files of jobs that ended or were never recorded (left by a submit killed
     at the wrong moment, or by older versions); return how many went."""
@@ -64,28 +60,32 @@ def remove_stale_locks(settings: Settings, store: JobStore) -> int:
     return removed
 
 
-def get_job(job_id: str, settings: Settings, store: JobStore, backend_factory) -> Job:
-    reconcile(job_id, settings, store, backend_factory)
+def get_job(job_id: str, settings: Settings, store: JobStore, backend: Backend) -> Job:
+    reconcile(job_id, settings, store, backend)
     job = store.get(job_id)
     if job is None:
         raise JobNotFound(job_id)
+    if job.state is State.QUEUED:
+        queued = store.queue_position(job_id)
+        if queued:
+            job.job_position = queued[0]
     return job
 
 
 def wait_until_done(
-    job_id: str, settings: Settings, store: JobStore, backend_factory, timeout: float | None = None
+    job_id: str, settings: Settings, store: JobStore, backend: Backend, timeout: float | None = None
 ) -> Job:
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        job = get_job(job_id, settings, store, backend_factory)
+        job = get_job(job_id, settings, store, backend)
         if job.state.is_terminal or (deadline is not None and time.monotonic() > deadline):
             return job
         time.sleep(0.1)
 
 
-def cancel(job_id: str, settings: Settings, store: JobStore, backend_factory, timeout: float = 60) -> Job:
+def cancel(job_id: str, settings: Settings, store: JobStore, backend: Backend, timeout: float = 60) -> Job:
     """Ask for cancellation and wait (up to `timeout`) until the supervisor has torn down."""
-    job = get_job(job_id, settings, store, backend_factory)
+    job = get_job(job_id, settings, store, backend)
     if job.state.is_terminal:
         return job
     cancelling = store.transition(
@@ -97,7 +97,6 @@ def cancel(job_id: str, settings: Settings, store: JobStore, backend_factory, ti
     if cancelling is not None and cancelling.state is State.CANCELLING:
         # Stopping the replicas here, not only in the supervisor, ends the job a poll sooner:
         # their exits wake the supervisor, which sees the cancel and tears down.
-        backend = backend_factory()
-        running = [o.container_id for o in backend.observe(job_id) if o.status == RUNNING]
+        running = [o.container_id for o in backend.observe(job_id) if o.status == ReplicaStatus.RUNNING]
         backend.stop(running, settings.stop_grace_seconds)
-    return wait_until_done(job_id, settings, store, backend_factory, timeout)
+    return wait_until_done(job_id, settings, store, backend, timeout)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from aiptrain.backends import EXITED, MISSING, RUNNING, ReplicaObservation
+from aiptrain.backends import ReplicaObservation, ReplicaStatus
 from aiptrain.model import State
 
 RETRYABLE_EXIT_CODES = frozenset({130, 137, 143})
@@ -36,7 +36,9 @@ def replica_label(task_name: str) -> str:
     return f"{task_type} {index}"
 
 
-def failure_message(task_name: str, exit_code: int | None, restarts: int = 0) -> str:
+def failure_message(task_name: str, exit_code: int | None, restarts: int = 0, error: str = "") -> str:
+    if exit_code is None and error:
+        return f"The replica {replica_label(task_name)} did not run: {error.rstrip('.')}."
     if exit_code is None:
         return f"The replica {replica_label(task_name)} disappeared: its container was removed."
     message = f"The replica {replica_label(task_name)} exited with a non-zero status of {exit_code}."
@@ -46,7 +48,8 @@ def failure_message(task_name: str, exit_code: int | None, restarts: int = 0) ->
 
 
 def master_succeeded(observations: list[ReplicaObservation]) -> bool:
-    return any(o.task_name == MASTER_TASK and o.status == EXITED and o.exit_code == 0 for o in observations)
+    return any(o.task_name == MASTER_TASK and o.status == ReplicaStatus.EXITED and o.exit_code == 0
+               for o in observations)
 
 
 def awaited_at_end(observations: list[ReplicaObservation], cancel_requested: bool) -> list[ReplicaObservation]:
@@ -56,7 +59,7 @@ def awaited_at_end(observations: list[ReplicaObservation], cancel_requested: boo
     parameter servers are stopped at once; after a cancel nobody is waited for."""
     if cancel_requested or not master_succeeded(observations):
         return []
-    return [o for o in observations if o.task_type == "evaluator" and o.status == RUNNING]
+    return [o for o in observations if o.task_type == "evaluator" and o.status == ReplicaStatus.RUNNING]
 
 
 _EPOCH = datetime.min.replace(tzinfo=timezone.utc)
@@ -79,10 +82,10 @@ def decide(
     to_restart = []
     for task in expected_tasks:
         observed = seen.get(task)
-        if observed is None or observed.status == MISSING:
+        if observed is None or observed.status == ReplicaStatus.MISSING:
             failures.append((_EPOCH, task, None))
             continue
-        if observed.status != EXITED or observed.exit_code == 0:
+        if observed.status != ReplicaStatus.EXITED or observed.exit_code == 0:
             continue
         if observed.exit_code in RETRYABLE_EXIT_CODES and restarts.get(task, 0) < max_restarts:
             to_restart.append(task)
@@ -90,5 +93,6 @@ def decide(
             failures.append((observed.finished_at or _EPOCH, task, observed.exit_code))
     if failures:
         _, task, code = min(failures, key=lambda f: (f[0], expected_tasks.index(f[1])))
-        return Decision(State.FAILED, failure_message(task, code, restarts.get(task, 0)), task)
+        error = seen[task].error if task in seen else ""
+        return Decision(State.FAILED, failure_message(task, code, restarts.get(task, 0), error), task)
     return Decision(restart=tuple(to_restart))

@@ -21,6 +21,13 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 SERVICE = "service"
+# The last line a supervisor writes for each way a job ends, after tearing it down and just
+# before it records the final state.
+CLOSING_LINES = frozenset({"Job completed successfully.", "Job failed.", "Job cancelled."})
+# After a closing line the final state follows within milliseconds: a follower asks this often
+# whether the job ended, for a while, instead of every poll.
+CLOSING_POLL_SECONDS, CLOSING_PATIENCE_SECONDS = 0.01, 1.0
+_CLOSING_MESSAGES = tuple(json.dumps(line).encode() for line in CLOSING_LINES)
 
 # Severity prefixes that Python logging, absl/TensorFlow C++ and glog put on stderr lines.
 _PY_LOGGING = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL)[:\s]")
@@ -231,12 +238,14 @@ def follow_blocks(path: Path, is_done: Callable[[], bool], poll_seconds: float =
     at every IDLE_READ_SECONDS when nothing came, `is_done` asked every `poll_seconds`."""
     handle = None
     pending = b""  # a line still being written
-    done, next_check = False, 0.0
+    done, next_check, interval, quick_until = False, 0.0, poll_seconds, 0.0
     try:
         while True:
-            if not done and time.monotonic() >= next_check:
+            now = time.monotonic()
+            if not done and now >= next_check:
                 done = is_done()  # asked before reading, so a final read always follows "done"
-                next_check = time.monotonic() + poll_seconds
+                interval = CLOSING_POLL_SECONDS if now < quick_until else poll_seconds
+                next_check = time.monotonic() + interval
             if handle is None:
                 handle = _open_for_reading(path)
             data = handle.read(BLOCK_BYTES) if handle else b""
@@ -244,12 +253,14 @@ def follow_blocks(path: Path, is_done: Callable[[], bool], poll_seconds: float =
                 pending += data
                 end = pending.rfind(b"\n") + 1
                 if end:
-                    yield pending[:end]
-                    pending = pending[end:]
+                    block, pending = pending[:end], pending[end:]
+                    if any(message in block for message in _CLOSING_MESSAGES):  # the end is near
+                        quick_until, next_check = time.monotonic() + CLOSING_PATIENCE_SECONDS, 0.0
+                    yield block
                 continue  # there may be more right away
             if done:
                 return
-            time.sleep(min(IDLE_READ_SECONDS, poll_seconds))
+            time.sleep(min(IDLE_READ_SECONDS, interval))
     finally:
         if handle:
             handle.close()

@@ -437,3 +437,4 @@ class Job(Resource):
     state: State | None = None
     error_message: str | None = None
     etag: str | None = None
+    job_position: Int64 | None = None  # a QUEUED job's place in the queue (1: starts next); not stored

@@ -2,8 +2,8 @@
 every container (image, command, env, mounts, network, labels, limits).
 
 `plan()` does no I/O: everything it needs about the host comes in PlanInputs. The
-Docker backend is the only code that turns a plan into containers, and
-`--dry-run` prints the plan instead.
+backends (one Docker engine, or a Docker Swarm) are the only code that turns a plan into
+containers, and `--dry-run` prints the plan instead.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class ClusterConfig:
 @dataclass(frozen=True)
 class LaunchPlan:
     job_id: str
-    network: NetworkSpec
+    network: NetworkSpec | None  # None: one replica, on the engine's default bridge (see own_network)
     containers: tuple[ContainerSpec, ...]
     trial_id: str | None = None  # set when the plan is one trial of a tuning job
     cluster: ClusterConfig | None = None
@@ -273,11 +273,17 @@ def hostname(base: str, replica: Replica) -> str:
     followed by a digest of the whole base: short, the same on every plan, and distinct for
     distinct bases (job IDs of up to 128 characters are valid)."""
     suffix = f"-{replica.task_type}-{replica.index}"
+    return dns_label_within(base, HOSTNAME_MAX - len(suffix)) + suffix
+
+
+def dns_label_within(base: str, room: int) -> str:
+    """`base` in DNS form in at most `room` characters: cut and followed by a digest of the
+    whole base when longer (see hostname)."""
     label = dns_label(base)
-    if len(label) + len(suffix) > HOSTNAME_MAX:
-        keep = HOSTNAME_MAX - len(suffix) - DIGEST_CHARS - 1
+    if len(label) > room:
+        keep = room - DIGEST_CHARS - 1
         label = f"{label[:keep].rstrip('-')}-{_digest(base)}"
-    return label + suffix
+    return label
 
 
 def engine_name(name: str, installation: str) -> str:
@@ -468,6 +474,14 @@ def install_container(image: str, package_dir: str, package_files: tuple[str, ..
     )
 
 
+def own_network(replicas: list[Replica]) -> bool:
+    """Replicas that must find each other get a bridge network of their own. A lone replica
+    resolves only its own hostname, which the engine writes into its /etc/hosts on any network:
+    it joins the engine's default bridge, and its job neither creates nor removes a network
+    (on a small machine that was a third of a BASIC job's start-up and teardown)."""
+    return len(replicas) > 1
+
+
 def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | None = None) -> LaunchPlan:
     """The launch plan of the job, or of one hyperparameter trial of it (its own network,
     names carrying the trial ID, the trial's values and job dir)."""
@@ -477,7 +491,8 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | N
     base = base_name(job_id, trial)
     owner = {LABEL_INSTALLATION: inputs.installation} if inputs.installation else {}
     scope = {LABEL_JOB: job_id, **owner, **({LABEL_TRIAL: trial.trial_id} if trial else {})}
-    network = NetworkSpec(engine_name(f"aiptrain-{base}", inputs.installation), scope, len(replicas))
+    network = NetworkSpec(engine_name(f"aiptrain-{base}", inputs.installation), scope, len(replicas)) \
+        if own_network(replicas) else None
     package_paths = " ".join(f"{PACKAGES_DIR}/{name}" for name in inputs.package_files)
     hostnames = [hostname(base, replica) for replica in replicas]
     totals = _totals(replicas)

@@ -20,6 +20,8 @@ DEFAULT_SUBNET_POOL = "198.18.0.0/15"
 # Processes and threads one replica may have: generous for TensorFlow's thread pools and data
 # loaders, but a fork bomb in a trainer stops there instead of taking the host.
 DEFAULT_REPLICA_PIDS_LIMIT = 4096
+# What runs replicas (`--backend`, AIPTRAIN_BACKEND): one Docker engine, or a Docker Swarm.
+BACKEND_NAMES = ("docker", "swarm")
 
 
 def _env_number(name: str, default, kind):
@@ -38,6 +40,23 @@ def _env_int(name: str, default: int) -> int:
 
 def _env_float(name: str, default: float) -> float:
     return _env_number(name, default, float)
+
+
+def _env_backend() -> str:
+    name = os.environ.get("AIPTRAIN_BACKEND") or BACKEND_NAMES[0]
+    if name not in BACKEND_NAMES:
+        raise ValidationError(f"AIPTRAIN_BACKEND [{name}] is not a backend: set it to one of {', '.join(BACKEND_NAMES)}.")
+    return name
+
+
+def _env_cap(name: str) -> int | None:
+    """A count that may be left unset (None: aiptrain decides); 0 and up."""
+    if not os.environ.get(name):
+        return None
+    value = _env_int(name, 8)  # the default only names an example in the error
+    if value < 0:
+        raise ValidationError(f"{name} [{value}] is negative: set a count of replicas, or 0 for no cap.")
+    return value
 
 
 def _default_home() -> Path:
@@ -81,10 +100,27 @@ class Settings:
     auto_build: bool = field(default_factory=lambda: os.environ.get("AIPTRAIN_AUTO_BUILD", "1") != "0")
     # Where jobs' bridge networks get their subnets (one per job, sized to its replicas).
     subnet_pool: str = field(default_factory=lambda: os.environ.get("AIPTRAIN_SUBNET_POOL", DEFAULT_SUBNET_POOL))
+    # The backend jobs run on unless `--backend` says otherwise.
+    backend: str = field(default_factory=_env_backend)
+    # Swarm: directories mounted at the same path on every node (NFS and the like), colon-separated:
+    # a local job dir inside one works on a swarm of several nodes.
+    swarm_shared_dirs: tuple[str, ...] = field(
+        default_factory=lambda: tuple(d for d in os.environ.get("AIPTRAIN_SWARM_SHARED_DIRS", "").split(":") if d)
+    )
+    # Swarm: placement constraints every replica gets, comma-separated (`node.labels.gpu==true`).
+    swarm_constraints: tuple[str, ...] = field(
+        default_factory=lambda: tuple(c.strip() for c in os.environ.get("AIPTRAIN_SWARM_CONSTRAINTS", "").split(",")
+                                      if c.strip())
+    )
     # Processes and threads per replica; 0: no limit.
     replica_pids_limit: int = field(
         default_factory=lambda: _env_int("AIPTRAIN_REPLICA_PIDS_LIMIT", DEFAULT_REPLICA_PIDS_LIMIT)
     )
+    # Replicas that may run at once before further jobs wait in QUEUED (aiptrain.admission);
+    # unset: derived from the host's cores and free memory; 0: no cap.
+    max_running_replicas: int | None = field(default_factory=lambda: _env_cap("AIPTRAIN_MAX_RUNNING_REPLICAS"))
+    # How often a queued job's supervisor looks whether it may start.
+    admission_poll_seconds: float = 0.5
 
     @property
     def installation_id(self) -> str:

@@ -1,108 +1,48 @@
 """The job store: one SQLite database, the record of every job and its state changes.
 
-Only this module knows the schema. SQLite in WAL mode with a busy timeout lets many
-CLI processes and supervisors read and write at once; state changes are
-compare-and-set inside `BEGIN IMMEDIATE`, so two processes never both move a job
-out of the same state, and a committed change survives a crash of the writer.
+aiptrain.jobtable holds the schema and the untyped reads; this module adds the `Job` API.
+SQLite in WAL mode with a busy timeout lets many CLI processes and supervisors read and
+write at once; state changes are compare-and-set inside `BEGIN IMMEDIATE`, so two processes
+never both move a job out of the same state, and a committed change survives a crash of
+the writer.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from datetime import datetime
-from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
+from aiptrain.admission import Queued, Verdict
 from aiptrain.errors import ValidationError
-from aiptrain.filtering import COLUMNS, Condition, Query
+from aiptrain.jobtable import JobTable, labels_column
 from aiptrain.model import Job, State, TrainingOutput, rfc3339, utc_now
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    job_id      TEXT PRIMARY KEY,
-    state       TEXT NOT NULL,
-    create_time TEXT NOT NULL,
-    resource    TEXT NOT NULL,              -- the Job resource, camelCase JSON
-    restarts    TEXT NOT NULL DEFAULT '{}'  -- task name -> restarts so far
-);
-CREATE TABLE IF NOT EXISTS events (
-    job_id TEXT NOT NULL,
-    time   TEXT NOT NULL,
-    state  TEXT NOT NULL,
-    detail TEXT
-);
-CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id);
-"""
-# Added later: `IF NOT EXISTS` makes them a migration that databases made before them take on open.
-INDEXES = """
-CREATE INDEX IF NOT EXISTS jobs_by_create_time ON jobs (create_time);
-CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, create_time);
-CREATE TABLE IF NOT EXISTS verdicts (
-    job_id  TEXT PRIMARY KEY,
-    verdict TEXT NOT NULL  -- how a supervisor decided the job ends, recorded before it tears down
-);
-"""
-# --sort-by keys and --filter conditions the store answers in SQL (aiptrain.filtering.COLUMNS).
-_SQL_OPERATORS = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
-
-class JobStore:
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._ensure_schema()
-
-    def _ensure_schema(self) -> None:
-        """WAL mode and the tables, set up once per database file. Every CLI process opens the
-        store, many at once: only the first must write, and it does so inside BEGIN IMMEDIATE,
-        which waits for the lock (an autocommit CREATE that reads the schema, then finds another
-        process changed it, fails at once with "database is locked")."""
-        for attempt in range(100):  # WAL is kept in the file: only a new database switches
-            try:
-                if self._db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                    self._db.execute("PRAGMA journal_mode=WAL")
-                break
-            except sqlite3.OperationalError as exc:  # another process is switching it right now
-                if "locked" not in str(exc) or attempt == 99:
-                    raise
-                time.sleep(0.05)
-        tables = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master")}
-        if not {"jobs", "events", "verdicts", "jobs_by_state"} <= tables:
-            with self._transaction():
-                for statement in filter(str.strip, (SCHEMA + INDEXES).split(";")):
-                    self._db.execute(statement)
-
-    def close(self) -> None:
-        self._db.close()
-
-    def _transaction(self):
-        return _Immediate(self._db)
-
+class JobStore(JobTable):
     def _event(self, job_id: str, moment: datetime, state: State, detail: str | None) -> None:
         self._db.execute(
             "INSERT INTO events (job_id, time, state, detail) VALUES (?, ?, ?, ?)",
             (job_id, rfc3339(moment), state.value, detail),
         )
 
-    def create(self, job: Job) -> Job:
-        """Record a new job in QUEUED. A job ID that exists already is a ValidationError."""
+    def create(self, job: Job, backend: str = "docker") -> Job:
+        """Record a new job in QUEUED, run by `backend`. A job ID that exists already is a
+        ValidationError."""
         job = job.model_copy(update={"state": State.QUEUED, "create_time": job.create_time or utc_now()})
         try:
             with self._transaction():
+                resource = job.to_resource()
                 self._db.execute(
-                    "INSERT INTO jobs (job_id, state, create_time, resource) VALUES (?, ?, ?, ?)",
-                    (job.job_id, job.state.value, rfc3339(job.create_time), json.dumps(job.to_resource())),
+                    "INSERT INTO jobs (job_id, state, create_time, resource, labels, backend) VALUES (?, ?, ?, ?, ?, ?)",
+                    (job.job_id, job.state.value, rfc3339(job.create_time), json.dumps(resource),
+                     labels_column(resource), backend),
                 )
                 self._event(job.job_id, job.create_time, State.QUEUED, None)
         except sqlite3.IntegrityError:
             raise duplicate_job(job.job_id) from None
         return job
-
-    def exists(self, job_id: str) -> bool:
-        return self._db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job_id,)).fetchone() is not None
 
     def get(self, job_id: str) -> Job | None:
         row = self._db.execute("SELECT resource FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
@@ -111,32 +51,6 @@ class JobStore:
     def list(self) -> list[Job]:
         rows = self._db.execute("SELECT resource FROM jobs ORDER BY create_time DESC, job_id").fetchall()
         return [Job.model_validate_json(resource) for (resource,) in rows]
-
-    def query(self, query: Query) -> list[Job]:
-        """Jobs meeting the query's conditions, in its order (newest first by default), at most
-        its limit. Column names come from aiptrain.filtering, values are bound parameters."""
-        where, params = [], []
-        for condition in query.conditions:
-            clause, values = _sql_condition(condition)
-            where.append(clause)
-            params += values
-        order = [f"{COLUMNS[key.key]} {'DESC' if key.descending else 'ASC'}" for key in query.order]
-        sql = "SELECT resource FROM jobs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY " + ", ".join([*order, "create_time DESC", "job_id"])  # ties: newest first, as unsorted
-        if query.limit:
-            sql += " LIMIT ?"
-            params.append(query.limit)
-        return [Job.model_validate_json(resource) for (resource,) in self._db.execute(sql, params).fetchall()]
-
-    def job_ids(self, prefix: str = "") -> list[str]:
-        """IDs starting with `prefix` (case-sensitive), newest first."""
-        rows = self._db.execute(
-            "SELECT job_id FROM jobs WHERE substr(job_id, 1, ?) = ? ORDER BY create_time DESC, job_id",
-            (len(prefix), prefix),
-        ).fetchall()
-        return [job_id for (job_id,) in rows]
 
     def update_labels(self, job_id: str, change) -> tuple[Job | None, bool]:
         """Replace the job's labels with `change(labels)` in one compare-and-set; (the job, whether
@@ -150,16 +64,11 @@ class JobStore:
             if labels == (job.labels or {}):
                 return job, False
             job = job.model_copy(update={"labels": labels or None})
+            resource = job.to_resource()
             # Read and written under one write lock: no transition in between can be undone.
-            self._db.execute("UPDATE jobs SET resource = ? WHERE job_id = ?", (json.dumps(job.to_resource()), job_id))
+            self._db.execute("UPDATE jobs SET resource = ?, labels = ? WHERE job_id = ?",
+                             (json.dumps(resource), labels_column(resource), job_id))
         return job, True
-
-    def active_job_ids(self) -> list[str]:
-        terminal = tuple(s.value for s in (State.SUCCEEDED, State.FAILED, State.CANCELLED))
-        rows = self._db.execute(
-            f"SELECT job_id FROM jobs WHERE state NOT IN ({','.join('?' * len(terminal))})", terminal
-        ).fetchall()
-        return [job_id for (job_id,) in rows]
 
     def delete(self, job_id: str) -> None:
         """Forget a job entirely: only for a submission that was rejected before it started."""
@@ -167,13 +76,15 @@ class JobStore:
             self._db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,))
             self._db.execute("DELETE FROM events WHERE job_id = ?", (job_id,))
             self._db.execute("DELETE FROM verdicts WHERE job_id = ?", (job_id,))
+            self._db.execute("DELETE FROM admission WHERE job_id = ?", (job_id,))
 
     def update_resource(self, job: Job) -> None:
         """Replace the stored resource (e.g. packageUris after staging), keeping the state."""
+        resource = job.to_resource()
         with self._transaction():
             self._db.execute(
-                "UPDATE jobs SET resource = json_set(?, '$.state', state) WHERE job_id = ?",
-                (json.dumps(job.to_resource()), job.job_id),
+                "UPDATE jobs SET resource = json_set(?, '$.state', state), labels = ? WHERE job_id = ?",
+                (json.dumps(resource), labels_column(resource), job.job_id),
             )
 
     def set_training_output(self, job_id: str, output: TrainingOutput) -> None:
@@ -208,27 +119,76 @@ class JobStore:
 
         Entering RUNNING sets startTime, a terminal state sets endTime.
         """
-        allowed = {s.value for s in from_states}
         with self._transaction():
-            row = self._db.execute("SELECT state, resource FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-            if row is None or row[0] not in allowed:
-                return None
-            job = Job.model_validate_json(row[1])
-            now = utc_now()
-            update: dict = {"state": to_state}
-            if to_state is State.RUNNING and job.start_time is None:
-                update["start_time"] = now
-            if to_state.is_terminal:
-                update["end_time"] = now
-            if error_message is not None:
-                update["error_message"] = error_message
-            job = job.model_copy(update=update)
-            self._db.execute(
-                "UPDATE jobs SET state = ?, resource = ? WHERE job_id = ?",
-                (to_state.value, json.dumps(job.to_resource()), job_id),
-            )
-            self._event(job_id, now, to_state, detail or error_message)
+            return self._transition(job_id, to_state, from_states, error_message, detail)
+
+    def _transition(self, job_id: str, to_state: State, from_states: Iterable[State],
+                    error_message: str | None = None, detail: str | None = None) -> Job | None:
+        """`transition`, inside the caller's transaction. A job that ends gives back its capacity."""
+        allowed = {s.value for s in from_states}
+        row = self._db.execute("SELECT state, resource FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        if row is None or row[0] not in allowed:
+            return None
+        job = Job.model_validate_json(row[1])
+        now = utc_now()
+        update: dict = {"state": to_state}
+        if to_state is State.RUNNING and job.start_time is None:
+            update["start_time"] = now
+        if to_state.is_terminal:
+            update["end_time"] = now
+            self._db.execute("DELETE FROM admission WHERE job_id = ?", (job_id,))
+        if error_message is not None:
+            update["error_message"] = error_message
+        job = job.model_copy(update=update)
+        self._db.execute(
+            "UPDATE jobs SET state = ?, resource = ? WHERE job_id = ?",
+            (to_state.value, json.dumps(job.to_resource()), job_id),
+        )
+        self._event(job_id, now, to_state, detail or error_message)
         return job
+
+    # -- admission (aiptrain.admission decides; the store keeps the queue) ---------------------
+
+    def admission_queue(self) -> tuple[list[Queued], int]:
+        """(the jobs waiting to start, oldest first; the replicas admitted jobs hold)."""
+        rows = self._db.execute("SELECT job_id, replicas, admitted FROM admission ORDER BY seq").fetchall()
+        return [Queued(job_id, replicas) for job_id, replicas, admitted in rows if not admitted], sum(
+            replicas for _, replicas, admitted in rows if admitted
+        )
+
+    def admission_job_ids(self) -> list[str]:
+        """Jobs holding capacity, then those waiting to start, oldest first."""
+        return [job_id for (job_id,) in self._db.execute("SELECT job_id FROM admission ORDER BY admitted DESC, seq")]
+
+    def is_enqueued(self, job_id: str) -> bool:
+        """Whether the job asked to start (and waits, or was admitted)."""
+        return self._db.execute("SELECT 1 FROM admission WHERE job_id = ?", (job_id,)).fetchone() is not None
+
+    def queue_position(self, job_id: str) -> tuple[int, str | None] | None:
+        """(1 for the next job to start, why it waits) for a job waiting to start; None otherwise."""
+        row = self._db.execute(
+            "SELECT seq, reason FROM admission WHERE job_id = ? AND admitted = 0", (job_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        ahead = self._db.execute("SELECT COUNT(*) FROM admission WHERE admitted = 0 AND seq < ?", (row[0],))
+        return ahead.fetchone()[0] + 1, row[1]
+
+    def request_admission(self, job_id: str, replicas: int, rule: Callable[[list[Queued], int], Verdict]) -> Verdict:
+        """Queue the job (once) and apply `rule(queue, used)` to it, all under the store's write
+        lock, so two jobs never both take the last capacity. Admitted: the job is PREPARING. A job
+        no longer QUEUED (cancelled meanwhile) is not admitted."""
+        with self._transaction():
+            self._db.execute("INSERT OR IGNORE INTO admission (job_id, replicas) VALUES (?, ?)", (job_id, replicas))
+            queue, used = self.admission_queue()
+            verdict = rule(queue, used)
+            if verdict.admitted:
+                if self._transition(job_id, State.PREPARING, [State.QUEUED]) is None:
+                    return Verdict(False, 0, "The job is no longer queued.")
+                self._db.execute("UPDATE admission SET admitted = 1, reason = NULL WHERE job_id = ?", (job_id,))
+            else:
+                self._db.execute("UPDATE admission SET reason = ? WHERE job_id = ?", (verdict.reason, job_id))
+        return verdict
 
     def events(self, job_id: str) -> list[tuple[str, str, str | None]]:
         return self._db.execute(
@@ -248,33 +208,7 @@ class JobStore:
         return counts[task_name]
 
 
-def _sql_condition(condition: Condition) -> tuple[str, list]:
-    column = condition.column
-    if column not in COLUMNS.values():
-        raise ValueError(f"not a job column: {column}")
-    if condition.op == "IN":
-        return f"{column} IN ({','.join('?' * len(condition.value))})", list(condition.value)
-    if condition.op == "PREFIX":
-        return f"substr({column}, 1, ?) = ?", [len(condition.value), condition.value]
-    if condition.op == "CONTAINS_NOCASE":
-        return f"instr(lower({column}), ?) > 0", [condition.value.lower()]
-    return f"{column} {_SQL_OPERATORS[condition.op]} ?", [condition.value]
-
-
 def duplicate_job(job_id: str) -> ValidationError:
     return ValidationError(
         f"Job [{job_id}] already exists: job IDs stay taken after a job ends, so choose a new ID."
     )
-
-
-class _Immediate:
-    """`with` block that runs inside BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error)."""
-
-    def __init__(self, db: sqlite3.Connection):
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self._db.execute("ROLLBACK" if exc_type else "COMMIT")

@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from aiptrain import admission
+from aiptrain.backends import Backend
 from aiptrain.config import SubmitFlags, build_job
-from aiptrain.errors import AiptrainError, ValidationError
+from aiptrain.errors import ValidationError
 from aiptrain.logs import JobLogWriter
-from aiptrain.model import Job, State, TrainingInput
+from aiptrain.model import Job, TrainingInput
 from aiptrain.ownership import JobLock
 from aiptrain.planning import (
     LABEL_INSTALL_FOR,
@@ -40,8 +42,9 @@ from aiptrain.planning import (
 from aiptrain.runtime_catalog import Runtime
 from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings
-from aiptrain.staging import WHEELHOUSE
+from aiptrain.staging import WHEELHOUSE, staging_target
 from aiptrain.store import JobStore, duplicate_job
+from aiptrain.tfjob import Export, build_tfjob, with_note, with_warning
 from aiptrain.storage import check_gcs_uri, gcs_root_for, is_gcs, local_gcs_path, local_path
 from aiptrain.topology import Replica, replicas_for
 from aiptrain.validation import (
@@ -56,6 +59,7 @@ log = logging.getLogger(__name__)
 NOBODY_ID = 65534
 NOBODY = f"{NOBODY_ID}:{NOBODY_ID}"
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
+SERVICE_MIN_WAIT_SECONDS = 1800  # the service refuses a shorter scheduling.maxWaitTime
 
 
 @dataclass
@@ -78,6 +82,7 @@ class Submission:
     runtime: Runtime | None = None  # what --runtime-version (or runtimeVersion) named
     runtime_given_as: str = "--runtime-version"  # where it was named, for messages
     pids_limit: int | None = None  # processes and threads per replica (AIPTRAIN_REPLICA_PIDS_LIMIT)
+    backend: str = "docker"  # what runs the replicas (--backend, AIPTRAIN_BACKEND)
 
     @property
     def remote_job_dir(self) -> bool:
@@ -137,8 +142,16 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
     _check_custom_container(ti)
     if not ti.region:
         ti.region = os.environ.get("CLOUDSDK_COMPUTE_REGION", "us-central1")
+    notices = []
     if ti.scheduling and ti.scheduling.max_running_time:
         parse_duration_seconds(ti.scheduling.max_running_time, "scheduling.maxRunningTime")
+    if ti.scheduling and ti.scheduling.max_wait_time:
+        max_wait = parse_duration_seconds(ti.scheduling.max_wait_time, "scheduling.maxWaitTime")
+        if max_wait < SERVICE_MIN_WAIT_SECONDS:
+            notices.append(
+                f"scheduling.maxWaitTime [{ti.scheduling.max_wait_time}] is below the service's minimum of "
+                f"{SERVICE_MIN_WAIT_SECONDS}s: AI Platform would refuse it; aiptrain applies it as given."
+            )
     replicas = replicas_for(ti)
 
     package_path = validate_package_path(flags.package_path) if flags.package_path else None
@@ -162,7 +175,7 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
 
     staging_bucket = flags.staging_bucket or settings.default_bucket or None
     _check_local_bucket(staging_bucket)
-    gcs_root, notice = _gcs_mode(
+    gcs_root, gcs_notice = _gcs_mode(
         [ti.job_dir, staging_bucket, *remote_packages, *(ti.package_uris or []), *gcs_urls_in(ti.args)], settings
     )
     job_dir_mount = None
@@ -182,11 +195,12 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
         limit_resources=flags.limit_resources,
         installation=settings.installation_id,
         gcs_root=gcs_root,
-        notices=(notice,) if notice else (),
+        notices=tuple(notices) + ((gcs_notice,) if gcs_notice else ()),
         project=flags.project,
         runtime=rt,
         runtime_given_as=runtime_given_as,
         pids_limit=settings.replica_pids_limit,
+        backend=flags.backend or settings.backend,
     )
 
 
@@ -321,12 +335,14 @@ def plan_inputs(
     )
 
 
-def dry_run_plan(submission: Submission) -> LaunchPlan:
-    """The plan submit would launch, built without the bucket, the store or Docker.
-    The sdist is built in a temporary directory to learn its file name and requirements."""
-    files = [p.name for p in submission.local_packages] + [u.rsplit("/", 1)[-1] for u in submission.remote_packages]
-    if not files and not submission.package_path:  # as submit: packageUris from --config when no flag names one
-        files = [u.rsplit("/", 1)[-1] for u in submission.job.training_input.package_uris or []]
+def _dry_run_packages(submission: Submission) -> tuple[list[str], list[str], bool]:
+    """(names of the files submit would stage, gs:// URLs it would pass through, whether a
+    wheelhouse would go with them), learnt without the bucket: the sdist is built in a
+    temporary directory to learn its file name and requirements."""
+    staged = [p.name for p in submission.local_packages]
+    remote = list(submission.remote_packages)
+    if not staged and not remote and not submission.package_path:  # as submit: packageUris from --config
+        remote = list(submission.job.training_input.package_uris or [])
     wheelhouse = False
     if submission.package_path:
         from aiptrain.packaging import build_sdist
@@ -334,8 +350,16 @@ def dry_run_plan(submission: Submission) -> LaunchPlan:
 
         with tempfile.TemporaryDirectory() as tmp:
             sdist = build_sdist(submission.package_path, Path(tmp)).path
-            files.append(sdist.name)
+            staged.append(sdist.name)
             wheelhouse = bool(submission.runtime_image and requirements_for([*submission.local_packages, sdist]))
+    return staged, remote, wheelhouse
+
+
+def dry_run_plan(submission: Submission) -> LaunchPlan:
+    """The plan submit would launch, built without the bucket, the store or Docker."""
+    staged, remote, wheelhouse = _dry_run_packages(submission)
+    sdist = staged[len(submission.local_packages):]
+    files = staged[:len(submission.local_packages)] + [u.rsplit("/", 1)[-1] for u in remote] + sdist
     inputs = plan_inputs(submission, Path("<job work dir>/packages"), files, wheelhouse)
     trial = None
     if submission.job.training_input.hyperparameters:
@@ -345,10 +369,51 @@ def dry_run_plan(submission: Submission) -> LaunchPlan:
     return plan(submission.job, submission.replicas, inputs, trial)
 
 
+# What stands for the digest of a dry run's staged packages: submit computes it when it stages them.
+DIGEST_PLACEHOLDER = "<sha256>"
+
+
+def dry_run_tfjob(submission: Submission, settings: Settings) -> Export:
+    """The TFJob of the job submit would run, its packages where submit would stage them."""
+    staged, remote, _ = _dry_run_packages(submission)
+    ti = submission.job.training_input
+    bucket_url, prefix = staging_target(
+        submission.job.job_id, submission.staging_bucket, ti.job_dir, str(settings.bucket_root)
+    )
+    uris = remote + [f"{bucket_url.rstrip('/')}/{prefix}/{DIGEST_PLACEHOLDER}/{name}" for name in staged]
+    export = tfjob_export(submission.job, uris, settings)
+    if staged and is_gcs(bucket_url):
+        export = with_note(export, f"A dry run: {DIGEST_PLACEHOLDER} in the package URLs is the digest submit gives "
+                                   "them; export the submitted job for a manifest to apply.")
+    return export
+
+
+def tfjob_export(job: Job, package_uris: list[str], settings: Settings) -> Export:
+    """The job as a Kubeflow TFJob (aiptrain.tfjob), with what that needs from this machine:
+    the runtime's image, the restart budget, and whether its gs:// packages are kept here."""
+    ti = job.training_input
+    runtime_image = None
+    if not ti.uses_custom_container:
+        runtime_image = lookup_runtime(ti.runtime_version or settings.default_runtime_version, settings.home,
+                                       "runtimeVersion").image
+    deadline = ti.scheduling.max_running_time if ti.scheduling else None
+    seconds = parse_duration_seconds(deadline, "scheduling.maxRunningTime") if deadline else None
+    export = build_tfjob(job, replicas_for(ti), runtime_image, package_uris, settings.max_restarts, seconds)
+    gcs_uris = [uri for uri in package_uris if is_gcs(uri)]
+    gcs_root = gcs_root_for(settings.gcs_mode, settings.gcs_root)[0] if gcs_uris else None
+    if gcs_root is not None:
+        export = with_warning(export, (
+            f"The gs:// packages of job [{job.job_id}] are kept on this machine (AIPTRAIN_GCS=local), under "
+            f"{gcs_root}: copy them to Cloud Storage (`gsutil cp -r {gcs_root}/BUCKET gs://BUCKET`) before applying."
+        ))
+    return export
+
+
 class Submitter:
     """Carries one submission from validated flags to running replicas."""
 
-    def __init__(self, settings: Settings, store: JobStore, backend, report: Callable[[str], None] | None = None):
+    def __init__(self, settings: Settings, store: JobStore, backend: Backend,
+                 report: Callable[[str], None] | None = None):
         self.settings = settings
         self.store = store
         self.backend = backend
@@ -375,16 +440,20 @@ class Submitter:
         # Connecting to Docker (importing its SDK, negotiating the API) overlaps the packaging.
         warm_up = threading.Thread(target=self.backend.warm_up, daemon=True)
         warm_up.start()
+        standby = None
         try:
-            job = self.store.create(job)
+            job = self.store.create(job, backend=self.backend.name)
             if submission.project:
                 _project_path(self.settings, job.job_id).write_text(submission.project + "\n")
+            from aiptrain.supervisor import Standby
+
+            standby = Standby(job.job_id, lock, self.settings)  # starts up while the job is staged and launched
             with JobLogWriter(self.settings.job_log_path(job.job_id)) as job_log:
                 self._launch(submission, job, job_log)
-            from aiptrain import supervisor
-
-            supervisor.spawn(job.job_id, lock, self.settings)
+            standby.go()
         except BaseException:
+            if standby is not None:
+                standby.abandon()
             lock.remove()  # rejected, or failed at launch: nobody will drive this job
             raise
         finally:
@@ -421,24 +490,22 @@ class Submitter:
             job_log.service(f"Installed the packages once for every replica: {packages}")
         job_log.service("Job creation request has been successfully validated.")
         job_log.service(f"Job {job.job_id} is queued.")
-        self.store.transition(job.job_id, State.PREPARING, [State.QUEUED])
-        job_log.service("Waiting for job to be provisioned.")
-        if job.training_input.hyperparameters:
+        work_dir = self.settings.job_work_dir(job.job_id)
+        tuning = bool(job.training_input.hyperparameters)
+        verdict = admission.request(self.store, job, self.settings.max_running_replicas)
+        if tuning or not verdict.admitted:
+            # What the supervisor plans from: a study's trials, or a job that starts once admitted.
             from aiptrain.tuning import save_plan_inputs
 
-            save_plan_inputs(self.settings.job_work_dir(job.job_id), inputs)
-            self.store.transition(job.job_id, State.RUNNING, [State.PREPARING])
+            save_plan_inputs(work_dir, inputs)
+        if not verdict.admitted:
+            self._step("Queued: the job starts when the machine has room for it")
+            job_log.service(verdict.reason)
             return
-        self._step(f"Starting {len(launch_plan.containers)} replica(s)")
-        try:
-            self.backend.launch(launch_plan)
-        except AiptrainError as exc:
-            job_log.service(str(exc), "ERROR")
-            shutil.rmtree(self.settings.job_work_dir(job.job_id), ignore_errors=True)
-            self.store.transition(job.job_id, State.FAILED, [State.PREPARING, State.CANCELLING], str(exc))
-            raise
-        self.store.transition(job.job_id, State.RUNNING, [State.PREPARING])
-        job_log.service("Waiting for training program to start.")
+        from aiptrain.supervisor import start_job
+
+        start_job(job.job_id, self.store, self.backend, None if tuning else launch_plan, job_log, work_dir,
+                  self._step)
 
     def _stage_and_plan(self, submission: Submission, job: Job) -> tuple[LaunchPlan, PlanInputs]:
         """Package, resolve dependencies, stage, fetch and plan; on any error leave no trace
@@ -493,7 +560,7 @@ class Submitter:
             inputs = plan_inputs(submission, package_dir, package_files, bool(wheels), self._host_gateway(submission))
             launch_plan = plan(job, submission.replicas, inputs)
             self.backend.check_ready(launch_plan)
-            if submission.runtime_image and package_files:
+            if submission.runtime_image and package_files and self.backend.host_dirs_reach_replicas:
                 inputs = dataclasses.replace(inputs, installed=self._install_once(submission, inputs))
                 launch_plan = plan(job, submission.replicas, inputs)
             return launch_plan, inputs

@@ -18,9 +18,11 @@ import time
 import traceback
 from datetime import timedelta
 
-from aiptrain.backends import EXITED, RUNNING, Backend, ReplicaObservation
+from aiptrain import admission
+from aiptrain.backends import Backend, ReplicaObservation, ReplicaStatus, open_backend
+from aiptrain.errors import AiptrainError
 from aiptrain.lifecycle import Decision, awaited_at_end, decide, failure_message, replica_label
-from aiptrain.logs import (SERVICE, JobLogWriter, last_times_by_task, parse_engine_time, record_line,
+from aiptrain.logs import (CLOSING_LINES, SERVICE, JobLogWriter, last_times_by_task, parse_engine_time, record_line,
                            records_of_task, severity_of)
 from aiptrain.model import State, utc_now
 from aiptrain.ownership import JobLock
@@ -33,13 +35,9 @@ ACTIVE = (State.QUEUED, State.PREPARING, State.RUNNING, State.CANCELLING)
 LOG_TAIL_LINES = 20
 TRACEBACK_LINES = 60
 ENGINE_PATIENCE_SECONDS = 30
-SETTLE_CHECKS, SETTLE_SECONDS = 5, 0.05
-# The last line a supervisor writes for each way a job ends, after tearing it down.
-CLOSING_LINES = {
-    "Job completed successfully.": State.SUCCEEDED,
-    "Job failed.": State.FAILED,
-    "Job cancelled.": State.CANCELLED,
-}
+ORPHAN_CHECK_POLLS = 20  # a queued job looks for orphaned jobs ahead of it every this many polls
+# The engine lists a replica as running for 0.1 to 0.3 s after its `die` event (measured on a busy 2-core machine).
+SETTLE_CHECKS, SETTLE_SECONDS = 10, 0.05
 
 
 class LogFollowers:
@@ -61,7 +59,7 @@ class LogFollowers:
             thread = self._threads.get(key)
             if thread and thread.is_alive():
                 continue
-            if obs.status == EXITED and key in self._drained:
+            if obs.status == ReplicaStatus.EXITED and key in self._drained:
                 continue
             thread = threading.Thread(target=self._follow, args=(obs,), daemon=True)
             self._threads[key] = thread
@@ -84,7 +82,7 @@ class LogFollowers:
                 self._batches += 1
         except Exception:  # the container vanished under us: its logs went with it
             pass
-        if obs.status == EXITED:
+        if obs.status == ReplicaStatus.EXITED:
             self._drained.add(key)
 
     def join(self, patience: float, trial_id: str | None = None) -> None:
@@ -122,6 +120,10 @@ class Supervisor:
         if verdict is not None:  # a predecessor decided and died tearing down: finish its ending
             failed_trial = verdict.pop("failed_trial", "")
             return self.finish(Decision(State(verdict.pop("state")), **verdict), self.observe(), failed_trial)
+        if job.state is State.QUEUED and self.store.is_enqueued(self.job_id):
+            ended = self.await_admission()
+            if ended is not None:
+                return ended
         # Docker events wake the loop the moment a replica starts or dies; the poll is the fallback.
         stop = threading.Event()
         watcher = threading.Thread(
@@ -137,11 +139,72 @@ class Supervisor:
         finally:
             stop.set()
 
+    def await_admission(self) -> State | None:
+        """Wait in QUEUED until aiptrain.admission lets the job start, then start it; the job's
+        final state instead when it ends first (cancelled, past maxWaitTime, or its launch failed)."""
+        job = self.store.get(self.job_id)
+        max_wait = scheduling_seconds(job, "max_wait_time")
+        override = self.settings.max_running_replicas
+        queued = self.store.queue_position(self.job_id)
+        said, polls = queued[1] if queued else None, 0  # submit logged the first reason
+        while True:
+            job = self.store.get(self.job_id)
+            if job.state is State.CANCELLING:
+                return self.finish(Decision(State.CANCELLED), [])
+            if job.state is not State.QUEUED:
+                return None
+            if admission.waited_too_long(job.create_time, utc_now(), max_wait):
+                message = (f"Job cancelled: it waited longer than scheduling.maxWaitTime "
+                           f"({job.training_input.scheduling.max_wait_time}) to start. {said or ''}").strip()
+                self.writer.service(message, "WARNING")
+                self.store.transition(self.job_id, State.CANCELLING, [State.QUEUED], error_message=message)
+                continue
+            verdict = admission.peek(self.store, job, override)
+            if verdict is None or verdict.admitted or verdict.reason != said:
+                verdict = admission.request(self.store, job, override)  # decided again under the write lock
+            if verdict.admitted:
+                break
+            if verdict.reason != said:
+                said = verdict.reason
+                self.writer.service(said)
+            polls += 1
+            if polls % ORPHAN_CHECK_POLLS == 0:
+                self.reconcile_others()
+            time.sleep(self.settings.admission_poll_seconds)
+        return self.start_admitted()
+
+    def start_admitted(self) -> State | None:
+        """Launch an admitted job's replicas from the plan inputs its submit left."""
+        from aiptrain.errors import AiptrainError
+        from aiptrain.planning import plan
+        from aiptrain.tuning import load_plan_inputs
+
+        job = self.store.get(self.job_id)
+        work_dir = self.settings.job_work_dir(self.job_id)
+        inputs = load_plan_inputs(work_dir)
+        launch_plan = None if job.training_input.hyperparameters else plan(
+            job, replicas_for(job.training_input), inputs)
+        try:
+            start_job(self.job_id, self.store, self.backend, launch_plan, self.writer, work_dir)
+        except AiptrainError:
+            return State.FAILED
+        return None
+
+    def reconcile_others(self) -> None:
+        """Jobs ahead in the queue or holding capacity whose supervisor died would keep this one
+        waiting: take them over (aiptrain.jobs.reconcile), as any command touching them would."""
+        from aiptrain.jobs import reconcile
+
+        for job_id in self.store.admission_job_ids():
+            if job_id == self.job_id:
+                break
+            reconcile(job_id, self.settings, self.store, lambda: self.backend)
+
     def run_job(self) -> State:
         job = self.store.get(self.job_id)
         expected = [r.task_name for r in replicas_for(job.training_input)]
-        max_running = max_running_seconds(job)
-        settle = Settle()
+        max_running = scheduling_seconds(job, "max_running_time")
+        settle = Settle(SETTLE_CHECKS)  # a replica may have ended before the watcher listened: look soon
         while True:
             job = self.store.get(self.job_id)
             if job.state in (State.QUEUED, State.PREPARING):
@@ -242,7 +305,7 @@ class Supervisor:
         self.backend.remove(self.job_id, trial_id)
 
     def stop_running(self, observations: list[ReplicaObservation]) -> None:
-        running = [o.container_id for o in observations if o.status == RUNNING]
+        running = [o.container_id for o in observations if o.status == ReplicaStatus.RUNNING]
         if running:
             self.backend.stop(running, self.settings.stop_grace_seconds)
 
@@ -258,7 +321,7 @@ class Supervisor:
         deadline, settle = time.monotonic() + grace, Settle()
         while time.monotonic() < deadline:
             self.followers.sync(observations)
-            if not any(o.container_id in container_ids and o.status == RUNNING for o in observations):
+            if not any(o.container_id in container_ids and o.status == ReplicaStatus.RUNNING for o in observations):
                 break
             if self.store.get(self.job_id).state is State.CANCELLING:
                 break
@@ -274,7 +337,10 @@ class Supervisor:
             "state": decision.state.value, "error_message": decision.error_message,
             "failed_task": decision.failed_task, "failed_trial": failed_trial,
         })
-        self.end_group(observations)
+        try:
+            self.end_group(observations)
+        except AiptrainError as exc:  # e.g. a network the engine keeps: the job ended as decided all the same
+            self.writer.service(f"Tearing down left something behind: {exc}", "WARNING")
         error = self.error_message(decision, failed_trial)
         if not self.said_how_it_ended():
             if decision.state is State.SUCCEEDED:
@@ -321,18 +387,42 @@ def restart_key(trial_id: str, task: str) -> str:
     return f"{trial_id}/{task}" if trial_id else task
 
 
-def max_running_seconds(job) -> float | None:
-    scheduling = job.training_input.scheduling
-    if scheduling and scheduling.max_running_time:
-        return parse_duration_seconds(scheduling.max_running_time, "maxRunningTime")
-    return None
+def scheduling_seconds(job, field: str) -> float | None:
+    """scheduling.maxRunningTime or maxWaitTime (`field` in snake_case) in seconds; None when unset."""
+    from pydantic.alias_generators import to_camel
+
+    value = getattr(job.training_input.scheduling, field, None) if job.training_input.scheduling else None
+    return parse_duration_seconds(value, f"scheduling.{to_camel(field)}") if value else None
+
+
+def start_job(job_id: str, store: JobStore, backend: Backend, launch_plan, job_log: JobLogWriter, work_dir,
+              report=lambda step: None) -> None:
+    """From an admitted (PREPARING) job to RUNNING, telling the job's log as the service would:
+    launch its replicas (a study, `launch_plan` None, launches its trials itself). A launch
+    that fails fails the job, and raises."""
+    from aiptrain.errors import AiptrainError
+
+    job_log.service("Waiting for job to be provisioned.")
+    if launch_plan is None:
+        store.transition(job_id, State.RUNNING, [State.PREPARING])
+        return
+    report(f"Starting {len(launch_plan.containers)} replica(s)")
+    try:
+        backend.launch(launch_plan)
+    except AiptrainError as exc:
+        job_log.service(str(exc), "ERROR")
+        shutil.rmtree(work_dir, ignore_errors=True)
+        store.transition(job_id, State.FAILED, [State.PREPARING, State.CANCELLING], str(exc))
+        raise
+    store.transition(job_id, State.RUNNING, [State.PREPARING])
+    job_log.service("Waiting for training program to start.")
 
 
 class Settle:
     """After an engine event, a few quick looks; otherwise the regular poll."""
 
-    def __init__(self):
-        self.left = 0
+    def __init__(self, quick_looks: int = 0):
+        self.left = quick_looks + 1  # the first `after` counts one down
 
     def after(self, event_seen: bool, poll_seconds: float) -> float:
         self.left = SETTLE_CHECKS if event_seen else max(0, self.left - 1)
@@ -348,20 +438,58 @@ def log_tail(lines: list[str]) -> list[str]:
     return lines[-LOG_TAIL_LINES:]
 
 
-def spawn(job_id: str, lock: JobLock, settings: Settings) -> int:
-    """Start a detached supervisor that inherits `lock`; return its PID."""
+def spawn(job_id: str, lock: JobLock, settings: Settings, go_fd: int | None = None) -> int:
+    """Start a detached supervisor that inherits `lock`; return its PID. With `go_fd` (the read
+    end of a pipe) it gets ready, then waits for a word on it before driving the job."""
     settings.logs_dir.mkdir(parents=True, exist_ok=True)
+    waits = () if go_fd is None else (go_fd,)
     with open(settings.supervisor_log_path(job_id), "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "aiptrain.supervisor", job_id, str(lock.fd)],
+            [sys.executable, "-m", "aiptrain.supervisor", job_id, str(lock.fd), *map(str, waits)],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
-            pass_fds=(lock.fd,),
+            pass_fds=(lock.fd, *waits),
             start_new_session=True,  # Ctrl-C in the terminal stops the stream, not the job
             env={**os.environ, "AIPTRAIN_HOME": str(settings.home)},
         )
     return process.pid
+
+
+class Standby:
+    """A supervisor started ahead of the launch, so that its start-up (the interpreter, its
+    imports, its connection to the engine: a few hundred milliseconds on a small machine)
+    overlaps the replicas' start instead of following it. `go()` once the replicas run;
+    `abandon()` when the submission failed. If submit dies first, the supervisor sees the pipe
+    close, exits without touching anything, and so frees the job's lock for the next command."""
+
+    GO = b"go"
+
+    def __init__(self, job_id: str, lock: JobLock, settings: Settings):
+        self._job_id, self._settings = job_id, settings
+        read_end, self._write_end = os.pipe()
+        try:
+            spawn(job_id, lock, settings, read_end)
+        except BaseException:
+            os.close(self._write_end)
+            raise
+        finally:
+            os.close(read_end)
+
+    def go(self) -> None:
+        os.write(self._write_end, self.GO)
+        os.close(self._write_end)
+
+    def abandon(self) -> None:
+        os.close(self._write_end)
+        self._settings.supervisor_log_path(self._job_id).unlink(missing_ok=True)
+
+
+def released(go_fd: int, backend) -> bool:
+    """Wait for submit's word, connected to the engine meanwhile; False if submit failed or died."""
+    backend.warm_up()
+    with os.fdopen(go_fd, "rb") as pipe:
+        return pipe.read(len(Standby.GO)) == Standby.GO
 
 
 def main(argv: list[str]) -> int:
@@ -369,9 +497,10 @@ def main(argv: list[str]) -> int:
     settings = Settings()
     lock = JobLock(lock_fd, settings.job_lock_path(job_id))  # inherited, already held
     store = JobStore(settings.store_path)
-    from aiptrain.backends.docker import DockerBackend
-
-    supervisor = Supervisor(job_id, settings, store, DockerBackend.from_settings(settings))
+    backend = open_backend(settings, store.backend_of(job_id))
+    if len(argv) > 2 and not released(int(argv[2]), backend):
+        return 0  # the job was refused, failed at launch, or its submit died: not ours to drive
+    supervisor = Supervisor(job_id, settings, store, backend)  # opens the job's log: only once released
     try:
         supervisor.run()
         return 0

@@ -89,6 +89,10 @@ def save_plan_inputs(work_dir: Path, inputs: PlanInputs) -> None:
     (work_dir / PLAN_INPUTS_FILE).write_text(json.dumps(inputs_to_dict(inputs)))
 
 
+def load_plan_inputs(work_dir: Path) -> PlanInputs:
+    return inputs_from_dict(json.loads((work_dir / PLAN_INPUTS_FILE).read_text()))
+
+
 def first_trial(spec: HyperparameterSpec, metrics_dir: str) -> Trial:
     """The trial the study starts with: what `--dry-run` shows of a tuning job."""
     from aiptrain.search import Search
@@ -145,7 +149,7 @@ class Study:
         self.replicas = replicas_for(job.training_input)
         self.expected = [r.task_name for r in self.replicas]
         self.work_dir = supervisor.settings.job_work_dir(self.job_id)
-        self.inputs = inputs_from_dict(json.loads((self.work_dir / PLAN_INPUTS_FILE).read_text()))
+        self.inputs = load_plan_inputs(self.work_dir)
         self.search = Search(self.spec, seed=STUDY_SEED)
         self.output = job.training_output or TrainingOutput()
         self.output.is_hyperparameter_tuning_job = True
@@ -189,13 +193,13 @@ class Study:
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> State:
-        from aiptrain.supervisor import Settle, max_running_seconds
+        from aiptrain.supervisor import Settle, scheduling_seconds
 
         settle = Settle()
         self.save()
         while True:
             job = self.store.get(self.job_id)
-            if self.sup.ran_too_long(job, max_running_seconds(job)):
+            if self.sup.ran_too_long(job, scheduling_seconds(job, "max_running_time")):
                 continue
             if job.state is State.CANCELLING:
                 return self.end_study(Decision(State.CANCELLED), State.CANCELLED)

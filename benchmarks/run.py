@@ -36,6 +36,14 @@ IMAGE = "aiptrain/runtime:minimal"
 JOB_LABEL = "aiptrain.job-id"  # the label aiptrain puts on its containers and networks
 BENCH_LABEL = "aiptrain-bench"  # the label this script puts on its baseline containers
 STANDARD_1_REPLICAS = 8  # 1 master + 4 workers + 3 parameter servers
+TORCHX_APP = Path(__file__).resolve().parent / "torchx_app.py"  # the TorchX side of 9 and 10
+TORCHX_LABEL = "torchx.pytorch.org/app-id"  # the label TorchX puts on its containers
+TORCHX_NETWORK = "torchx"  # the one network TorchX's local_docker scheduler shares between apps
+TORCHX_MISSING = "torchx not installed (pip install -e '.[bench]')"
+# Figure 9 pauses after each sample (and its untimed clean-up): the engine goes on cleaning up
+# removed containers for a moment, which slowed whichever sample came next (measured here: a
+# submit right after TorchX's container was removed took up to twice as long to start up).
+ENGINE_SETTLE_SECONDS = 1.0
 SLEEP_SECONDS = "600"  # replicas that must stay up until cancelled
 LOG_REPLICAS = 4  # benchmark 5c's job: a master and 3 workers
 DEFAULT_LINES, DEFAULT_REPLICA_LINES = 20_000, 250_000  # 5a/5b's job, 5c's replicas
@@ -104,9 +112,11 @@ class Row:
     base: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str | None = None
+    skipped: str | None = None  # why the figure was not measured (an optional baseline is missing)
+    unit: str = "s"
 
     def ratio(self) -> float | None:
-        if not self.ours or not self.base:
+        if not self.ours or not self.base or not statistics.median(self.base):
             return None
         return statistics.median(self.ours) / statistics.median(self.base)
 
@@ -115,10 +125,10 @@ class Row:
             if not samples:
                 return None
             return {
-                "median_s": round(statistics.median(samples), 4),
-                "min_s": round(min(samples), 4),
-                "max_s": round(max(samples), 4),
-                "samples_s": [round(s, 4) for s in samples],
+                "median": round(statistics.median(samples), 4),
+                "min": round(min(samples), 4),
+                "max": round(max(samples), 4),
+                "samples": [round(s, 4) for s in samples],
             }
 
         ratio = self.ratio()
@@ -129,8 +139,10 @@ class Row:
             "baseline": {"what": self.base_label, **(summary(self.base) or {})},
             "ratio_median": None if ratio is None else round(ratio, 3),
             "target": self.target,
+            "unit": self.unit,
             "notes": self.notes,
             "error": self.error,
+            "skipped": self.skipped,
         }
 
 
@@ -145,6 +157,9 @@ class Bench:
         self.jobs: list[tuple[str, Path]] = []  # (job ID, AIPTRAIN_HOME) of every job submitted
         self.ended: set[str] = set()  # jobs seen to end (cancelled, or succeeded under --stream-logs)
         self.homes = 0
+        self.torchx_ran = False
+        self.torchx_network_existed = bool(docker("network", "ls", "-q", "--filter", f"name=^{TORCHX_NETWORK}$",
+                                                  check=False).strip())
         self.user = "65534:65534" if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}"
         script = Path(sys.executable).parent / "aiptrain"
         self.aiptrain_cmd = [str(script)] if script.exists() else [sys.executable, "-m", "aiptrain"]
@@ -215,6 +230,28 @@ class Bench:
         self.ended.add(job_id)
         return seconds
 
+    def torchx(self, *args: str, trainer_args: tuple[str, ...] = ()) -> float:
+        """Wall time of the TorchX launch script (benchmarks/torchx_app.py), process start to exit;
+        the containers it leaves (TorchX removes none) are removed afterwards, untimed."""
+        self.torchx_ran = True
+        try:
+            seconds, _ = timed([sys.executable, str(TORCHX_APP), "--workspace", str(self.package.parent),
+                                "--name", self.torchx_name, *args, "--", *trainer_args])
+        finally:
+            self.remove_torchx_apps()
+        return seconds
+
+    @property
+    def torchx_name(self) -> str:
+        return f"bench{self.run_id}"  # TorchX makes each app ID <name>-<random>
+
+    def remove_torchx_apps(self) -> None:
+        template = f'{{{{.Label "{TORCHX_LABEL}"}}}} {{{{.ID}}}}'
+        lines = docker("ps", "-a", "--filter", f"label={TORCHX_LABEL}", "--format", template, check=False).split("\n")
+        ids = [line.split()[1] for line in lines if line.startswith(f"{self.torchx_name}-")]
+        if ids:
+            docker("rm", "-f", *ids, check=False)
+
     def running_replicas(self, job_id: str) -> int:
         out = docker("ps", "-q", "--filter", f"label={JOB_LABEL}={job_id}", "--filter", "status=running")
         return len(out.split())
@@ -250,6 +287,9 @@ class Bench:
         nets = docker("network", "ls", "-q", "--filter", f"label={BENCH_LABEL}={self.run_id}", check=False).split()
         if nets:
             docker("network", "rm", *nets, check=False)
+        self.remove_torchx_apps()
+        if self.torchx_ran and not self.torchx_network_existed:
+            docker("network", "rm", TORCHX_NETWORK, check=False)  # TorchX's network, made by this run
         shutil.rmtree(self.tmp, ignore_errors=True)
         return leftovers
 
@@ -773,6 +813,184 @@ def bench_study(b: Bench) -> list[Row]:
     )
     return [row]
 
+def torchx_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torchx") is not None
+
+
+def bench_torchx(b: Bench) -> list[Row]:
+    warm = Row(
+        "9a", "BASIC submit -> SUCCEEDED vs TorchX (trainer installed before)", "submit --stream-logs, resubmit",
+        "TorchX local_docker: run, follow the log, wait", "<=0.6x",
+    )
+    cold = Row(
+        "9b", "BASIC submit -> SUCCEEDED vs TorchX (first submit: build + install)", "submit --stream-logs, fresh home",
+        "(the same TorchX samples as 9a)",
+    )
+    start = Row(
+        "9c", f"STANDARD_1 submit -> {STANDARD_1_REPLICAS} replicas RUNNING vs TorchX", "submit --scale-tier standard-1, "
+        "resubmit", f"TorchX local_docker: run {STANDARD_1_REPLICAS} replicas (returns once started)",
+    )
+    rows = [warm, cold, start]
+    if not torchx_installed():
+        for row in rows:
+            row.skipped = TORCHX_MISSING
+        return rows
+    home = b.new_home()
+    b.submit(home, b.job_id("torchx_prime"), "--stream-logs")  # builds the sdist and installs it, untimed
+
+    def ours(i: int) -> None:
+        for row, where in ((warm, home), (cold, b.new_home())):
+            seconds, result = b.submit(where, b.job_id("torchx_basic"), "--stream-logs")
+            if b"SUCCEEDED" not in result.stdout:
+                raise BenchError(f"the BASIC job did not succeed: {result.stdout.decode()[-300:]}")
+            row.ours.append(seconds)
+            time.sleep(ENGINE_SETTLE_SECONDS)
+        job_id = b.job_id("torchx_std1")
+        seconds, _ = b.submit(home, job_id, "--scale-tier", "standard-1", trainer_args=("--sleep", SLEEP_SECONDS))
+        start.ours.append(seconds)
+        b.cancel(home, job_id)
+        time.sleep(ENGINE_SETTLE_SECONDS)
+
+    def base(i: int) -> None:
+        warm.base.append(b.torchx("--until", "succeeded"))
+        time.sleep(ENGINE_SETTLE_SECONDS)
+        start.base.append(b.torchx("--until", "running", "--replicas", str(STANDARD_1_REPLICAS),
+                                   trainer_args=("--sleep", SLEEP_SECONDS)))
+        time.sleep(ENGINE_SETTLE_SECONDS)
+
+    interleaved(b.args.repeat, ours, base)
+    cold.base = list(warm.base)
+    warm.notes.append(
+        "9: TorchX 'local_docker' driven through its Python API (benchmarks/torchx_app.py, its own process, so its "
+        "imports count as aiptrain's CLI start-up does), the trainer's source bind-mounted at /workspace "
+        "(specs.BindMount, no image build). TorchX leaves its containers (removed after each run, untimed) and "
+        "keeps no record; aiptrain's time includes removing the job's containers and recording the job. "
+        f"Each sample is followed by an untimed {ENGINE_SETTLE_SECONDS:g} s pause for the engine's clean-up."
+    )
+    cold.notes.append("9b: each aiptrain sample in a fresh AIPTRAIN_HOME: the sdist build and the one install "
+                      "container are counted; TorchX's side has no install step (the source is mounted).")
+    return rows
+
+
+def supervisor_memory_mb(job_id: str) -> tuple[float, float]:
+    """(VmRSS, private memory) of the job's detached supervisor (`python -m aiptrain.supervisor JOB
+    FD`). RSS counts the shared libraries (libpython, libcrypto, pydantic-core), whose pages every
+    supervisor and CLI shares; the private part is what each further running job costs."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"aiptrain.supervisor" in argv and job_id.encode() in argv:
+            rss = int((cmdline.parent / "status").read_text().split("VmRSS:")[1].split()[0])
+            rollup = dict(line.split(":", 1) for line in (cmdline.parent / "smaps_rollup").read_text().splitlines()[1:])
+            private = sum(int(rollup[key].split()[0]) for key in ("Private_Clean", "Private_Dirty"))
+            return rss / 1024, private / 1024
+    raise BenchError(f"no supervisor process found for {job_id}")
+
+
+def bench_memory(b: Bench) -> list[Row]:
+    rows = []
+    for tier, replicas in (("basic", 1), ("standard-1", STANDARD_1_REPLICAS)):
+        name = tier.upper().replace("-", "_")
+        rss = Row(f"10{'ac'[len(rows) // 2]}", f"{name}: supervisor's memory (RSS) while the job runs",
+                  "VmRSS of the job's supervisor", "TorchX local_docker: no process per job", unit="MB")
+        private = Row(f"10{'bd'[len(rows) // 2]}", f"{name}: supervisor's private memory while the job runs",
+                      "Private_Clean + Private_Dirty (smaps_rollup)", "TorchX: none", unit="MB")
+        home = b.new_home()
+        for i in range(b.args.repeat):
+            job_id = b.job_id(f"mem_{tier.replace('-', '')}")
+            b.submit(home, job_id, "--scale-tier", tier, trainer_args=("--sleep", SLEEP_SECONDS))
+            first_user_lines(home / "logs" / f"{job_id}.jsonl", replicas, time.monotonic() + 300)
+            time.sleep(1)  # every log follower attached, the supervisor in its steady loop
+            for row, megabytes in zip((rss, private), supervisor_memory_mb(job_id)):
+                row.ours.append(megabytes)
+                row.base.append(0.0)
+            b.cancel(home, job_id)
+        rss.notes.append("10: each job's supervisor once its replicas print (log followers attached); TorchX's "
+                         "docker scheduler is stateless and keeps nothing running per job (0 MB). RSS includes "
+                         "shared libraries every supervisor shares; private memory is each job's own.")
+        rows += [rss, private]
+    return rows
+
+STORE_JOBS, SMALL_STORE_JOBS = 10_000, 10
+STORE_ACTIVE = 3  # RUNNING jobs among them, whose locks the benchmark holds as their supervisors would
+
+
+def fill_store(home: Path, count: int) -> list[str]:
+    """`count` jobs recorded through the store's own API, one a minute: mostly finished (SUCCEEDED,
+    FAILED with an error message, CANCELLED), labelled by team and run, one in a hundred with a
+    tuning job's trainingOutput, the newest STORE_ACTIVE still RUNNING. Returns the RUNNING ones."""
+    from aiptrain.model import HyperparameterOutput, Job, State, TrainingInput, TrainingOutput
+    from aiptrain.store import JobStore
+
+    store = JobStore(home / "jobs.db")
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    endings = [State.SUCCEEDED] * 6 + [State.FAILED] * 2 + [State.CANCELLED]
+    tuning = TrainingOutput(completed_trial_count=2, is_hyperparameter_tuning_job=True, trials=[
+        HyperparameterOutput(trial_id=str(n), hyperparameters={"lr": str(0.1 / n)}) for n in (1, 2)])
+    active = []
+    for n in range(count):
+        job_id = f"{('census', 'mnist', 'bert')[n % 3]}_{n:05d}"
+        training_input = TrainingInput(
+            scale_tier="BASIC" if n % 4 else "STANDARD_1", region="us-central1", python_module="trainer.task",
+            package_uris=[f"gs://bench/staging/{job_id}/trainer-0.1.tar.gz"], args=["--steps", str(n)],
+            job_dir=f"gs://bench/output/{job_id}", runtime_version="2.11", python_version="3.7")
+        store.create(Job(job_id=job_id, training_input=training_input, create_time=start + dt.timedelta(minutes=n),
+                         labels={"team": ("ml", "vision", "nlp")[n % 3], "run": str(n % 50)}))
+        store.transition(job_id, State.RUNNING, [State.QUEUED])
+        if n >= count - STORE_ACTIVE:
+            active.append(job_id)
+            continue
+        ending = endings[n % len(endings)]
+        failed = "The replica master 0 exited with a non-zero status of 1." if ending is State.FAILED else None
+        store.transition(job_id, ending, [State.RUNNING], error_message=failed)
+        if n % 100 == 0:
+            store.set_training_output(job_id, tuning)
+    store.close()
+    return active
+
+
+def bench_list(b: Bench) -> list[Row]:
+    from aiptrain.ownership import JobLock
+
+    click_label = f"{Path(sys.executable).name} -c 'import click'"
+    every = Row("8a", f"jobs list of {STORE_JOBS:,} jobs", "jobs list (the default table)", click_label, "<=0.3 s")
+    limited = Row("8b", f"jobs list --limit 20 of {STORE_JOBS:,} jobs", "jobs list --limit 20", click_label, "<=2.0x")
+    describe = Row("8c", f"jobs describe among {STORE_JOBS:,} jobs (vs among {SMALL_STORE_JOBS})",
+                   f"jobs describe JOB, store of {STORE_JOBS:,}", f"jobs describe JOB, store of {SMALL_STORE_JOBS}",
+                   "~1.0x")
+    large, small = b.new_home(), b.new_home()
+    progress(f"recording {STORE_JOBS:,} jobs through the store's API")
+    running = [(large, job_id) for job_id in fill_store(large, STORE_JOBS)]
+    running += [(small, job_id) for job_id in fill_store(small, SMALL_STORE_JOBS)]
+    # Held by this process as a supervisor would hold them: `jobs list` leaves driven jobs alone.
+    locks = [JobLock.try_acquire(home / "locks" / f"{job_id}.lock") for home, job_id in running]
+    click_cmd = [sys.executable, "-c", "import click"]
+    described = "census_00003"  # finished, in both stores
+
+    def aiptrain(home: Path, *args: str) -> float:
+        return b.aiptrain(home, *args)[0]
+
+    try:
+        for home in (large, small):  # warm the page cache and the bytecode; not counted
+            aiptrain(home, "jobs", "list"), aiptrain(home, "jobs", "describe", described)
+        timed(click_cmd)
+        interleaved(b.args.repeat, lambda i: every.ours.append(aiptrain(large, "jobs", "list")),
+                    lambda i: every.base.append(timed(click_cmd)[0]))
+        interleaved(b.args.repeat, lambda i: limited.ours.append(aiptrain(large, "jobs", "list", "--limit", "20")),
+                    lambda i: limited.base.append(timed(click_cmd)[0]))
+        interleaved(b.args.repeat, lambda i: describe.ours.append(aiptrain(large, "jobs", "describe", described)),
+                    lambda i: describe.base.append(aiptrain(small, "jobs", "describe", described)))
+    finally:
+        for lock in locks:
+            lock.release()
+    every.notes.append(f"8a's target is absolute: the whole table of {STORE_JOBS:,} jobs in 0.3 s or less; the "
+                       "ratio to `import click` is shown for scale.")
+    return [every, limited, describe]
+
 
 BENCHMARKS = {
     "1": ("CLI start-up", bench_startup),
@@ -784,27 +1002,36 @@ BENCHMARKS = {
     "5d": ("follow latency", bench_follow_latency),
     "6": ("hyperparameter study", bench_study),
     "7": ("submit -> every replica in user code", bench_first_line),
+    "8": ("jobs list and describe over 10,000 stored jobs", bench_list),
+    "9": ("BASIC and STANDARD_1 vs TorchX", bench_torchx),
+    "10": ("supervisor memory per running job", bench_memory),
 }
+WITHOUT_ENGINE = {"1", "8"}  # benchmarks that run no container
 
 
 # -- report ----------------------------------------------------------------------------
 
 
-def fmt(samples: list[float]) -> str:
+def fmt(samples: list[float], unit: str = "s") -> str:
     if not samples:
         return "-"
-    return f"{statistics.median(samples):7.3f} ({min(samples):.3f})"
+    suffix = "" if unit == "s" else f" {unit}"
+    return f"{statistics.median(samples):7.3f} ({min(samples):.3f}){suffix}"
+
+
+def ratio_cell(row: Row) -> str:
+    if row.error:
+        return "ERROR"
+    if row.skipped:
+        return "skipped"
+    ratio = row.ratio()
+    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 def table(rows: list[Row]) -> str:
-    header = ("#", "benchmark", "aiptrain s med (min)", "baseline s med (min)", "ratio", "target")
-    body = []
-    for row in rows:
-        ratio = row.ratio()
-        body.append((
-            row.key, row.title, fmt(row.ours), fmt(row.base),
-            "ERROR" if row.error else ("-" if ratio is None else f"{ratio:.2f}x"), row.target,
-        ))
+    header = ("#", "benchmark", "aiptrain med (min)", "baseline med (min)", "ratio", "target")
+    body = [(row.key, row.title, fmt(row.ours, row.unit), fmt(row.base, row.unit), ratio_cell(row), row.target)
+            for row in rows]
     widths = [max(len(str(r[i])) for r in (header, *body)) for i in range(len(header))]
     lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(r, widths)).rstrip() for r in (header, *body)]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -847,7 +1074,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark(s) {unknown}; choose from {', '.join(BENCHMARKS)}" if unknown
                      else "--repeat and --log-job-runs must be at least 1")
 
-    if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode != 0:
+    needs_engine = not set(selected) <= WITHOUT_ENGINE
+    if needs_engine and subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode != 0:
         print(f"{IMAGE} is not on the Docker engine: run `make images` first.", file=sys.stderr)
         return 3
 
@@ -879,16 +1107,18 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table(rows))
     print()
-    print("ratio = median(aiptrain) / median(baseline); lower is better. Times are wall-clock seconds.")
+    print("ratio = median(aiptrain) / median(baseline); lower is better. Times are wall-clock seconds; MB: memory.")
     print("What was timed (aiptrain | baseline):")
     for row in rows:
-        if not row.error:
+        if not row.error and not row.skipped:
             print(f"  {row.key:3s} {row.ours_label} | {row.base_label}")
     for row in rows:
         for note in row.notes:
             print(f"[{row.key}] {note}")
         if row.error:
             print(f"[{row.key}] ERROR: {row.error}")
+        if row.skipped:
+            print(f"[{row.key}] skipped: {row.skipped}")
     for leftover in leftovers:
         print(f"cleanup: {leftover}")
     print(f"total {info['total_s']}s; load average {info['loadavg_start']} -> {info['loadavg_end']}")

@@ -63,6 +63,9 @@ def home(tmp_path, monkeypatch):
     home = tmp_path / "aiptrain-home"
     monkeypatch.setenv("AIPTRAIN_HOME", str(home))
     monkeypatch.setenv("AIPTRAIN_DEFAULT_RUNTIME", "minimal")
+    # No admission cap: tests run jobs side by side whatever this host's cores and free memory;
+    # tests of admission set their own cap.
+    monkeypatch.setenv("AIPTRAIN_MAX_RUNNING_REPLICAS", "0")
     monkeypatch.delenv("AIPTRAIN_STAGING_BUCKET", raising=False)
     return home
 
@@ -137,3 +140,18 @@ def submit_args(tmp_path, minimal_runtime):
         ]
 
     return build
+
+
+def supervisor_pids(job_id: str) -> list[int]:
+    """PIDs of the supervisors of `job_id` (any home: give jobs unique IDs)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"aiptrain.supervisor" in argv and job_id.encode() in argv:
+            pids.append(int(entry.name))
+    return pids

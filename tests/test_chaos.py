@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, job_resources
+from conftest import REPO, job_resources, supervisor_pids
 
 pytestmark = pytest.mark.chaos
 
@@ -188,20 +188,6 @@ def test_kill_9_of_each_replica_type(tally, home, docker_api, minimal_runtime, t
 
 
 # -- kill -9 of the supervisor and of the CLI -----------------------------------------------------
-
-
-def supervisor_pids(job_id: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"aiptrain.supervisor" in argv and job_id.encode() in argv:
-            pids.append(int(entry.name))
-    return pids
 
 
 def test_kill_9_of_the_supervisor(tally, home, docker_api, minimal_runtime, tmp_path):

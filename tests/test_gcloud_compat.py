@@ -221,6 +221,7 @@ ACCEPTED = {
     "--stream-logs": (["--stream-logs"], lambda p, e: True),  # a dry run has nothing to stream
     "--limit-resources": (["--limit-resources"], lambda p, e: p["containers"][0]["nano_cpus"] is not None),
     "--dry-run": ([], lambda p, e: "containers" in p),
+    "--backend": (["--backend", "docker"], lambda p, e: "containers" in p),  # the same plan on every backend
     # gcloud-wide flags
     "--project": (["--project", "my-project"], lambda p, e: True),  # recorded at submit: see the Docker test
     "--format": (["--format", "json"], lambda p, e: True),  # the plan parsed as YAML is JSON too

@@ -20,7 +20,7 @@ import yaml
 from conftest import REPO, job_resources, require_image
 
 from aiptrain import cache
-from aiptrain.backends import EXITED, RUNNING, ReplicaObservation
+from aiptrain.backends import ReplicaObservation, ReplicaStatus
 from aiptrain.lifecycle import awaited_at_end
 from aiptrain.logs import printable
 from aiptrain.ownership import JobLock, remove_if_unowned
@@ -40,14 +40,14 @@ def obs(task: str, status: str, code: int | None = None) -> ReplicaObservation:
 @pytest.mark.parametrize(
     "observations, cancelling, awaited",
     [
-        ([obs("master-replica-0", EXITED, 0), obs("evaluator-replica-0", RUNNING)], False, ["evaluator-replica-0"]),
-        ([obs("master-replica-0", EXITED, 0), obs("evaluator-replica-0", RUNNING),
-          obs("evaluator-replica-1", EXITED, 0), obs("worker-replica-0", RUNNING), obs("ps-replica-0", RUNNING)],
+        ([obs("master-replica-0", ReplicaStatus.EXITED, 0), obs("evaluator-replica-0", ReplicaStatus.RUNNING)], False, ["evaluator-replica-0"]),
+        ([obs("master-replica-0", ReplicaStatus.EXITED, 0), obs("evaluator-replica-0", ReplicaStatus.RUNNING),
+          obs("evaluator-replica-1", ReplicaStatus.EXITED, 0), obs("worker-replica-0", ReplicaStatus.RUNNING), obs("ps-replica-0", ReplicaStatus.RUNNING)],
          False, ["evaluator-replica-0"]),
-        ([obs("master-replica-0", EXITED, 0), obs("evaluator-replica-0", RUNNING)], True, []),  # cancelled
-        ([obs("master-replica-0", EXITED, 1), obs("evaluator-replica-0", RUNNING)], False, []),  # master failed
-        ([obs("master-replica-0", RUNNING), obs("evaluator-replica-0", RUNNING)], False, []),  # still training
-        ([obs("master-replica-0", EXITED, 0), obs("worker-replica-0", RUNNING)], False, []),  # no evaluator
+        ([obs("master-replica-0", ReplicaStatus.EXITED, 0), obs("evaluator-replica-0", ReplicaStatus.RUNNING)], True, []),  # cancelled
+        ([obs("master-replica-0", ReplicaStatus.EXITED, 1), obs("evaluator-replica-0", ReplicaStatus.RUNNING)], False, []),  # master failed
+        ([obs("master-replica-0", ReplicaStatus.RUNNING), obs("evaluator-replica-0", ReplicaStatus.RUNNING)], False, []),  # still training
+        ([obs("master-replica-0", ReplicaStatus.EXITED, 0), obs("worker-replica-0", ReplicaStatus.RUNNING)], False, []),  # no evaluator
     ],
 )
 def test_only_evaluators_of_a_successful_master_are_awaited(observations, cancelling, awaited):
@@ -149,6 +149,9 @@ def test_a_rejected_submit_leaves_no_lock_file(cli, home, tmp_path):
 
 class FailingLaunch:
     """A backend whose launch fails after the submission was staged and planned."""
+
+    name = "docker"
+    host_dirs_reach_replicas = True
 
     def warm_up(self):
         pass

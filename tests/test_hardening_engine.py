@@ -321,3 +321,36 @@ def test_a_knob_that_is_not_a_number_is_a_usage_error(monkeypatch, tmp_path):
     monkeypatch.setenv("AIPTRAIN_REPLICA_PIDS_LIMIT", "lots")
     with pytest.raises(ValidationError, match=r"AIPTRAIN_REPLICA_PIDS_LIMIT \[lots\] is not a number"):
         Settings(home=tmp_path)
+
+
+class StuckNetworkBackend(StubBackend):
+    """An engine that keeps the job's network (a stale endpoint) after its replicas went."""
+
+    def remove(self, job_id, trial_id=None):
+        from aiptrain.errors import AiptrainError
+
+        super().remove(job_id, trial_id)
+        raise AiptrainError("Docker keeps the job's network 0123456789ab although its replicas are gone.")
+
+
+def test_a_network_the_engine_keeps_does_not_change_how_the_job_ended(tmp_path):
+    from aiptrain.logs import read_records
+    from aiptrain.model import State
+    from aiptrain.settings import Settings
+    from aiptrain.store import JobStore
+    from aiptrain.supervisor import Supervisor
+
+    settings = Settings(home=tmp_path)
+    settings.ensure_dirs()
+    store = JobStore(settings.store_path)
+    store.create(custom_job("kept"))
+    store.transition("kept", State.PREPARING, [State.QUEUED])
+    store.transition("kept", State.RUNNING, [State.PREPARING])
+    store.record_verdict("kept", {"state": "SUCCEEDED", "error_message": None, "failed_task": None, "failed_trial": ""})
+
+    assert Supervisor("kept", settings, store, StuckNetworkBackend()).run() is State.SUCCEEDED
+    assert store.get("kept").state is State.SUCCEEDED
+    lines = [(r.severity, r.message) for r in read_records(settings.job_log_path("kept"))[0]]
+    assert lines[-2:] == [("WARNING", "Tearing down left something behind: Docker keeps the job's network "
+                                      "0123456789ab although its replicas are gone."),
+                          ("INFO", "Job completed successfully.")]

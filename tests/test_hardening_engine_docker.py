@@ -133,7 +133,21 @@ def test_a_128_character_job_id_runs_a_distributed_job(tmp_path, minimal_runtime
     assert job_resources(docker_api, LONG_ID) == []
 
 
+def test_a_lone_replica_resolves_its_own_hostname_on_the_default_bridge(tmp_path, minimal_runtime, docker_api, home):
+    job_dir = tmp_path / "lone"
+    args = container_job(tmp_path, "lone", ["python3", "-c", CLUSTER_CHECK, str(job_dir)], job_dir, "--stream-logs")
+    result = run_cli(home, *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    edges = [line.split("\t")[4] for line in result.stderr.splitlines() if "\tedge " in line]
+    assert len(edges) == 1 and "own=lone-master-0 same=True unresolved=[] tf_matches=True" in edges[0], edges
+    assert job_resources(docker_api, "lone") == []
+
+
 # -- item 2: many jobs at once ------------------------------------------------------------------
+
+
+PAIRS = 4
+TWO_REPLICAS = (*CUSTOM, "--worker-count", "1")
 
 
 @pytest.mark.parametrize("count", [pytest.param(30, id="30-jobs"), pytest.param(100, id="100-jobs", marks=pytest.mark.slow)])
@@ -142,21 +156,24 @@ def test_many_concurrent_jobs_and_a_premium_1_job_fit_on_one_engine(count, tmp_p
     gate.mkdir()
     premium = container_job(tmp_path, "premium", wait_for_go(gate), gate, "--scale-tier", "premium-1",
                             groups=("workerConfig", "parameterServerConfig"))
-    submits = [premium] + [container_job(tmp_path, f"many_{i}", wait_for_go(gate), gate) for i in range(count)]
+    # Jobs of two replicas (a network each, picked concurrently) beside one-replica jobs (none).
+    pairs = [container_job(tmp_path, f"pair_{i}", wait_for_go(gate), gate, *TWO_REPLICAS, groups=("workerConfig",))
+             for i in range(PAIRS)]
+    submits = [premium, *pairs] + [container_job(tmp_path, f"many_{i}", wait_for_go(gate), gate) for i in range(count)]
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda args: run_cli(home, *args, AIPTRAIN_POLL_SECONDS="5"), submits))
     submitted = time.monotonic() - started
-    assert [r.returncode for r in results] == [0] * (count + 1), [r.stderr for r in results if r.returncode][:3]
+    assert [r.returncode for r in results] == [0] * len(submits), [r.stderr for r in results if r.returncode][:3]
 
     networks = docker_api.networks(filters={"label": f"aiptrain.installation={installation_of(home)}"})
     subnets = [ipaddress.ip_network(n["IPAM"]["Config"][0]["Subnet"]) for n in networks]
-    assert len(subnets) == count + 1 and len(set(subnets)) == count + 1
+    assert len(subnets) == PAIRS + 1 and len(set(subnets)) == PAIRS + 1  # one-replica jobs join the default bridge
     assert all(s.subnet_of(ipaddress.ip_network("198.18.0.0/15")) for s in subnets)
     assert sorted(s.prefixlen for s in subnets)[0] == 26  # PREMIUM_1: 31 replicas
 
     (gate / "go").write_text("go")
-    rows = wait_until_all_end(home, count + 1)
+    rows = wait_until_all_end(home, len(submits))
     print(f"\n{count + 1} jobs: submitted in {submitted:.0f}s, all ended {time.monotonic() - started:.0f}s after the first submit")
     assert {row[1] for row in rows} == {"SUCCEEDED"}
     assert home_resources(docker_api, home) == []

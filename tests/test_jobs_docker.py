@@ -71,6 +71,8 @@ def assert_no_trace(cli, home, docker_api, tmp_path, job_id):
     assert not work.exists() or not any(work.iterdir())
     locks = home / "locks"
     assert not locks.exists() or not any(locks.iterdir())
+    logs = home / "logs"  # no job log, no supervisor log (a standby supervisor was abandoned)
+    assert not logs.exists() or not any(logs.iterdir())
 
 
 @pytest.mark.parametrize("job_id", ["1abc", "a-b", "a" * 129, ""])

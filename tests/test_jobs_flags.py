@@ -1,4 +1,4 @@
-"""The README's table of the flags of list, describe, update, cancel and stream-logs: each flag
+"""The README's table of the flags of list, describe, update, cancel, stream-logs and export: each flag
 exists, each row names a test that exists, and the rows not covered elsewhere are tested here
 (on jobs put straight into an isolated store: no Docker)."""
 
@@ -17,20 +17,24 @@ from aiptrain.model import Job, State
 from conftest import REPO
 
 
+COMMANDS = ("list", "describe", "update", "cancel", "stream-logs", "export")
+
+
 def readme_rows() -> list[tuple[str, str, str]]:
     text = (REPO / "README.md").read_text()
-    section = text.split("### Flags of `list`, `describe`, `update`, `cancel` and `stream-logs`")[1].split("###")[0]
+    section = text.split("### Flags of `list`, `describe`, `update`, `cancel`, `stream-logs` and `export`")[1]
+    section = section.split("###")[0]
     rows = []
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 4 and cells[0] in ("list", "describe", "update", "cancel", "stream-logs"):
+        if len(cells) == 4 and cells[0] in COMMANDS:
             rows.append((cells[0], cells[1], cells[3]))
     return rows
 
 
 def test_every_row_names_a_real_flag_and_a_real_test(run):
     rows = readme_rows()
-    assert {command for command, _, _ in rows} == {"list", "describe", "update", "cancel", "stream-logs"}
+    assert {command for command, _, _ in rows} == set(COMMANDS)
     for command, flag, tests in rows:
         name = re.match(r"`(--[a-z-]+)", flag)
         if name and "gcloud-wide" not in flag:

@@ -12,11 +12,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from aiptrain import filtering
+from aiptrain import filtering, listing
 from aiptrain.client import Client
 from aiptrain.errors import JobNotFound, ValidationError
 from aiptrain.model import Job, State
 from aiptrain.ownership import JobLock
+from aiptrain.settings import Settings
 from aiptrain.store import JobStore
 
 RESOURCE = {
@@ -91,25 +92,58 @@ def test_malformed_filters(expression, problem):
 @pytest.mark.parametrize("expression, complete, conditions", [
     ("state:FAILED", True, [("state", "IN", ("FAILED",))]),
     ("state:(running failed)", True, [("state", "IN", ("RUNNING", "FAILED"))]),
-    ("jobId=abc*", True, [("job_id", "PREFIX", "abc")]),
-    ("jobId:abc*", False, [("job_id", "CONTAINS_NOCASE", "abc")]),  # a prefilter: words too
+    ("state!=FAILED", True, [("state", "NOT_IN", ("FAILED",))]),
+    ("state:runn", False, []),  # not a state's name: the words of the value, in Python
+    ("jobId=abc*", True, [("jobId", "PREFIX", "abc")]),
+    ("jobId=(a b)", True, [("jobId", "IN", ("a", "b"))]),
+    ("jobId!=a", True, [("jobId", "NOT_IN", ("a",))]),
+    ("jobId=a*c", False, []),
+    ("jobId:abc*", False, [("jobId", "CONTAINS_NOCASE", "abc")]),  # a prefilter: words too
     ("createTime>2026-01-01T00:00:00Z AND state=RUNNING", True,
-     [("create_time", ">", "2026-01-01T00:00:00Z"), ("state", "IN", ("RUNNING",))]),
+     [("createTime", ">", "2026-01-01T00:00:00Z"), ("state", "IN", ("RUNNING",))]),
+    ("createTime:2026", False, []),
     ("state:FAILED OR jobId=a*", False, []),  # only conjunctions are pushed down
-    ("labels.team=ml AND state:FAILED", False, [("state", "IN", ("FAILED",))]),
+    ("labels.team=ml AND state:FAILED", True, [("labels.team", "IN", ("ml",)), ("state", "IN", ("FAILED",))]),
+    ("labels.team=(ml nlp)", True, [("labels.team", "IN", ("ml", "nlp"))]),
+    ("labels.my-key=m*", True, [("labels.my-key", "PREFIX", "m")]),
+    ("labels.team!=ml", True, [("labels.team", "NOT_IN", ("ml",))]),
+    ("labels.team:ML", False, [("labels.team", "CONTAINS_NOCASE", "ML")]),
+    ("labels.team:é", False, []),  # SQLite's lower() is ASCII-only
+    ("labels.team:*", False, []),
+    ("labels:team", False, []),  # the map itself: in Python
+    ("labels.a.b=x", False, []),
+    ("NOT state:FAILED", False, []),
     ("state:*", False, []),
 ])
 def test_what_the_store_answers(expression, complete, conditions):
     query = filtering.plan_query(filtering.parse(expression), (), 5)
     assert query.complete is complete
-    assert [(c.column, c.op, c.value) for c in query.conditions] == conditions
+    assert [(c.key, c.op, c.value) for c in query.conditions] == conditions
     assert query.limit == (5 if complete else None)
+
+
+@pytest.mark.parametrize("sort_by, in_sql", [
+    ("~createTime,jobId", True), ("state,labels.team", True), ("~labels.n", True),
+    ("labels", False), ("trainingInput.region", False), ("labels.a.b", False),
+])
+def test_what_the_store_sorts(sort_by, in_sql):
+    keys = filtering.parse_sort_keys(sort_by)
+    query = filtering.plan_query(None, keys, 3)
+    assert (query.order, query.complete, query.limit) == ((keys, True, 3) if in_sql else ((), False, None))
+
+
+@pytest.mark.parametrize("fields, listed", [
+    (["jobId", "state", "createTime"], True), (["labels.team", "labels"], True),
+    (["jobId", "trainingInput.region"], False), (["labels.a.b"], False),
+])
+def test_which_fields_the_columns_hold(fields, listed):
+    assert filtering.listed_only(fields) is listed
 
 
 def test_sort_keys():
     assert filtering.parse_sort_keys("~createTime, jobId") == (
         filtering.SortKey("createTime", True), filtering.SortKey("jobId"))
-    assert filtering.plan_query(None, filtering.parse_sort_keys("labels.team"), 3).complete is False
+    assert filtering.plan_query(None, filtering.parse_sort_keys("trainingInput.region"), 3).complete is False
     with pytest.raises(ValidationError, match=r"--sort-by \[~\] is not a field name"):
         filtering.parse_sort_keys("~")
 
@@ -124,8 +158,11 @@ COUNT = 300
 def _fill(store: JobStore) -> list[dict]:
     """COUNT jobs, one an hour, cycling through states and teams; returns their resources."""
     for n in range(COUNT):
+        labels = {"team": ["ml", "vision"][n % 2], "n": str(n)}
+        labels.update({"my-key": f"v{n % 3}"} if n % 5 == 0 else {})
+        labels = None if n % 11 == 0 else labels
         job = Job(job_id=f"{'census' if n % 3 == 0 else 'mnist'}_{n:03d}", create_time=START + timedelta(hours=n),
-                  labels={"team": ["ml", "vision"][n % 2], "n": str(n)})
+                  labels=labels)
         store.create(job)
         state = STATES[n % len(STATES)]
         if state is not State.QUEUED:
@@ -133,13 +170,17 @@ def _fill(store: JobStore) -> list[dict]:
     return [job.to_resource() for job in store.list()]
 
 
+def _hold_running(settings: Settings, resources: list[dict]) -> list[JobLock]:
+    """The RUNNING jobs' locks, as if their supervisors ran (else listing would reconcile them)."""
+    return [JobLock.try_acquire(settings.job_lock_path(r["jobId"])) for r in resources if r["state"] == "RUNNING"]
+
+
 @pytest.fixture
 def filled(home):
-    """A client over the filled store; the RUNNING jobs' locks are held, as if their supervisors ran."""
+    """A client over the filled store; the RUNNING jobs' locks are held."""
     client = Client()
     resources = _fill(client.store)
-    locks = [JobLock.try_acquire(client.settings.job_lock_path(r["jobId"]))
-             for r in resources if r["state"] == "RUNNING"]
+    locks = _hold_running(client.settings, resources)
     yield client, resources
     for lock in locks:
         lock.release()
@@ -163,6 +204,13 @@ def _expected(resources, expression=None, sort_by=None, limit=None):
     ("labels.team=vision AND NOT state:RUNNING", "~labels.n", 4),
     ("census OR labels.n=42", "createTime", None),
     ("state:FAILED", "labels.team,~createTime", 12),
+    ("labels.team=ml", None, 9),
+    ("labels.team!=ml", "~labels.team,jobId", None),
+    ("labels.team=(ml vision) AND state!=RUNNING", "~createTime", 30),
+    ("labels.my-key=v*", "~labels.n,state", 8),
+    ("labels.team:ML AND jobId=census*", "labels.n", None),
+    ("jobId=(mnist_001 census_003 mnist_007)", "labels.n", None),
+    (None, "labels.team,~labels.n", 25),
 ])
 def test_list_matches_the_pure_evaluation(filled, expression, sort_by, limit):
     client, resources = filled
@@ -177,23 +225,66 @@ def test_list_default_order_is_newest_first(filled):
     assert ids == [f"{'census' if n % 3 == 0 else 'mnist'}_{n:03d}" for n in (299, 298, 297)]
 
 
-def test_existing_databases_get_the_indexes(tmp_path):
-    path = tmp_path / "old.db"
+OLD_SCHEMA = """
+CREATE TABLE jobs (job_id TEXT PRIMARY KEY, state TEXT NOT NULL, create_time TEXT NOT NULL,
+                   resource TEXT NOT NULL, restarts TEXT NOT NULL DEFAULT '{}');
+CREATE TABLE events (job_id TEXT NOT NULL, time TEXT NOT NULL, state TEXT NOT NULL, detail TEXT);
+"""
+
+
+def _old_database(path, resources: list[dict]) -> None:
+    """A store as the first releases wrote it: no indexes, no verdicts, no labels column."""
     db = sqlite3.connect(path)
-    db.executescript("CREATE TABLE jobs (job_id TEXT PRIMARY KEY, state TEXT NOT NULL, create_time TEXT NOT NULL,"
-                     " resource TEXT NOT NULL, restarts TEXT NOT NULL DEFAULT '{}');")
-    db.execute("INSERT INTO jobs VALUES ('old', 'SUCCEEDED', '2025-01-01T00:00:00Z', "
-               "'{\"jobId\": \"old\", \"state\": \"SUCCEEDED\", \"createTime\": \"2025-01-01T00:00:00Z\"}', '{}')")
+    db.executescript(OLD_SCHEMA)
+    db.executemany("INSERT INTO jobs VALUES (?, ?, ?, ?, '{}')",
+                   [(r["jobId"], r["state"], r["createTime"], json.dumps(r)) for r in resources])
     db.commit()
     db.close()
+
+
+def test_existing_databases_get_the_indexes_and_columns(tmp_path):
+    path = tmp_path / "old.db"
+    _old_database(path, [
+        {"jobId": "old", "state": "SUCCEEDED", "createTime": "2025-01-01T00:00:00Z", "labels": {"team": "ml"}},
+        {"jobId": "older", "state": "FAILED", "createTime": "2024-01-01T00:00:00Z"},
+    ])
     store = JobStore(path)
     indexes = {row[0] for row in store._db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert {"jobs_by_create_time", "jobs_by_state"} <= indexes
-    assert [job.job_id for job in store.query(filtering.plan_query(filtering.parse("state:SUCCEEDED"), (), None))] == ["old"]
+    labels = {job_id: text and json.loads(text) for job_id, text in store._db.execute("SELECT job_id, labels FROM jobs")}
+    assert labels == {"old": {"team": "ml"}, "older": None}
+    by_state = filtering.plan_query(filtering.parse("state:SUCCEEDED"), (), None)
+    assert [r["jobId"] for r in store.resources(by_state)] == ["old"]
+    by_label = filtering.plan_query(filtering.parse("labels.team=ml"), (), None)
+    assert store.resources(by_label, ["jobId", "state", "createTime", "labels.team"]) == [
+        {"jobId": "old", "state": "SUCCEEDED", "createTime": "2025-01-01T00:00:00Z", "labels": {"team": "ml"}}]
     plan = " ".join(str(row) for row in store._db.execute(
         "EXPLAIN QUERY PLAN SELECT resource FROM jobs WHERE state IN ('FAILED') ORDER BY create_time DESC"))
     assert "jobs_by_state" in plan
+    store.update_labels("older", lambda labels: {"team": "nlp"})  # the column follows the resource
+    assert [r["jobId"] for r in store.resources(filtering.plan_query(filtering.parse("labels.team:nlp"), (), None))] \
+        == ["older"]
     store.close()
+
+
+def test_an_old_store_lists_as_a_new_one(tmp_path, monkeypatch, run):
+    """The same jobs in a store written before the labels column and in a new one print the same."""
+    old_home, new_home = tmp_path / "old", tmp_path / "new"
+    new_store = JobStore(new_home / "jobs.db")
+    resources = _fill(new_store)
+    new_store.close()
+    old_home.mkdir()
+    _old_database(old_home / "jobs.db", resources)
+    locks = [lock for home in (old_home, new_home) for lock in _hold_running(Settings(home=home), resources)]
+    for argv in (["jobs", "list"], ["jobs", "list", "--filter", "labels.team=ml", "--sort-by", "~labels.n"],
+                 ["jobs", "list", "--limit", "5", "--format", "value(jobId,labels)"]):
+        outputs = []
+        for home in (old_home, new_home):
+            monkeypatch.setenv("AIPTRAIN_HOME", str(home))
+            outputs.append(run(*argv))
+        assert outputs[0] == outputs[1] and outputs[0][0] == 0 and outputs[0][1]
+    for lock in locks:
+        lock.release()
 
 
 # --- the CLI ------------------------------------------------------------------------------------
@@ -298,3 +389,43 @@ def test_update_labels_api_is_compare_and_set(labelled):
     assert labelled.update_labels("lab", update={"c": "3"}).changed is False
     with pytest.raises(JobNotFound):
         labelled.update_labels("nope", clear=True)
+
+
+LISTS_WITHOUT_THE_MODEL = """
+import sys
+from aiptrain.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exit_:
+    assert exit_.code == 0, exit_.code
+heavy = sorted(m for m in ("pydantic", "aiptrain.model", "aiptrain.client", "docker", "yaml") if m in sys.modules)
+print("imported:", heavy, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["jobs", "list", "--limit", "20"],
+    ["jobs", "list", "--filter", "labels.team=ml AND state!=RUNNING", "--sort-by", "~labels.n"],
+    ["jobs", "list", "--format", "value(jobId,labels.team)"],
+])
+def test_a_table_of_jobs_needs_neither_pydantic_nor_the_engine(filled, argv):
+    """The start-up cost of `jobs list` stays near click's: a fresh process imports no heavy module."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", LISTS_WITHOUT_THE_MODEL, *argv], capture_output=True, text=True)
+    assert result.stdout and result.stderr.splitlines()[-1] == "imported: []", result.stderr
+
+
+def test_listing_reconciles_only_the_active_jobs_nobody_drives(home):
+    client = Client()
+    resources = _fill(client.store)
+    running = [r["jobId"] for r in resources if r["state"] == "RUNNING"]
+    locks = _hold_running(client.settings, resources)
+    locks[0].release()  # its supervisor died
+    reconciled = []
+    found = listing.list_resources(client.settings, reconciled.append, "state:RUNNING", limit=3, fields=["jobId"])
+    assert reconciled == [running[0]] and len(found) == 3
+    for lock in locks[1:]:
+        lock.release()
+    client.close()

@@ -4,7 +4,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from aiptrain.backends import EXITED, RUNNING, ReplicaObservation
+from aiptrain.backends import ReplicaObservation, ReplicaStatus
 from aiptrain.lifecycle import Decision, decide
 from aiptrain.model import State
 
@@ -12,7 +12,7 @@ TASKS = ["master-replica-0", "worker-replica-0", "worker-replica-1", "ps-replica
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-def obs(task, status=RUNNING, code=None, at=0):
+def obs(task, status=ReplicaStatus.RUNNING, code=None, at=0):
     kind, _, index = task.partition("-replica-")
     return ReplicaObservation(task, kind, int(index), status, code, T0 + timedelta(seconds=at) if code else None, task)
 
@@ -24,29 +24,29 @@ def running(*overrides):
 
 CASES = [
     ("all running", running(), {}, False, Decision()),
-    ("master succeeded", running(obs("master-replica-0", EXITED, 0)), {}, False, Decision(State.SUCCEEDED)),
-    ("worker finished first", running(obs("worker-replica-0", EXITED, 0)), {}, False, Decision()),
+    ("master succeeded", running(obs("master-replica-0", ReplicaStatus.EXITED, 0)), {}, False, Decision(State.SUCCEEDED)),
+    ("worker finished first", running(obs("worker-replica-0", ReplicaStatus.EXITED, 0)), {}, False, Decision()),
     (
         "worker failed",
-        running(obs("worker-replica-1", EXITED, 1)),
+        running(obs("worker-replica-1", ReplicaStatus.EXITED, 1)),
         {},
         False,
         Decision(State.FAILED, "The replica worker 1 exited with a non-zero status of 1.", "worker-replica-1"),
     ),
     (
         "master failed",
-        running(obs("master-replica-0", EXITED, 3)),
+        running(obs("master-replica-0", ReplicaStatus.EXITED, 3)),
         {},
         False,
         Decision(State.FAILED, "The replica master 0 exited with a non-zero status of 3.", "master-replica-0"),
     ),
-    ("worker killed: restart", running(obs("worker-replica-0", EXITED, 137)), {}, False,
+    ("worker killed: restart", running(obs("worker-replica-0", ReplicaStatus.EXITED, 137)), {}, False,
      Decision(restart=("worker-replica-0",))),
-    ("ps terminated: restart", running(obs("ps-replica-0", EXITED, 143)), {"ps-replica-0": 4}, False,
+    ("ps terminated: restart", running(obs("ps-replica-0", ReplicaStatus.EXITED, 143)), {"ps-replica-0": 4}, False,
      Decision(restart=("ps-replica-0",))),
     (
         "restart budget spent",
-        running(obs("worker-replica-0", EXITED, 137)),
+        running(obs("worker-replica-0", ReplicaStatus.EXITED, 137)),
         {"worker-replica-0": 5},
         False,
         Decision(
@@ -55,11 +55,11 @@ CASES = [
             "worker-replica-0",
         ),
     ),
-    ("cancel beats exit codes", running(obs("master-replica-0", EXITED, 1)), {}, True, Decision(State.CANCELLED)),
-    ("cancel beats success", running(obs("master-replica-0", EXITED, 0)), {}, True, Decision(State.CANCELLED)),
+    ("cancel beats exit codes", running(obs("master-replica-0", ReplicaStatus.EXITED, 1)), {}, True, Decision(State.CANCELLED)),
+    ("cancel beats success", running(obs("master-replica-0", ReplicaStatus.EXITED, 0)), {}, True, Decision(State.CANCELLED)),
     (
         "earliest failure is reported",
-        running(obs("worker-replica-1", EXITED, 2, at=1), obs("ps-replica-0", EXITED, 1, at=0)),
+        running(obs("worker-replica-1", ReplicaStatus.EXITED, 2, at=1), obs("ps-replica-0", ReplicaStatus.EXITED, 1, at=0)),
         {},
         False,
         Decision(State.FAILED, "The replica ps 0 exited with a non-zero status of 1.", "ps-replica-0"),

@@ -7,10 +7,10 @@ from dataclasses import asdict
 
 import pytest
 
-from aiptrain.backends import EXITED, LogChunk, ReplicaObservation
-
-from aiptrain.logs import (JobLogWriter, LogRecord, follow, follow_blocks, format_lines, format_record,
-                           last_times_by_task, read_records, record_line, records_of, records_of_task, severity_of)
+from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
+from aiptrain.logs import (CLOSING_POLL_SECONDS, JobLogWriter, LogRecord, follow, follow_blocks, format_lines,
+                           format_record, last_times_by_task, read_records, record_line, records_of, records_of_task,
+                           severity_of)
 from aiptrain.supervisor import LogFollowers
 
 
@@ -163,7 +163,7 @@ class SlowEngine:
 def test_the_drain_waits_while_lines_keep_coming(tmp_path):
     path = tmp_path / "job.jsonl"
     followers = LogFollowers(SlowEngine(batches=12, pause=0.05), JobLogWriter(path), {})
-    followers.sync([ReplicaObservation("master-replica-0", "master", 0, EXITED, container_id="c")])
+    followers.sync([ReplicaObservation("master-replica-0", "master", 0, ReplicaStatus.EXITED, container_id="c")])
     followers.join(patience=0.2)  # shorter than the whole copy, longer than any pause
     records = read_records(path)[0]
     assert [r.message for r in records] == [f"line {i} ✓" for i in range(12)]
@@ -172,5 +172,15 @@ def test_the_drain_waits_while_lines_keep_coming(tmp_path):
 
 def test_the_drain_gives_up_on_a_stream_that_stalls(tmp_path):
     followers = LogFollowers(SlowEngine(batches=1, pause=3600), JobLogWriter(tmp_path / "job.jsonl"), {})
-    followers.sync([ReplicaObservation("master-replica-0", "master", 0, EXITED, container_id="c")])
+    followers.sync([ReplicaObservation("master-replica-0", "master", 0, ReplicaStatus.EXITED, container_id="c")])
     followers.join(patience=0.1)  # returns: nothing came
+
+
+def test_after_a_closing_line_follow_asks_about_the_job_soon_rather_than_at_its_poll(tmp_path, monkeypatch):
+    path = tmp_path / "job.jsonl"
+    JobLogWriter(path).service("Job completed successfully.")
+    sleeps: list[float] = []
+    monkeypatch.setattr("aiptrain.logs.time.sleep", sleeps.append)
+    answers = iter([False, False, False, True])  # the final state lands a few looks after the line
+    list(follow(path, lambda: next(answers), poll_seconds=5))
+    assert sleeps and set(sleeps) == {CLOSING_POLL_SECONDS}

@@ -32,7 +32,7 @@ def test_basic_plan_is_one_whole_value():
     job_dict = job.training_input.model_dump(mode="json", exclude_none=True)
     assert launch == LaunchPlan(
         job_id="my_job",
-        network=NetworkSpec(name="aiptrain-my_job", labels={"aiptrain.job-id": "my_job"}, addresses=1),
+        network=None,  # one replica: the engine's default bridge
         containers=(
             ContainerSpec(
                 name="my_job-master-0",
@@ -108,6 +108,14 @@ def test_standard_1_cluster_and_tasks():
         assert config["environment"] == "cloud"
     assert configs["worker-replica-2"]["task"] == {"type": "worker", "index": 2}
     assert configs["ps-replica-1"]["task"] == {"type": "ps", "index": 1}
+
+
+def test_replicas_that_must_find_each_other_get_a_network_of_their_own():
+    job = make_job(scale_tier=ScaleTier.STANDARD_1)
+    network = plan(job, replicas_for(job.training_input), INPUTS).network
+    assert network == NetworkSpec(name="aiptrain-my_job", labels={"aiptrain.job-id": "my_job"}, addresses=8)
+    basic = make_job()
+    assert plan(basic, replicas_for(basic.training_input), INPUTS).network is None
 
 
 def test_evaluators_are_not_in_the_tf_config_cluster_but_are_in_cluster_spec():

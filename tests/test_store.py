@@ -82,3 +82,22 @@ def test_many_processes_opening_a_new_store_at_once_all_get_it(tmp_path):
         for round_ in range(3):
             path = tmp_path / f"home-{round_}" / "jobs.db"
             assert pool.map(_open_and_create, [(path, i) for i in range(8)]) == ["ok"] * 8
+
+
+def test_the_table_names_every_active_state():
+    from aiptrain.jobtable import ACTIVE
+    from aiptrain.model import TERMINAL_STATES
+
+    assert {State(name) for name in ACTIVE} == set(State) - TERMINAL_STATES
+
+
+def test_active_jobs_are_found_through_the_state_index(tmp_path):
+    store = JobStore(tmp_path / "jobs.db")
+    for job_id, state in (("a", State.RUNNING), ("b", State.SUCCEEDED), ("c", State.CANCELLING)):
+        store.create(Job(job_id=job_id))
+        store.transition(job_id, state, [State.QUEUED])
+    store.create(Job(job_id="d"))
+    assert sorted(store.active_job_ids()) == ["a", "c", "d"]
+    plan = " ".join(str(row) for row in store._db.execute(
+        "EXPLAIN QUERY PLAN SELECT job_id FROM jobs WHERE state IN ('QUEUED', 'RUNNING')"))
+    assert "jobs_by_state" in plan

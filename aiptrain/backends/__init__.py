@@ -1,19 +1,38 @@
 """Backends turn a LaunchPlan into running replicas and report on them.
 
-The supervisor and the CLI talk to this small interface only; `docker` is the one
-backend today (one engine), and a Swarm or process backend fits the same shape.
+The supervisor, the job verbs and the CLI see this small interface only, and get a backend
+from `open_backend`, which imports the named one on first use: `docker` (one engine) and
+`swarm` (a Docker Swarm cluster) run the same LaunchPlan. A job records which backend runs it.
 """
 
 from __future__ import annotations
 
+import enum
+import importlib
 import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterator, NamedTuple, Protocol
 
 from aiptrain.planning import ContainerSpec, LaunchPlan
+from aiptrain.settings import BACKEND_NAMES, Settings
 
-CREATED, RUNNING, EXITED, MISSING = "created", "running", "exited", "missing"
+# name -> (module, class); every class has `from_settings(settings)`.
+_BACKEND_CLASSES = {
+    "docker": ("aiptrain.backends.docker", "DockerBackend"),
+    "swarm": ("aiptrain.backends.swarm", "SwarmBackend"),
+}
+assert set(_BACKEND_CLASSES) <= set(BACKEND_NAMES)
+
+
+class ReplicaStatus(str, enum.Enum):
+    """A replica's state, whatever the engine calls it (each backend maps its own in one table)."""
+
+    CREATED = "created"  # made, not started yet
+    RUNNING = "running"
+    EXITED = "exited"
+    MISSING = "missing"  # the engine no longer has it
+
 
 
 @dataclass(frozen=True)
@@ -23,11 +42,12 @@ class ReplicaObservation:
     task_name: str
     task_type: str
     task_index: int
-    status: str  # created | running | exited | missing
+    status: ReplicaStatus
     exit_code: int | None = None
     finished_at: datetime | None = None
     container_id: str | None = None
     trial_id: str = ""  # the hyperparameter trial the replica belongs to; "" outside tuning jobs
+    error: str = ""  # why the engine ended a replica that never ran (a swarm task rejected on its node)
 
 
 class LogChunk(NamedTuple):  # a tuple: a million lines are a million of these
@@ -37,6 +57,11 @@ class LogChunk(NamedTuple):  # a tuple: a million lines are a million of these
 
 
 class Backend(Protocol):
+    name: str  # as --backend and the job store call it
+    # Whether a directory of this host, bind-mounted, is the same directory in every replica
+    # (one engine), so the packages can be installed once for all of them (aiptrain.installs).
+    host_dirs_reach_replicas: bool
+
     def host_address(self) -> str | None:
         """This host's address as seen from inside a replica, if the backend knows it."""
 
@@ -73,3 +98,11 @@ class Backend(Protocol):
     def follow_logs(self, container_id: str, since_ns: int | None = None) -> Iterator[list[LogChunk]]:
         """The replica's output from `since_ns` on, following until it stops, in batches of
         the lines that arrived together."""
+
+
+def open_backend(settings: Settings, name: str | None = None) -> Backend:
+    """The backend called `name` (default: AIPTRAIN_BACKEND, else docker) for this home.
+    Cheap: backends connect to their engine on first use."""
+    name = name or settings.backend
+    module, class_name = _BACKEND_CLASSES[name]
+    return getattr(importlib.import_module(module), class_name).from_settings(settings)

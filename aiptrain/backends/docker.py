@@ -1,4 +1,5 @@
-"""The Docker backend: one engine, one user-defined bridge network per job.
+"""The Docker backend: one engine, one user-defined bridge network per job of two or more
+replicas (a lone replica joins the engine's default bridge: planning.own_network).
 
 Every replica runs unprivileged: the host user's uid (or nobody when aiptrain runs as
 root), all capabilities dropped, no-new-privileges, a read-only root filesystem with
@@ -9,6 +10,8 @@ trainer and a stop takes milliseconds instead of the whole grace period.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import ipaddress
 import re
 import struct
@@ -17,9 +20,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Iterator
+from typing import ClassVar, Iterator
 
-from aiptrain.backends import CREATED, EXITED, RUNNING, LogChunk, ReplicaObservation
+from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import (
@@ -38,7 +41,9 @@ from aiptrain.settings import DEFAULT_SUBNET_POOL, Settings
 
 TMPFS_OPTIONS = "rw,nosuid,nodev,exec,size=4g"
 _EXIT_STATUS = re.compile(r"Exited \((-?\d+)\)")
-_STATES = {"created": CREATED, "running": RUNNING, "restarting": RUNNING, "paused": RUNNING}
+# The engine's container states as replica states; any other ("exited", "dead") is EXITED.
+_STATES = {"created": ReplicaStatus.CREATED, "running": ReplicaStatus.RUNNING,
+           "restarting": ReplicaStatus.RUNNING, "paused": ReplicaStatus.RUNNING}
 # Addresses a job's subnet reserves besides its replicas: network, gateway, broadcast.
 RESERVED_ADDRESSES = 3
 SMALLEST_SUBNET = 29  # 8 addresses: 5 replicas
@@ -48,6 +53,7 @@ SUBNET_ATTEMPTS = 8  # a concurrent submit may take the subnet we picked: pick a
 ENGINE_PART_BYTES = 16 * 1024
 LAST_PART_PATIENCE_SECONDS = 3.0
 NETWORK_PATIENCE_SECONDS = 120  # a busy Docker 20.10 engine took over a minute to release a PREMIUM_1 network
+DEFAULT_NETWORK = "bridge"  # the engine's own network, never created or removed here
 
 
 def connect(timeout: int = 120):
@@ -132,6 +138,13 @@ def host_gateway(api) -> str | None:
 
 
 class DockerBackend:
+    name = "docker"
+    # Bind mounts of this host's directories reach every replica: packages can be installed
+    # once here (aiptrain.installs) and mounted into all of them.
+    host_dirs_reach_replicas = True
+    network_options: ClassVar[dict] = {"driver": "bridge"}  # how a job's network is created
+    logs_path = "/containers/{0}/logs"  # the engine's log endpoint of one replica
+
     def __init__(self, installation: str | None = None, client=None, subnet_pool: str = DEFAULT_SUBNET_POOL):
         self._installation = installation
         self._client = client
@@ -164,17 +177,8 @@ class DockerBackend:
             pass
 
     def check_ready(self, plan: LaunchPlan) -> None:
-        from docker.errors import ImageNotFound
-
         subnet_pool(self._subnet_pool)
-        for image in sorted({c.image for c in plan.containers}):
-            try:
-                self.api.inspect_image(image)
-            except ImageNotFound:
-                raise EnvironmentNotReady(
-                    f"Image [{image}] is not on this Docker engine: build or load it first "
-                    "(runtime images: `aiptrain runtimes build VERSION`)."
-                ) from None
+        self._check_images(plan)
         if any(c.gpus for c in plan.containers):
             runtimes = self.api.info().get("Runtimes", {})
             if "nvidia" not in runtimes:
@@ -183,18 +187,35 @@ class DockerBackend:
                     "NVIDIA Container Toolkit, or submit without accelerators."
                 )
 
+    def _check_images(self, plan: LaunchPlan, where: str = "") -> None:
+        from docker.errors import ImageNotFound
+
+        for image in sorted({c.image for c in plan.containers}):
+            try:
+                self.api.inspect_image(image)
+            except ImageNotFound:
+                raise EnvironmentNotReady(
+                    f"Image [{image}] is not on this Docker engine{where}: build or load it first "
+                    "(runtime images: `aiptrain runtimes build VERSION`)."
+                ) from None
+
     # -- launch --------------------------------------------------------------------------
 
     def launch(self, plan: LaunchPlan) -> None:
+        with self._removed_on_failure(plan):
+            if plan.network:
+                self._create_network(plan.network)
+            network = plan.network.name if plan.network else DEFAULT_NETWORK
+            self._each(lambda spec: self._start(spec, plan.environment(spec), network), plan.containers)
+
+    @contextlib.contextmanager
+    def _removed_on_failure(self, plan: LaunchPlan) -> Iterator[None]:
+        """A launch that fails removes what it created (of its trial only: a failed trial's
+        launch leaves the other trials be) and says why in one line."""
         try:
-            self._create_network(plan.network)
-            with ThreadPoolExecutor(max_workers=min(32, len(plan.containers))) as pool:
-                starts = [pool.submit(self._start, spec, plan.environment(spec), plan.network.name)
-                          for spec in plan.containers]
-                for future in starts:
-                    future.result()
+            yield
         except BaseException as exc:
-            self.remove(plan.job_id, plan.trial_id)  # a failed trial's launch leaves the other trials be
+            self.remove(plan.job_id, plan.trial_id)
             if isinstance(exc, AiptrainError | KeyboardInterrupt):
                 raise
             raise _launch_error(exc) from exc
@@ -213,8 +234,8 @@ class DockerBackend:
                 break
             ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))])
             try:
-                self.api.create_network(network.name, driver="bridge", ipam=ipam, labels=network.labels,
-                                        check_duplicate=True)
+                self.api.create_network(network.name, ipam=ipam, labels=network.labels, check_duplicate=True,
+                                        **self.network_options)
                 return
             except APIError as exc:
                 if "overlap" not in engine_error(exc).lower():
@@ -275,7 +296,8 @@ class DockerBackend:
     def _start(self, spec: ContainerSpec, env: dict[str, str], network: str) -> None:
         api = self.api
         host_config = self._host_config(spec, network)
-        endpoint = api.create_endpoint_config(aliases=[spec.hostname])
+        # The default bridge takes no aliases; the lone replica's hostname is in its /etc/hosts.
+        endpoint = api.create_endpoint_config(aliases=[spec.hostname]) if network != DEFAULT_NETWORK else None
         container = api.create_container(
             spec.image,
             command=spec.command,
@@ -287,7 +309,7 @@ class DockerBackend:
             user=spec.user,
             working_dir=spec.working_dir,
             host_config=host_config,
-            networking_config=api.create_networking_config({network: endpoint}),
+            networking_config=api.create_networking_config({network: endpoint}) if endpoint else None,
         )
         api.start(container["Id"])
 
@@ -307,9 +329,9 @@ class DockerBackend:
         observations = []
         for info in self._containers(job_id):
             labels = info["Labels"]
-            status = _STATES.get(info["State"], EXITED)
+            status = _STATES.get(info["State"], ReplicaStatus.EXITED)
             exit_code = finished = None
-            if status == EXITED:
+            if status == ReplicaStatus.EXITED:
                 exit_code, finished = self._exit_details(info)
             observations.append(
                 ReplicaObservation(
@@ -363,6 +385,8 @@ class DockerBackend:
             # Leaving the network first, while the container exists: removing replicas that
             # are still exiting can leave a stale endpoint that blocks the network's removal.
             for network in ((container.get("NetworkSettings") or {}).get("Networks") or {}):
+                if network == DEFAULT_NETWORK:
+                    continue  # never removed, so never blocked by a stale endpoint
                 try:
                     self.api.disconnect_container_from_network(container["Id"], network, force=True)
                 except (APIError, NotFound):
@@ -385,8 +409,9 @@ class DockerBackend:
 
     def _remove_network(self, network_id: str) -> None:
         """Remove a job's network once its containers are gone. A busy engine can still list
-        endpoints of containers it has just removed ("has active endpoints"): those are
-        disconnected by force and the removal tried again, for a while."""
+        endpoints of containers it has just removed ("has active endpoints"; a swarm's tasks
+        that are shutting down: "in use"): those are disconnected by force and the removal
+        tried again, for a while."""
         from docker.errors import APIError, NotFound
 
         deadline = time.monotonic() + NETWORK_PATIENCE_SECONDS
@@ -397,7 +422,7 @@ class DockerBackend:
             except NotFound:
                 return
             except APIError as exc:
-                if "active endpoints" not in engine_error(exc):
+                if not any(busy in engine_error(exc) for busy in ("active endpoints", "in use")):
                     raise
                 if time.monotonic() > deadline:
                     raise AiptrainError(
@@ -422,7 +447,8 @@ class DockerBackend:
                 pass  # gone meanwhile, or still being released: the next attempt tells
 
     @staticmethod
-    def _each(action, items: list) -> None:
+    def _each(action, items) -> None:
+        """`action` on every item, 32 at a time; the first failure is raised."""
         if not items:
             return
         with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
@@ -447,38 +473,50 @@ class DockerBackend:
 
     def follow_logs(self, container_id: str, since_ns: int | None = None) -> Iterator[list[LogChunk]]:
         """Every log line of the container from `since_ns` on, following until it stops, in
-        batches: the lines that had arrived together.
+        batches: the lines that had arrived together."""
+        yield from read_log_lines(functools.partial(self._log_frames, container_id), since_ns)
 
-        The engine's follow can end before it has written the last part of a long line (the
-        engine cuts lines into 16 KB parts), so while a line still lacks its end, plain reads
-        follow, briefly; then a last line without a newline is flushed.
-        """
-        reader = _LogReader(lambda since, follow: self._log_frames(container_id, since, follow), since_ns)
-        yield from reader.read(follow=True)
-        deadline = time.monotonic() + LAST_PART_PATIENCE_SECONDS
-        while reader.awaits_more() and time.monotonic() < deadline:
-            time.sleep(0.1)
-            yield from reader.read(follow=False)
-        last = list(reader.flush())
-        if last:
-            yield last
-
-    def _log_frames(self, container_id: str, since_ns: int | None,
+    def _log_frames(self, replica_id: str, since_ns: int | None,
                     follow: bool) -> Iterator[list[tuple[int, bytes]]]:
+        response = self._open_logs(replica_id, since_ns, follow)
+        try:
+            yield from _frame_blocks(_body_blocks(response))
+        finally:
+            response.close()
+
+    def _open_logs(self, replica_id: str, since_ns: int | None, follow: bool):
         """The engine's log messages, stdout and stderr apart: docker-py's logs() merges them, and
         the severity of a line depends on its stream, so the multiplexed frames are read directly."""
         api = self.api
         params = {"follow": int(follow), "stdout": 1, "stderr": 1, "timestamps": 1}
         if since_ns:
             params["since"] = f"{since_ns // 1_000_000_000}.{since_ns % 1_000_000_000:09d}"
-        response = api._get(api._url("/containers/{0}/logs", container_id), params=params, stream=True)
+        response = api._get(api._url(self.logs_path, replica_id), params=params, stream=True)
         api._raise_for_status(response)
         if follow:
             api._disable_socket_timeout(api._get_raw_response_socket(response))  # follow may wait long
-        try:
-            yield from _frame_blocks(_body_blocks(response))
-        finally:
-            response.close()
+        return response
+
+
+def read_log_lines(frames, since_ns: int | None, read_again: bool = False) -> Iterator[list[LogChunk]]:
+    """A replica's log lines, in batches (the lines that arrived together), from its engine's
+    messages: `frames(since_ns, follow)` yields batches of (stream id, message) pairs. The follow
+    can end before the engine has written the last part of a long line (the engine cuts lines
+    into 16 KB parts), so while a line still lacks its end, plain reads follow, briefly; then a
+    last line without a newline is flushed. `read_again`: one plain read after the follow in any
+    case, for engines whose follow is ended by the caller rather than by the replica's end
+    (Swarm's service logs)."""
+    reader = _LogReader(frames, since_ns)
+    yield from reader.read(follow=True)
+    if read_again:
+        yield from reader.read(follow=False)
+    deadline = time.monotonic() + LAST_PART_PATIENCE_SECONDS
+    while reader.awaits_more() and time.monotonic() < deadline:
+        time.sleep(0.1)
+        yield from reader.read(follow=False)
+    last = list(reader.flush())
+    if last:
+        yield last
 
 
 def _launch_error(exc: BaseException) -> AiptrainError:

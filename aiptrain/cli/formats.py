@@ -8,20 +8,25 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from typing import Any
 
 from aiptrain.errors import ValidationError
 from aiptrain.filtering import lookup as _lookup
 
 _FORMAT = re.compile(
-    r"\s*(?P<kind>json|yaml|value|none|table|csv)\s*(?:\[(?P<attrs>[^\]]*)\])?\s*(?:\((?P<fields>.*)\))?\s*",
+    r"\s*(?P<kind>json|yaml|value|none|table|csv|tfjob)\s*(?:\[(?P<attrs>[^\]]*)\])?\s*(?:\((?P<fields>.*)\))?\s*",
     re.DOTALL,
 )
 _COLUMN = re.compile(r"\s*(?P<key>[A-Za-z_][\w\[\]]*(?:\.[A-Za-z_][\w\[\]]*)*?)"
                      r"(?:\.(?P<transform>basename|date)\((?P<args>[^)]*)\))?(?P<attrs>(?::[\w-]+(?:=[^:]*)?)*)\s*")
 SUPPORTED = ("json, yaml, none, value(FIELD,...), json(FIELD,...), yaml(FIELD,...), table(FIELD,...) "
-             "or csv[no-heading](FIELD,...); a FIELD may end in .basename() or .date(FORMAT) and carry :label=NAME")
+             "or csv[no-heading](FIELD,...); a FIELD may end in .basename() or .date(FORMAT) and carry :label=NAME; "
+             "tfjob (a Kubeflow TFJob) on `jobs export` and `jobs submit training --dry-run`")
+TFJOB = "tfjob"  # not a view of the resource: the job as a Kubeflow TFJob manifest
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,8 @@ def parse_format(spec: str) -> Format:
         raise _refuse(spec, f" ({kind} needs fields)")
     if kind in ("json", "yaml", "none") and any(c.transform for c in columns):
         raise _refuse(spec, " (transforms are for value, table and csv)")
+    if kind == TFJOB and (columns or attrs):
+        raise _refuse(spec, " (tfjob takes no fields)")
     return Format(kind, columns, no_heading="no-heading" in attrs)
 
 
@@ -137,14 +144,24 @@ def _cell(item: dict, column: Column) -> str:
     if column.transform == "basename":
         return str(value).rstrip("/").rsplit("/", 1)[-1]
     if column.transform == "date":
-        from datetime import datetime
-
         try:
             moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
         except ValueError:
             return str(value)
-        return moment.astimezone().strftime(column.date_format)
+        return moment.astimezone(_local_zone(moment)).strftime(column.date_format)
     return _value_cell(value)
+
+
+def _local_zone(moment: datetime) -> timezone:
+    """The zone `moment.astimezone()` would convert to (the local offset at that instant, named
+    as the C library names it), without its cost per call: tables convert thousands of times."""
+    local = time.localtime(moment.timestamp())
+    return _zone(local.tm_gmtoff, local.tm_zone)
+
+
+@lru_cache(maxsize=64)
+def _zone(offset_seconds: int, name: str) -> timezone:
+    return timezone(timedelta(seconds=offset_seconds), name)
 
 
 def _flat_columns(items: list[dict]) -> tuple[Column, ...]:
@@ -190,6 +207,11 @@ def render(data: dict | list[dict], spec: str) -> str:
     items = data if many else [data]
     if kind == "none":
         return ""
+    if kind == TFJOB:
+        raise ValidationError(
+            "--format tfjob prints a job as a Kubeflow TFJob: use it with `aiptrain jobs export JOB` or "
+            "`aiptrain jobs submit training ... --dry-run`."
+        )
     if kind in ("value", "table", "csv"):
         columns = parsed.columns or _flat_columns(items)
         rows = [[_cell(item, column) for column in columns] for item in items]
@@ -208,6 +230,10 @@ def render(data: dict | list[dict], spec: str) -> str:
     if kind == "json":
         return json.dumps(projected if many else projected[0], indent=2, sort_keys=True) + "\n"
     return "---\n".join(dump_yaml(item) for item in projected)
+
+
+def wants_tfjob(spec: str | None) -> bool:
+    return bool(spec) and parse_format(spec).kind == TFJOB
 
 
 def dump_yaml(data: Any) -> str:

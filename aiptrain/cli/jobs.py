@@ -9,6 +9,7 @@ import sys
 import click
 
 from aiptrain.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK
+from aiptrain.settings import BACKEND_NAMES
 
 
 def _client():
@@ -144,6 +145,8 @@ def submit() -> None:
 @click.option("--stream-logs", is_flag=True, help="Stream the logs until the job ends; exit 1 unless it succeeded.")
 @click.option("--limit-resources", is_flag=True, envvar="AIPTRAIN_LIMIT_RESOURCES",
               help="Limit each replica to its machine type's vCPUs and memory, scaled so the job fits this host.")
+@click.option("--backend", type=click.Choice(BACKEND_NAMES), default=None,
+              help="What runs the replicas: one Docker engine, or a Docker Swarm (default: AIPTRAIN_BACKEND, else docker).")
 @click.option("--dry-run", is_flag=True, help="Print the launch plan (every container) and do nothing else.")
 def training(job_id, user_args, config, labels, packages, async_, stream_logs, dry_run, **flags) -> None:
     """Submit a training job, as `gcloud ai-platform jobs submit training`."""
@@ -158,6 +161,10 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
             "asynchronously; it can be omitted. For synchronous behavior, please pass --stream-logs.",
             err=True,
         )
+    tfjob = _wants_tfjob()
+    if tfjob and not dry_run:
+        raise click.UsageError("--format tfjob prints the job as a Kubeflow TFJob instead of submitting it: add "
+                               "--dry-run, or export a submitted job with `aiptrain jobs export JOB --format tfjob`.")
     client = _client()
     submit_flags = SubmitFlags(
         job_id=job_id, config=config, labels=_labels(labels), packages=_packages(packages),
@@ -169,7 +176,10 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
         click.echo(submission.runtime.note, err=True)
     if dry_run:
         _warn(submission.notices)
-        _echo_formatted(dry_run_plan(submission).to_dict(), _yaml)
+        if tfjob:
+            _print_tfjob(client.dry_run_tfjob(submission))
+        else:
+            _echo_formatted(dry_run_plan(submission).to_dict(), _yaml)
         return
     from aiptrain.cli.output import spinner
 
@@ -184,6 +194,18 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
         _echo_formatted(job.to_resource(), lambda resource: _summary(resource, ("jobId", "state")))
         return
     sys.exit(_stream_then_summarize(client, job.job_id))
+
+
+def _wants_tfjob() -> bool:
+    from aiptrain.cli.formats import wants_tfjob
+
+    return wants_tfjob(_global_flags().format)
+
+
+def _print_tfjob(export) -> None:
+    """The manifest on stdout (notes for the person applying it as YAML comments), warnings on stderr."""
+    _warn(export.warnings)
+    click.echo(export.comment() + _yaml(export.tfjob.to_manifest()), nl=False)
 
 
 def _warn(notices) -> None:
@@ -249,6 +271,9 @@ def describe(job_id, summarize) -> None:
     else:
         _echo_formatted(job.to_resource(), _yaml)
     _say_where_gcs_paths_are(job, client.settings.gcs_root)
+    if job.job_position:
+        reason = client.waiting_reason(job_id) or "Waiting for the machine to have room for it."
+        click.echo(f"\nQueued (position {job.job_position}): {reason}", err=True)
     project = client.recorded_project(job_id)
     if project:
         click.echo(f"\nProject [{project}], given at submit (jobs here are not separated by project).", err=True)
@@ -281,6 +306,17 @@ def plot(job_id, output) -> None:
     click.echo(f"Plotted job [{job_id}] to [{output}].", err=True)
 
 
+@jobs.command()
+@click.argument("job_id", metavar="JOB", shell_complete=_complete_job_ids)
+def export(job_id) -> None:
+    """Print a job as a Kubeflow TFJob manifest (--format tfjob, the default and only format):
+    `aiptrain jobs export JOB --format tfjob > tfjob.yaml && kubectl apply -f tfjob.yaml`."""
+    spec = _global_flags().format
+    if spec and not _wants_tfjob():
+        raise click.UsageError(f"jobs export prints a Kubeflow TFJob: use --format tfjob, not [{spec}].")
+    _print_tfjob(_client().export_tfjob(job_id))
+
+
 LIST_FORMAT = "table(jobId.basename(), state:label=STATUS, createTime.date(tz=LOCAL):label=CREATED)"
 
 
@@ -297,18 +333,34 @@ LIST_FORMAT = "table(jobId.basename(), state:label=STATUS, createTime.date(tz=LO
               "given at submit, else $CLOUDSDK_CORE_PROJECT, else `aiptrain`).")
 def list_(filter_, limit, page_size, sort_by, uri) -> None:
     """List jobs, newest first: JOB_ID, STATUS, CREATED."""
-    client = _client()
-    found = client.list(filter=filter_, sort_by=sort_by, limit=limit)
-    if uri:
-        text = "".join(client.uri(job.job_id, _global_flags().project) + "\n" for job in found)
-    else:
-        from aiptrain.cli.formats import render
+    from aiptrain.cli.formats import parse_format, render
 
-        text = render([job.to_resource() for job in found], _global_flags().format or LIST_FORMAT)
+    spec = _global_flags().format or LIST_FORMAT
+    found = _list_resources(filter_, sort_by, limit, ["jobId"] if uri else parse_format(spec).fields or None)
+    if uri:
+        client = _client()
+        text = "".join(client.uri(resource["jobId"], _global_flags().project) + "\n" for resource in found)
+    else:
+        text = render(found, spec)
     if text:
         click.echo(text, nl=False)
     else:
         click.echo("Listed 0 items.", err=True)
+
+
+def _list_resources(filter_, sort_by, limit, fields) -> list[dict]:
+    """Around the Client façade, which imports pydantic and the engine's client: a table of jobs
+    needs neither (aiptrain.listing; Client.list goes through it too)."""
+    from aiptrain import listing
+    from aiptrain.settings import Settings
+
+    return listing.list_resources(Settings(), _reconcile, filter_, sort_by, limit, fields)
+
+
+def _reconcile(job_id: str) -> None:
+    """Only for an active job whose submitter or supervisor died: rare, so the façade is imported then."""
+    with _client() as client:
+        client.reconcile(job_id)
 
 
 @jobs.command()

@@ -18,7 +18,7 @@ from rich.live import Live
 from rich.text import Text
 
 from aiptrain import logs
-from aiptrain.backends import CREATED, EXITED, RUNNING
+from aiptrain.backends import ReplicaStatus
 
 SEVERITY_STYLES = {"DEBUG": "dim", "INFO": "green", "NOTICE": "cyan", "WARNING": "yellow",
                    "ERROR": "red", "CRITICAL": "bold red", "ALERT": "bold red", "EMERGENCY": "bold red"}
@@ -55,7 +55,7 @@ class Status:
 
     state: str = "QUEUED"
     since: datetime | None = None
-    counts: dict[str, int] = field(default_factory=dict)
+    counts: dict[ReplicaStatus, int] = field(default_factory=dict)
     restarted: int = 0
 
     def line(self, now: datetime | None = None) -> Text:
@@ -65,8 +65,10 @@ class Status:
         text = Text()
         text.append(f"{self.state:<10}", "bold")
         text.append(" replicas: ")
-        parts = [(self.counts.get(CREATED, 0), "starting", "yellow"), (self.counts.get(RUNNING, 0), "running", "green"),
-                 (self.restarted, "restarted", "magenta"), (self.counts.get(EXITED, 0), "exited", "dim")]
+        counts = self.counts
+        parts = [(counts.get(ReplicaStatus.CREATED, 0), "starting", "yellow"),
+                 (counts.get(ReplicaStatus.RUNNING, 0), "running", "green"),
+                 (self.restarted, "restarted", "magenta"), (counts.get(ReplicaStatus.EXITED, 0), "exited", "dim")]
         for index, (count, label, style) in enumerate(parts):
             text.append(f"{count} {label}", style if count else "dim")
             if index < len(parts) - 1:
@@ -95,7 +97,7 @@ class _Watcher:
             replicas = self.client.replicas(self.job_id)
         except Exception:  # noqa: BLE001 - the status line is a convenience: the logs go on
             return
-        counts: dict[str, int] = {}
+        counts: dict[ReplicaStatus, int] = {}
         for replica in replicas:
             counts[replica.status] = counts.get(replica.status, 0) + 1
         self.status.counts = counts

@@ -1,0 +1,145 @@
+"""Admission: which queued job may start now, on a machine that cannot run every job at once.
+
+One pure rule, table-tested (`decide`), over what the store knows:
+
+- Jobs wait in QUEUED, in the order they asked to start (`Queued`, oldest first): only the
+  oldest waiting job may start, so a small job never overtakes a big one that waits.
+- It starts when the replicas of the jobs already admitted plus its own fit under the cap,
+  or when nothing else runs (a job larger than the cap still runs, alone).
+- The cap is AIPTRAIN_MAX_RUNNING_REPLICAS when set (0: no cap), otherwise derived from the
+  host (`capacity`): REPLICAS_PER_CORE per core, and no more than the memory actually free
+  holds at REPLICA_MEMORY each (on top of what the admitted replicas already use).
+- A job that waited longer than its scheduling.maxWaitTime without reaching RUNNING is
+  cancelled (`waited_too_long`), as the service does.
+
+A study (hyperparameter tuning job) holds its trials' replicas: one trial's replicas times
+the trials it runs at once, admitted as one job, so its trials never wait on each other.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Sequence
+
+from aiptrain.model import Job
+from aiptrain.topology import replicas_for
+
+# Replicas per core: a replica of a distributed job spends much of its time waiting on its
+# peers (parameter servers, all-reduce, input pipelines), so two per core keep the cores busy;
+# more only slows every running step down without finishing anything sooner.
+REPLICAS_PER_CORE = 2
+# Memory one replica is counted for: a 2.11-runtime replica fitting a small Keras model peaks at
+# about 385 MiB (measured), so a GiB leaves room for its data; the machine types have far more.
+REPLICA_MEMORY_BYTES = 1 << 30
+NO_CAP = 1 << 62  # AIPTRAIN_MAX_RUNNING_REPLICAS=0
+
+
+@dataclass(frozen=True)
+class Capacity:
+    replicas: int  # how many replicas may run at once
+    why: str  # where that number comes from, for messages
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A job waiting to start, as the store lists them (oldest first)."""
+
+    job_id: str
+    replicas: int
+
+
+@dataclass(frozen=True)
+class Verdict:
+    admitted: bool
+    position: int = 0  # 1 for the next job to start; 0 once admitted (the service's jobPosition)
+    reason: str | None = None  # why it waits
+
+
+def capacity(used: int, cpus: int, available_memory: int, override: int | None) -> Capacity:
+    """The cap on running replicas while `used` replicas run: the override, or the host's cores
+    and free memory (free memory already excludes what running replicas use, so they are added back)."""
+    if override is not None:
+        if override == 0:
+            return Capacity(NO_CAP, "AIPTRAIN_MAX_RUNNING_REPLICAS=0: no cap")
+        return Capacity(override, f"AIPTRAIN_MAX_RUNNING_REPLICAS={override}")
+    by_cores = max(1, cpus) * REPLICAS_PER_CORE
+    by_memory = used + available_memory // REPLICA_MEMORY_BYTES
+    # No free-memory figure in the text: it changes all the time, and the reason is logged when it changes.
+    why = (f"{REPLICAS_PER_CORE} per core on {cpus} cores and 1 per GiB of free memory; "
+           "set AIPTRAIN_MAX_RUNNING_REPLICAS to change it")
+    return Capacity(max(1, min(by_cores, by_memory)), why)
+
+
+def replicas_needed(replicas_per_run: int, parallel_trials: int | None = None) -> int:
+    """What a job holds once admitted: its replicas, times its parallel trials for a study."""
+    return replicas_per_run * max(1, parallel_trials or 1)
+
+
+def needed_by(job: Job) -> int:
+    """The replicas `job` holds once admitted: a study runs up to maxParallelTrials trials at once."""
+    spec = job.training_input.hyperparameters
+    parallel = min(spec.parallel_limit, spec.trials_limit) if spec else 1
+    return replicas_needed(len(replicas_for(job.training_input)), parallel)
+
+
+def decide(job_id: str, queue: Sequence[Queued], used: int, cap: Capacity) -> Verdict:
+    """May `job_id` (in `queue`, the waiting jobs oldest first) start now, with `used` replicas
+    of admitted jobs running? Only the oldest may, and only if it fits or nothing runs."""
+    position = next(i for i, entry in enumerate(queue, 1) if entry.job_id == job_id)
+    need = queue[position - 1].replicas
+    if position > 1:
+        ahead = position - 1
+        return Verdict(False, position, f"Waiting behind {ahead} job{'s' if ahead > 1 else ''} submitted earlier: "
+                                        "queued jobs start in submission order.")
+    if used == 0 or used + need <= cap.replicas:
+        return Verdict(True)
+    return Verdict(False, position, (
+        f"Waiting for capacity: {used} replica{'s' if used > 1 else ''} of other jobs running, this job needs "
+        f"{need}, and at most {cap.replicas} run at once ({cap.why})."
+    ))
+
+
+def waited_too_long(create_time: datetime, now: datetime, max_wait_seconds: float | None) -> bool:
+    return max_wait_seconds is not None and now - create_time > timedelta(seconds=max_wait_seconds)
+
+
+def available_memory() -> int:
+    """Bytes of memory free for new processes: Linux's MemAvailable (page cache it may drop
+    included), else free pages."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (ValueError, OSError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def host_capacity(used: int, override: int | None) -> Capacity:
+    """`capacity` on this host, now."""
+    if override is not None:
+        return capacity(used, 0, 0, override)
+    return capacity(used, os.cpu_count() or 1, available_memory(), None)
+
+
+def request(store, job: Job, override: int | None) -> Verdict:
+    """Queue `job` (once) and admit it if the rule allows, under the store's write lock."""
+    def rule(queue: list[Queued], used: int) -> Verdict:
+        return decide(job.job_id, queue, used, host_capacity(used, override))
+
+    return store.request_admission(job.job_id, needed_by(job), rule)
+
+
+def peek(store, job: Job, override: int | None) -> Verdict | None:
+    """The verdict `request` would give now, read without the write lock (for the waiting loop:
+    cheap enough to ask often); None when the job is not queued."""
+    queue, used = store.admission_queue()
+    if not any(entry.job_id == job.job_id for entry in queue):
+        return None
+    return decide(job.job_id, queue, used, host_capacity(used, override))
