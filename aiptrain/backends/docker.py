@@ -333,18 +333,7 @@ class DockerBackend:
             exit_code = finished = None
             if status == ReplicaStatus.EXITED:
                 exit_code, finished = self._exit_details(info)
-            observations.append(
-                ReplicaObservation(
-                    task_name=labels[LABEL_TASK],
-                    task_type=labels[LABEL_TASK_TYPE],
-                    task_index=int(labels[LABEL_TASK_INDEX]),
-                    status=status,
-                    exit_code=exit_code,
-                    finished_at=finished,
-                    container_id=info["Id"],
-                    trial_id=labels.get(LABEL_TRIAL, ""),
-                )
-            )
+            observations.append(labelled_observation(labels, info["Id"], status, exit_code, finished))
         return observations
 
     def _exit_details(self, info: dict) -> tuple[int | None, datetime | None]:
@@ -517,6 +506,22 @@ def read_log_lines(frames, since_ns: int | None, read_again: bool = False) -> It
     last = list(reader.flush())
     if last:
         yield last
+
+
+def labelled_observation(labels: dict[str, str], replica_id: str, status: ReplicaStatus, exit_code: int | None = None,
+                         finished: datetime | None = None, error: str = "") -> ReplicaObservation:
+    """A replica's observation, who it is read from the labels its plan gave it."""
+    return ReplicaObservation(
+        task_name=labels[LABEL_TASK],
+        task_type=labels[LABEL_TASK_TYPE],
+        task_index=int(labels[LABEL_TASK_INDEX]),
+        status=status,
+        exit_code=exit_code,
+        finished_at=finished,
+        container_id=replica_id,
+        trial_id=labels.get(LABEL_TRIAL, ""),
+        error=error,
+    )
 
 
 def _launch_error(exc: BaseException) -> AiptrainError:

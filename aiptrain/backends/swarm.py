@@ -49,14 +49,11 @@ from pathlib import Path
 from typing import ClassVar, Iterator
 
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
-from aiptrain.backends.docker import DockerBackend, _body_blocks, _frame_blocks, read_log_lines, subnet_pool
+from aiptrain.backends.docker import (DockerBackend, _body_blocks, _frame_blocks, labelled_observation, read_log_lines,
+                                      subnet_pool)
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import (
-    LABEL_TASK,
-    LABEL_TASK_INDEX,
-    LABEL_TASK_TYPE,
-    LABEL_TRIAL,
     ContainerSpec,
     LaunchPlan,
     Mount,
@@ -153,17 +150,7 @@ def observation(service: dict, task: dict | None) -> ReplicaObservation:
         error = "" if exit_code is not None else task["Status"].get("Err") or task["Status"]["State"]
     if status == ReplicaStatus.EXITED and task and exit_code != 0:  # a failure: its time orders failures
         finished = datetime.fromtimestamp(parse_engine_time(task["Status"]["Timestamp"]) / 1e9).astimezone()
-    return ReplicaObservation(
-        task_name=labels[LABEL_TASK],
-        task_type=labels[LABEL_TASK_TYPE],
-        task_index=int(labels[LABEL_TASK_INDEX]),
-        status=status,
-        exit_code=exit_code,
-        finished_at=finished,
-        container_id=service["ID"],
-        trial_id=labels.get(LABEL_TRIAL, ""),
-        error=error,
-    )
+    return labelled_observation(labels, service["ID"], status, exit_code, finished, error)
 
 
 def check_gpus(specs: tuple[ContainerSpec, ...], nodes: list[Node]) -> None:
