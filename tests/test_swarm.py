@@ -56,12 +56,11 @@ def test_every_task_state_maps_to_one_replica_status(state, status):
     assert TASK_STATES[state].value == status
 
 
-def task(state: str, exit_code: int | None = None, iteration: int = 0, created: str = "2026-01-01T00:00:00Z"):
+def task(state: str, exit_code: int | None = None, created: str = "2026-01-01T00:00:00Z"):
     status = {"State": state, "Timestamp": "2026-01-01T00:00:05.5Z"}
     if exit_code is not None:
         status["ContainerStatus"] = {"ContainerID": "c", "ExitCode": exit_code}
-    return {"Status": status, "CreatedAt": created, "ServiceID": "s1",
-            **({"JobIteration": {"Index": iteration}} if iteration else {})}
+    return {"Status": status, "CreatedAt": created, "ServiceID": "s1"}
 
 
 @pytest.mark.parametrize("the_task, status, exit_code, failed_at", [
@@ -75,7 +74,7 @@ def task(state: str, exit_code: int | None = None, iteration: int = 0, created: 
     (task("rejected"), ReplicaStatus.EXITED, None, True),  # never ran: a failure without a status
 ])
 def test_observation_of_a_service_and_its_latest_task(the_task, status, exit_code, failed_at):
-    seen = observation({"ID": "s1", "Spec": {"Labels": LABELS, "Mode": {"ReplicatedJob": {}}}}, the_task)
+    seen = observation({"ID": "s1", "Spec": {"Labels": LABELS, "Mode": {"Replicated": {"Replicas": 1}}}}, the_task)
     assert (seen.task_name, seen.task_type, seen.task_index, seen.container_id) == ("worker-replica-1", "worker", 1, "s1")
     assert (seen.status, seen.exit_code, seen.finished_at is not None) == (status, exit_code, failed_at)
 
@@ -86,21 +85,23 @@ def test_a_task_that_never_ran_fails_the_job_with_the_swarms_reason():
     rejected = task("rejected")
     rejected["Status"]["Err"] = "No such image: trainer:1"
     seen = observation({"ID": "s1", "Spec": {"Labels": {**LABELS, "aiptrain.task-name": "master-replica-0"},
-                                             "Mode": {"ReplicatedJob": {}}}}, rejected)
+                                             "Mode": {"Replicated": {"Replicas": 1}}}}, rejected)
     assert (seen.exit_code, seen.error) == (None, "No such image: trainer:1")
     assert decide(["master-replica-0"], [seen], {}, 5).error_message == (
         "The replica master 0 did not run: No such image: trainer:1.")
 
 
 def test_a_stopped_replica_whose_task_the_swarm_deleted_has_exited():
-    service = {"ID": "s1", "Spec": {"Labels": LABELS, "Mode": {"ReplicatedJob": {"TotalCompletions": 0}}}}
+    service = {"ID": "s1", "Spec": {"Labels": LABELS, "Mode": {"Replicated": {"Replicas": 0}}}}
     seen = observation(service, None)
     assert (seen.status, seen.exit_code, seen.finished_at) == (ReplicaStatus.EXITED, None, None)
     assert observation(service, task("running")).status == ReplicaStatus.RUNNING  # still shutting down
 
 
-def test_the_latest_task_is_the_latest_run_of_the_job():
-    first, rerun = task("failed", 137, created="2026-01-01T00:00:09Z"), task("running", iteration=1)
+def test_the_latest_task_is_the_latest_made():
+    # fractions of a second of different lengths: compared as times, not as text
+    first, rerun = task("failed", 137, created="2026-01-01T00:00:09.5Z"), task("running", created="2026-01-01T00:00:09.25Z")
+    first["CreatedAt"], rerun["CreatedAt"] = "2026-01-01T00:00:09.123456789Z", "2026-01-01T00:00:09.5Z"
     assert latest_task([first, rerun]) is rerun
     assert latest_task([]) is None
 
@@ -121,14 +122,14 @@ def spec(**changes) -> ContainerSpec:
     return ContainerSpec(**{**values, **changes})
 
 
-def test_a_replica_becomes_a_one_task_job_service_on_the_job_network():
+def test_a_replica_becomes_a_one_task_service_on_the_job_network():
     config = {"ConfigID": "c1", "ConfigName": "n-0", "File": {"Name": "/opt/aiptrain/packages/t.tar.gz",
                                                                "UID": "1000", "GID": "1000", "Mode": 0o444}}
     built = service_spec(spec(), {"TF_CONFIG": "{}", "A": "1"}, "net", [config], ("node.role==manager",), 10)
     assert built == {
         "name": "j-worker-1-inst",
         "labels": LABELS,
-        "mode": {"ReplicatedJob": {}},  # one task at a time, one completion: the engine's defaults
+        "mode": {"replicated": {"Replicas": 1}},  # one task, never restarted by the swarm (docker-py's spelling)
         "endpoint_spec": {"Mode": "dnsrr"},
         "task_template": {
             "ContainerSpec": {

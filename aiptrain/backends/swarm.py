@@ -1,12 +1,15 @@
 """The Swarm backend: the same LaunchPlan on a Docker Swarm, whose nodes may be several machines.
 
-Each replica is a service in `replicated-job` mode with one task and no restart policy (aiptrain's
-own rule restarts a replica killed by a signal: `restart` re-runs the job with a forced update),
+Each replica is a `replicated` service of one task with no restart policy (aiptrain's own rule
+restarts a replica killed by a signal: `restart` runs a new task with a forced update),
 on the job's attachable overlay network with a subnet from AIPTRAIN_SUBNET_POOL. A replica's
 service carries its hostname as a network alias and resolves by DNS round robin (no virtual IP),
 so the names in TF_CONFIG reach the task itself; labels, env, user and working dir are the plan's.
-A replica is stopped by updating its job to zero completions (removing a job-mode service leaves
-its running task running on Docker 20.10); its service and logs stay until the job is removed.
+A replica is stopped by scaling its service to zero (SIGTERM, then SIGKILL after the grace
+period); its service and logs stay until the job is removed. Not `replicated-job` services,
+although they fit "run once" better: Docker 20.10 keeps the tasks of removed job services, so
+their containers stay on every node but this one (and removing a running one leaves its task
+running, moby/moby#44312).
 
 What a bind mount would carry on one engine travels otherwise here, because the other nodes do
 not share this host's disk:
@@ -114,20 +117,20 @@ def short_name(name: str, limit: int) -> str:
 
 
 def replica_status(service: dict, task: dict | None) -> ReplicaStatus:
-    """A replica's status from its latest task. With no task, a stopped replica (its job updated
-    to zero completions, whose task the swarm then deletes) has EXITED; any other is yet to start."""
+    """A replica's status from its latest task. With no task, a stopped replica (scaled to zero,
+    whose task the swarm may then delete) has EXITED; any other is yet to start."""
     if task:
         return TASK_STATES.get(task["Status"]["State"], ReplicaStatus.EXITED)
     return ReplicaStatus.EXITED if stopped(service) else ReplicaStatus.CREATED
 
 
 def stopped(service: dict) -> bool:
-    return ((service["Spec"].get("Mode") or {}).get("ReplicatedJob") or {}).get("TotalCompletions", 1) == 0
+    return ((service["Spec"].get("Mode") or {}).get("Replicated") or {}).get("Replicas", 1) == 0
 
 
 def latest_task(tasks: list[dict]) -> dict | None:
     """The task of the service's latest run: a restart (forced update) makes a new one."""
-    return max(tasks, key=lambda t: ((t.get("JobIteration") or {}).get("Index", 0), t["CreatedAt"]), default=None)
+    return max(tasks, key=lambda t: parse_engine_time(t["CreatedAt"]), default=None)
 
 
 def exit_status(task: dict) -> int | None:
@@ -232,7 +235,7 @@ def service_spec(spec: ContainerSpec, env: dict[str, str], network: str | None, 
         networks=[NetworkAttachmentConfig(network, aliases=[spec.hostname])] if network else None,
     )
     return {"task_template": template, "name": short_name(spec.name, SERVICE_NAME_MAX), "labels": spec.labels,
-            "mode": ServiceMode("replicated-job"), "endpoint_spec": EndpointSpec(mode="dnsrr")}
+            "mode": ServiceMode("replicated", replicas=1), "endpoint_spec": EndpointSpec(mode="dnsrr")}
 
 
 def config_reference(config_id: str, name: str, target: str, user: str) -> dict:
@@ -349,43 +352,40 @@ class SwarmBackend(DockerBackend):
     # -- control -------------------------------------------------------------------------
 
     def restart(self, container_id: str) -> None:
-        """Run the replica's service again (a forced update re-runs a job): same name, hostname,
+        """Run the replica's service again (a forced update replaces its task): same name, hostname,
         network and configs, a new task. Returns once the new task exists, so that the next
         observation (and log follow) sees it rather than the one that ended."""
-        iteration = self._update_job(container_id, completions=1, force=True)
+        ended = self._latest_task(container_id)
+        self._scale(container_id, replicas=1, force=True)
         deadline = time.monotonic() + RESTART_PATIENCE_SECONDS
         while time.monotonic() < deadline:
             task = self._latest_task(container_id)
-            if task and (task.get("JobIteration") or {}).get("Index", 0) > iteration:
+            if task and (ended is None or task["ID"] != ended["ID"]):
                 return
             time.sleep(0.1)
         raise AiptrainError(f"Swarm did not re-run the replica's service {container_id[:12]} within "
                             f"{RESTART_PATIENCE_SECONDS} s: see `docker service ps {container_id[:12]}`.")
 
-    def _update_job(self, service_id: str, completions: int, force: bool = False) -> int:
-        """Update a replica's job: `completions` 0 stops its task (SIGTERM, then SIGKILL after the
-        grace period set at launch), 1 with `force` runs it again. Returns the job's iteration
-        before the update."""
+    def _scale(self, service_id: str, replicas: int, force: bool = False) -> None:
+        """Update a replica's service: `replicas` 0 stops its task (SIGTERM, then SIGKILL after the
+        grace period set at launch), 1 with `force` runs a new one."""
         service = self.api.inspect_service(service_id)
         spec = service["Spec"]
         template = spec["TaskTemplate"]
         if force:
             template["ForceUpdate"] = template.get("ForceUpdate", 0) + 1
-        # The whole spec again, but no UpdateConfig: "Jobs may not have an update config".
         self.api.update_service(service_id, service["Version"]["Index"], task_template=template, name=spec["Name"],
                                 labels=spec.get("Labels"), endpoint_spec=spec.get("EndpointSpec"),
-                                mode={"ReplicatedJob": {"MaxConcurrent": 1, "TotalCompletions": completions}})
-        return ((service.get("JobStatus") or {}).get("JobIteration") or {}).get("Index", 0)
+                                mode={"Replicated": {"Replicas": replicas}})
 
     def stop(self, container_ids: list[str], grace_seconds: int = 10) -> None:
         """Stop the replicas' tasks and wait (up to the grace period, and a little) until they
-        have ended; their services stay, with their logs, until the job is removed. (Removing a
-        job-mode service alone leaves its running task running, on Docker 20.10.)"""
+        have ended; their services stay, with their logs, until the job is removed."""
         from docker.errors import NotFound
 
         def stop_one(service_id: str) -> None:
             try:
-                self._update_job(service_id, completions=0)
+                self._scale(service_id, replicas=0)
             except NotFound:
                 return
             deadline = time.monotonic() + grace_seconds + STOP_PATIENCE_SECONDS
@@ -403,7 +403,7 @@ class SwarmBackend(DockerBackend):
         def remove_service(service: dict) -> None:
             try:
                 if replica_status(service, self._latest_task(service["ID"])) != ReplicaStatus.EXITED:
-                    self._update_job(service["ID"], completions=0)  # else its task would run on
+                    self._scale(service["ID"], replicas=0)  # its task gets the grace period
                 self.api.remove_service(service["ID"])
             except NotFound:
                 pass
