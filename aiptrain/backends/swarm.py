@@ -22,11 +22,12 @@ not share this host's disk:
   mounts: on a swarm of several nodes they must be mounted at the same path on every node and
   listed in AIPTRAIN_SWARM_SHARED_DIRS, else the submit is refused. gs:// job dirs just work.
 
-Machine types are not reserved: Docker 20.10's swarm keeps the last task of a removed job-mode
-service in its store (desired state "complete", whether it completed, failed or still ran), and
-its constraint enforcer counts their reservations, so after a few jobs every task that reserves
-CPUs or memory is rejected ("assigned node no longer meets constraints"). Replicas spread over
-the nodes by Swarm's default strategy; --limit-resources still caps each one. Accelerators are reserved as the `NVIDIA-GPU` generic resource (how a GPU
+Machine types are not reserved: while replicas were job-mode services, Docker 20.10's swarm kept
+the last task of every removed one and counted its reservation, so after a few jobs every task
+that reserved CPUs or memory was rejected ("assigned node no longer meets constraints"). Tasks of
+replicated services go with them, so reservations could return (not done yet). Replicas spread
+over the nodes by Swarm's default strategy; --limit-resources still caps each one.
+Accelerators are reserved as the `NVIDIA-GPU` generic resource (how a GPU
 node hands GPUs to a task), and a job whose GPUs no nodes hold is refused at submit instead of
 pending forever.
 
