@@ -1105,6 +1105,9 @@ def main(argv: list[str] | None = None) -> int:
     info["lines"] = args.lines
 
     print()
+    dirty = " (uncommitted changes)" if info["git_dirty"] else ""
+    print(f"aiptrain {info['git_commit']}{dirty}; {info['cpus']} CPUs, {info['platform']}, Python {info['python']}, "
+          f"Docker {info['docker']}; {info['date']}; --repeat {args.repeat}")
     print(table(rows))
     print()
     print("ratio = median(aiptrain) / median(baseline); lower is better. Times are wall-clock seconds; MB: memory.")
