@@ -48,8 +48,10 @@ def test_replicas_start_the_trainer_without_installing_and_resubmits_install_not
                    "--module-name", "trainer.task", "--job-dir", str(tmp_path / job_id), "--region", "us-central1",
                    "--runtime-version", minimal_runtime, "--scale-tier", "custom", "--master-machine-type",
                    "n1-standard-4", "--worker-machine-type", "n1-standard-4", "--worker-count", "2",
-                   "--stream-logs", "--verbosity", "info", check_code=0)
+                   "--stream-logs", "--verbosity", "info", "--", "--steps", "2000000", check_code=0)
 
+    # The master runs a couple of seconds (2M steps), so every worker prints before the master's
+    # success stops them: a worker that starts after the master ended never prints at all.
     first = submit("once_a")
     installs = home / "cache" / "installs"
     assert len(list(installs.iterdir())) == 1

@@ -91,6 +91,7 @@ GPU_RESOURCE = "NVIDIA-GPU"  # the generic resource GPU nodes advertise (dockerd
 # A job's overlay subnet holds its replicas, one load-balancer address per node, and a few spare
 # for tasks re-run while their predecessor still holds its address.
 SPARE_ADDRESSES = 4
+UPDATE_ATTEMPTS = 10  # a service updated by two processes at once: the later one tries again
 RESTART_PATIENCE_SECONDS = 30  # for the orchestrator to make a re-run task
 STOP_PATIENCE_SECONDS = 10  # beyond the grace period, for the node to report a stopped task
 LOG_QUIET_SECONDS = 0.3  # a follow ends once the task has ended and its output is this quiet
@@ -369,8 +370,23 @@ class SwarmBackend(DockerBackend):
 
     def _scale(self, service_id: str, replicas: int, force: bool = False) -> None:
         """Update a replica's service: `replicas` 0 stops its task (SIGTERM, then SIGKILL after the
-        grace period set at launch), 1 with `force` runs a new one."""
+        grace period set at launch), 1 with `force` runs a new one. Another process (a cancel
+        beside the supervisor) may update the same service at the same moment: the engine then
+        refuses the stale version, and the update is made again on the current one."""
+        from docker.errors import APIError
+
+        for attempt in range(UPDATE_ATTEMPTS):
+            try:
+                return self._update_replicas(service_id, replicas, force)
+            except APIError as exc:
+                if "update out of sequence" not in str(exc) or attempt == UPDATE_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.05)
+
+    def _update_replicas(self, service_id: str, replicas: int, force: bool) -> None:
         service = self.api.inspect_service(service_id)
+        if not force and ((service["Spec"].get("Mode") or {}).get("Replicated") or {}).get("Replicas") == replicas:
+            return  # stopped already, by the other process
         spec = service["Spec"]
         template = spec["TaskTemplate"]
         if force:
