@@ -48,7 +48,7 @@ from aiptrain.tfjob import Export, build_tfjob, with_note, with_warning
 from aiptrain.storage import check_gcs_uri, gcs_root_for, is_gcs, local_gcs_path, local_path
 from aiptrain.topology import Replica, replicas_for
 from aiptrain.validation import (
-    parse_duration_seconds,
+    scheduling_seconds,
     validate_job_id,
     validate_labels,
     validate_module_name,
@@ -143,15 +143,13 @@ def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
     if not ti.region:
         ti.region = os.environ.get("CLOUDSDK_COMPUTE_REGION", "us-central1")
     notices = []
-    if ti.scheduling and ti.scheduling.max_running_time:
-        parse_duration_seconds(ti.scheduling.max_running_time, "scheduling.maxRunningTime")
-    if ti.scheduling and ti.scheduling.max_wait_time:
-        max_wait = parse_duration_seconds(ti.scheduling.max_wait_time, "scheduling.maxWaitTime")
-        if max_wait < SERVICE_MIN_WAIT_SECONDS:
-            notices.append(
-                f"scheduling.maxWaitTime [{ti.scheduling.max_wait_time}] is below the service's minimum of "
-                f"{SERVICE_MIN_WAIT_SECONDS}s: AI Platform would refuse it; aiptrain applies it as given."
-            )
+    scheduling_seconds(job, "max_running_time")  # malformed: refused here, not when the job runs
+    max_wait = scheduling_seconds(job, "max_wait_time")
+    if max_wait is not None and max_wait < SERVICE_MIN_WAIT_SECONDS:
+        notices.append(
+            f"scheduling.maxWaitTime [{ti.scheduling.max_wait_time}] is below the service's minimum of "
+            f"{SERVICE_MIN_WAIT_SECONDS}s: AI Platform would refuse it; aiptrain applies it as given."
+        )
     replicas = replicas_for(ti)
 
     package_path = validate_package_path(flags.package_path) if flags.package_path else None
@@ -396,9 +394,8 @@ def tfjob_export(job: Job, package_uris: list[str], settings: Settings) -> Expor
     if not ti.uses_custom_container:
         runtime_image = lookup_runtime(ti.runtime_version or settings.default_runtime_version, settings.home,
                                        "runtimeVersion").image
-    deadline = ti.scheduling.max_running_time if ti.scheduling else None
-    seconds = parse_duration_seconds(deadline, "scheduling.maxRunningTime") if deadline else None
-    export = build_tfjob(job, replicas_for(ti), runtime_image, package_uris, settings.max_restarts, seconds)
+    export = build_tfjob(job, replicas_for(ti), runtime_image, package_uris, settings.max_restarts,
+                         scheduling_seconds(job, "max_running_time"))
     gcs_uris = [uri for uri in package_uris if is_gcs(uri)]
     gcs_root = gcs_root_for(settings.gcs_mode, settings.gcs_root)[0] if gcs_uris else None
     if gcs_root is not None:

@@ -29,7 +29,7 @@ from aiptrain.ownership import JobLock
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
 from aiptrain.topology import replicas_for
-from aiptrain.validation import parse_duration_seconds
+from aiptrain.validation import scheduling_seconds
 
 ACTIVE = (State.QUEUED, State.PREPARING, State.RUNNING, State.CANCELLING)
 LOG_TAIL_LINES = 20
@@ -175,7 +175,6 @@ class Supervisor:
 
     def start_admitted(self) -> State | None:
         """Launch an admitted job's replicas from the plan inputs its submit left."""
-        from aiptrain.errors import AiptrainError
         from aiptrain.planning import plan
         from aiptrain.tuning import load_plan_inputs
 
@@ -198,7 +197,7 @@ class Supervisor:
         for job_id in self.store.admission_job_ids():
             if job_id == self.job_id:
                 break
-            reconcile(job_id, self.settings, self.store, lambda: self.backend)
+            reconcile(job_id, self.settings, self.store, open_backend(self.settings, self.store.backend_of(job_id)))
 
     def run_job(self) -> State:
         job = self.store.get(self.job_id)
@@ -387,21 +386,11 @@ def restart_key(trial_id: str, task: str) -> str:
     return f"{trial_id}/{task}" if trial_id else task
 
 
-def scheduling_seconds(job, field: str) -> float | None:
-    """scheduling.maxRunningTime or maxWaitTime (`field` in snake_case) in seconds; None when unset."""
-    from pydantic.alias_generators import to_camel
-
-    value = getattr(job.training_input.scheduling, field, None) if job.training_input.scheduling else None
-    return parse_duration_seconds(value, f"scheduling.{to_camel(field)}") if value else None
-
-
 def start_job(job_id: str, store: JobStore, backend: Backend, launch_plan, job_log: JobLogWriter, work_dir,
               report=lambda step: None) -> None:
     """From an admitted (PREPARING) job to RUNNING, telling the job's log as the service would:
     launch its replicas (a study, `launch_plan` None, launches its trials itself). A launch
     that fails fails the job, and raises."""
-    from aiptrain.errors import AiptrainError
-
     job_log.service("Waiting for job to be provisioned.")
     if launch_plan is None:
         store.transition(job_id, State.RUNNING, [State.PREPARING])

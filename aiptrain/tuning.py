@@ -193,7 +193,8 @@ class Study:
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> State:
-        from aiptrain.supervisor import Settle, scheduling_seconds
+        from aiptrain.supervisor import Settle
+        from aiptrain.validation import scheduling_seconds
 
         settle = Settle()
         self.save()

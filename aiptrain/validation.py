@@ -76,3 +76,14 @@ def parse_duration_seconds(value: str, field: str) -> float:
     if not match:
         raise ValidationError(f"Invalid {field} [{value}]: write a duration in seconds such as `7200s`.")
     return float(match.group(1))
+
+
+def scheduling_seconds(job, field: str) -> float | None:
+    """The job's scheduling.maxRunningTime or maxWaitTime (`field` in snake_case) in seconds;
+    None when unset. A malformed value is one line naming the field."""
+    scheduling = job.training_input.scheduling
+    value = getattr(scheduling, field, None) if scheduling else None
+    if not value:
+        return None
+    first, *rest = field.split("_")
+    return parse_duration_seconds(value, f"scheduling.{first}{''.join(part.title() for part in rest)}")

@@ -117,3 +117,22 @@ def test_every_backend_implements_the_whole_protocol_with_its_signatures(backend
         if callable(getattr(Backend, member, None)):
             expected = list(inspect.signature(getattr(Backend, member)).parameters)
             assert list(inspect.signature(getattr(backend_class, member)).parameters) == expected, member
+
+
+def test_a_queued_supervisor_takes_over_a_dead_job_ahead_on_that_jobs_own_backend(home, monkeypatch):
+    """A job admitted (PREPARING) whose submit died holds capacity: the supervisor of a job queued
+    behind it fails it on the backend that job records, so the queue moves."""
+    from aiptrain import admission
+    from aiptrain.model import State
+    from aiptrain.supervisor import Supervisor
+
+    settings = Settings()
+    settings.ensure_dirs()
+    store = JobStore(settings.store_path)
+    ahead, behind = store.create(Job(job_id="ahead"), backend="swarm"), store.create(Job(job_id="behind"))
+    assert admission.request(store, ahead, 1).admitted and not admission.request(store, behind, 1).admitted
+    opened, backend = [], RecordingBackend()
+    monkeypatch.setattr("aiptrain.supervisor.open_backend", lambda s, name: opened.append(name) or backend)
+    Supervisor("behind", settings, store, RecordingBackend()).reconcile_others()
+    assert opened == ["swarm"] and backend.calls == [("remove", "ahead")]
+    assert store.get("ahead").state is State.FAILED
