@@ -28,7 +28,7 @@ lint: install
 
 # The documentation site (mkdocs.yml), strict: a broken link, anchor or page fails the build.
 docs: install
-	$(BIN)/mkdocs build --quiet
+	$(BIN)/mkdocs build
 
 test: images lint docs
 	$(BIN)/pytest -q -m "not slow and not multinode"
