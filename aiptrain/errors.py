@@ -1,6 +1,6 @@
 """Errors the CLI turns into one line on stderr and a documented exit status.
 
-Exit statuses (also in the README):
+Exit statuses (also in docs/reference/exit-codes.md):
   0  success
   1  the job failed or was cancelled (when the command waited on it)
   2  usage or validation error, a bucket that is missing or unreachable included: nothing was created
