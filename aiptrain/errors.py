@@ -38,6 +38,10 @@ class JobNotFound(ValidationError):
         super().__init__(f"Job [{printable(job_id, one_line=True)}] not found; `aiptrain jobs list` shows the jobs that exist.")
 
 
+class JobExists(ValidationError):
+    """The job ID is taken (the REST API answers 409 ALREADY_EXISTS)."""
+
+
 class EnvironmentNotReady(AiptrainError):
     """Something outside aiptrain is missing: the Docker engine, an image, a GPU runtime."""
 

@@ -132,10 +132,11 @@ def _local_job_dir(job_dir: str, home: Path, path: Path | None = None, gcs_root:
     return str(path)
 
 
-def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
-    """Everything about a submission that can be checked without side effects."""
+def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> Submission:
+    """Everything about a submission that can be checked without side effects. `base`: the Job
+    resource a REST client sent, in place of a --config file."""
     validate_job_id(flags.job_id)
-    job = build_job(flags)
+    job = build_job(flags, base)
     ti = job.training_input
     if job.labels:  # from --labels or from --config: the same rules
         validate_labels(job.labels)
