@@ -104,6 +104,10 @@ def recorded_project(settings: Settings, job_id: str) -> str | None:
         return None
 
 
+def record_project(settings: Settings, job_id: str, project: str) -> None:
+    _project_path(settings, job_id).write_text(project + "\n")
+
+
 def replica_user() -> str:
     """Replicas run as the calling user, or as nobody when that is root."""
     uid, gid = os.getuid(), os.getgid()
@@ -442,7 +446,7 @@ class Submitter:
         try:
             job = self.store.create(job, backend=self.backend.name)
             if submission.project:
-                _project_path(self.settings, job.job_id).write_text(submission.project + "\n")
+                record_project(self.settings, job.job_id, submission.project)
             from aiptrain.supervisor import Standby
 
             standby = Standby(job.job_id, lock, self.settings)  # starts up while the job is staged and launched
