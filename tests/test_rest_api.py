@@ -169,6 +169,14 @@ def test_tokens_decide_who_sees_and_changes_which_project(serve, tokens_file, ca
     assert (code, error["status"]) == (403, "PERMISSION_DENIED") and "read-only" in error["message"]
     assert Client().get("job_a").labels == {"k": "v"}  # nothing changed
 
+    writer = ml_api(url, WRITER_A).projects().jobs()
+    for field, value in (("packageUris", ["/etc/passwd"]), ("jobDir", "/etc")):
+        body = {"jobId": "fresh", "trainingInput": {"pythonModule": "m", "packageUris": ["gs://b/p.tar.gz"],
+                                                    field: value}}
+        code, error = refused(writer.create(parent=f"projects/{PROJECT}", body=body))
+        assert code == 400 and f"{field} [" in error["message"] and "not a gs:// URI" in error["message"]
+    assert sorted(Client().job_ids()) == ["job_a", "job_b"]  # nothing created
+
     assert ml_api(url, READER_A).projects().jobs().get(name=name_a).execute()["jobId"] == "job_a"
     listed_b = ml_api(url, WRITER_B).projects().jobs().list(parent=f"projects/{OTHER}").execute()
     assert [job["jobId"] for job in listed_b["jobs"]] == ["job_b"]  # team-a's job is not there
@@ -432,3 +440,31 @@ def test_cancel_through_the_api_stops_a_running_job(serve, package_uri, minimal_
     done = poll(jobs, name)
     assert done["state"] == "CANCELLED" and done["errorMessage"] == "Job cancelled by the user."
     wait_for(lambda: not job_resources(docker_api, "rest_cancel"), what="the cancelled job's containers to go")
+
+
+@pytest.mark.docker
+def test_a_standard_1_job_and_a_tuning_job_through_the_api(serve, package_uri, minimal_runtime, docker_api,
+                                                            tmp_path):
+    jobs = ml_api(serve()).projects().jobs()
+    cluster = training_body("rest_standard", package_uri, tmp_path / "standard", "--steps", "3",
+                            scaleTier="STANDARD_1")
+    spec = {"goal": "MAXIMIZE", "algorithm": "GRID_SEARCH", "maxTrials": 2, "maxParallelTrials": 2,
+            "params": [{"parameterName": "learning-rate", "type": "DISCRETE", "discreteValues": [0.05, 0.1]}]}
+    study = training_body("rest_study", package_uri, tmp_path / "study", "--steps", "3", hyperparameters=spec)
+    for body in (cluster, study):
+        jobs.create(parent=f"projects/{PROJECT}", body=body).execute()
+
+    done = poll(jobs, f"projects/{PROJECT}/jobs/rest_standard")
+    assert done["state"] == "SUCCEEDED", done
+    tasks = {entry["resource"]["labels"]["task_name"] for entry in logging_api(serve()).entries().list(body={
+        "resourceNames": [f"projects/{PROJECT}"], "pageSize": 1000,
+        "filter": 'resource.type="ml_job" AND resource.labels.job_id="rest_standard"'}).execute()["entries"]}
+    assert {"master-replica-0", "worker-replica-3", "ps-replica-2", "service"} <= tasks
+
+    done = poll(jobs, f"projects/{PROJECT}/jobs/rest_study")
+    assert done["state"] == "SUCCEEDED", done
+    output = done["trainingOutput"]
+    assert output["isHyperparameterTuningJob"] and output["completedTrialCount"] == "2"
+    assert sorted(t["hyperparameters"]["learning-rate"] for t in output["trials"]) == ["0.05", "0.1"]
+    for job_id in ("rest_standard", "rest_study"):
+        wait_for(lambda: not job_resources(docker_api, job_id), what=f"{job_id}'s containers to go")

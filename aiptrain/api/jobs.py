@@ -69,7 +69,7 @@ class JobMethods:
         job = _job_body(call.json_body())
         if not job.job_id:
             raise ApiError(400, "Field jobId is required: name the job in the request body.")
-        self._check_packages(call, job)
+        self._check_host_paths(call, job)
         from aiptrain.config import SubmitFlags
         from aiptrain.store import duplicate_job
 
@@ -79,15 +79,21 @@ class JobMethods:
             submission = client.prepare(SubmitFlags(job_id=job.job_id, project=project), base=job)
             return resource(client.submit(submission))
 
-    def _check_packages(self, call: Call, job: Job) -> None:
-        """packageUris on this machine's disk are taken only from a server without tokens: a
-        remote caller must not pick files of the server's host for its replicas to read."""
+    def _check_host_paths(self, call: Call, job: Job) -> None:
+        """Paths on this machine (packageUris to read, a jobDir to mount read-write) are taken
+        only from a server without tokens: a remote caller must not pick the server's files."""
         from aiptrain.storage import is_gcs
 
-        local = [uri for uri in job.training_input.package_uris or [] if not is_gcs(uri)]
-        if local and not call.access.open:
+        if call.access.open:
+            return
+        ti = job.training_input
+        local = [uri for uri in ti.package_uris or [] if not is_gcs(uri)]
+        if local:
             raise ApiError(400, f"packageUris [{local[0]}] is not a gs:// URI: a server with --tokens takes "
                            "packages from Cloud Storage only; upload the package and pass its gs:// URI.")
+        if ti.job_dir and not is_gcs(ti.job_dir):
+            raise ApiError(400, f"jobDir [{ti.job_dir}] is not a gs:// URI: a server with --tokens writes job "
+                           "output to Cloud Storage only; pass gs://BUCKET/PATH.")
 
     def get(self, call: Call, project: str, job_id: str) -> dict:
         call.accept()
