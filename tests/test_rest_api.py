@@ -468,3 +468,23 @@ def test_a_standard_1_job_and_a_tuning_job_through_the_api(serve, package_uri, m
     assert sorted(t["hyperparameters"]["learning-rate"] for t in output["trials"]) == ["0.05", "0.1"]
     for job_id in ("rest_standard", "rest_study"):
         wait_for(lambda: not job_resources(docker_api, job_id), what=f"{job_id}'s containers to go")
+
+
+def test_aiptrain_serve_listens_until_stopped(api_home):
+    """The command itself, as a process: it says where it listens, answers, and stops on SIGTERM."""
+    import subprocess
+    import sys
+
+    seed("job_a")
+    process = subprocess.Popen([sys.executable, "-m", "aiptrain", "serve", "--port", "0"],
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        first = process.stderr.readline()
+        assert first.startswith("Serving the ml v1 API and Cloud Logging entries.list on http://127.0.0.1:")
+        url = first.split(" on ", 1)[1].split()[0]
+        listed = ml_api(url).projects().jobs().list(parent=f"projects/{PROJECT}").execute()
+        assert [job["jobId"] for job in listed["jobs"]] == ["job_a"]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        process.stderr.close()

@@ -36,6 +36,7 @@ def check_listening(host: str, access: Access) -> None:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "aiptrain"
+    timeout = 120  # seconds a connection may sit idle or trickle a request before it is dropped
     app: App  # set on the class made by make_server
 
     def _serve(self) -> None:
