@@ -39,6 +39,12 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 120  # seconds a connection may sit idle or trickle a request before it is dropped
     app: App  # set on the class made by make_server
 
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in two writes: without this, Nagle's algorithm holds the body
+        # until the client's delayed ACK (40 ms on Linux) on every kept-alive request.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def _serve(self) -> None:
         response = self._read_and_handle()
         data = response.encoded()
