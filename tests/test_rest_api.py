@@ -30,6 +30,7 @@ from aiptrain.model import Job, State
 from aiptrain.settings import Settings
 from aiptrain.submission import record_project
 from conftest import SAMPLE_TRAINER, job_resources, wait_for
+from test_gcs import emulator, gcs  # noqa: F401 - fixtures: gcp-storage-emulator and a fresh bucket
 
 PROJECT, OTHER = "team-a", "team-b"
 TOKENS = [
@@ -488,3 +489,27 @@ def test_aiptrain_serve_listens_until_stopped(api_home):
         process.terminate()
         process.wait(timeout=30)
         process.stderr.close()
+
+
+@pytest.mark.docker
+def test_a_pipeline_uploads_its_package_to_cloud_storage_and_runs_it_with_a_token(
+        serve, tokens_file, gcs, minimal_runtime, docker_api, tmp_path):
+    """In the style of an Airflow task against a server with tokens: upload the sdist with
+    google-cloud-storage (a storage emulator here), create with gs:// URIs, poll, read the logs."""
+    from aiptrain.packaging import cached_sdist
+
+    sdist = cached_sdist(SAMPLE_TRAINER, tmp_path / "cache").path
+    gcs.client.bucket(gcs.bucket).blob(f"packages/{sdist.name}").upload_from_filename(str(sdist))
+    url = serve(load_tokens(tokens_file))
+    jobs = ml_api(url, WRITER_A).projects().jobs()
+    body = training_body("rest_pipeline", f"gs://{gcs.bucket}/packages/{sdist.name}", f"gs://{gcs.bucket}/out",
+                         "--steps", "3")
+    jobs.create(parent=f"projects/{PROJECT}", body=body).execute()
+    done = poll(ml_api(url, READER_A).projects().jobs(), f"projects/{PROJECT}/jobs/rest_pipeline")
+    assert done["state"] == "SUCCEEDED", done
+    entries = logging_api(url, READER_A).entries().list(body={
+        "resourceNames": [f"projects/{PROJECT}"],
+        "filter": 'resource.type="ml_job" AND resource.labels.job_id="rest_pipeline"'}).execute()["entries"]
+    assert any(entry["jsonPayload"]["message"].startswith("Wrote model to") for entry in entries)
+    assert done["trainingInput"]["packageUris"] == [f"gs://{gcs.bucket}/packages/{sdist.name}"]
+    wait_for(lambda: not job_resources(docker_api, "rest_pipeline"), what="the job's containers to go")
