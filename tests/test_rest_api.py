@@ -30,7 +30,9 @@ from aiptrain.model import Job, State
 from aiptrain.settings import Settings
 from aiptrain.submission import record_project
 from conftest import SAMPLE_TRAINER, job_resources, wait_for
-from test_gcs import emulator, gcs  # noqa: F401 - fixtures: gcp-storage-emulator and a fresh bucket
+import test_gcs
+
+emulator, gcs = test_gcs.emulator, test_gcs.gcs  # fixtures: gcp-storage-emulator and a fresh bucket
 
 PROJECT, OTHER = "team-a", "team-b"
 TOKENS = [
