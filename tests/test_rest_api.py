@@ -284,6 +284,8 @@ GOOD_BODY = {"jobId": "fresh", "trainingInput": {"pythonModule": "trainer.task",
     ("GET", f"/v1/projects/{PROJECT}/jobs/a%5Cb", b"", {}, 400, "Invalid resource name"),
     ("GET", f"/v1/projects/{PROJECT}/jobs/a%00b", b"", {}, 400, "Invalid resource name"),
     ("GET", f"/v1/projects/{PROJECT}/jobs/x.y", b"", {}, 400, "Invalid job name"),
+    ("GET", f"/v1/projects/{PROJECT}/jobs/%ff", b"", {}, 400, "not UTF-8"),
+    ("OPTIONS", JOBS, b"", {}, 501, "Unsupported method"),
     ("GET", "/v1/projects/bad%20project/jobs", b"", {}, 400, "Invalid project"),
     ("GET", JOBS + "?filter=state%3D(", b"", {}, 400, "ends too early"),
     ("GET", JOBS + "?pageSize=many", b"", {}, 400, "pageSize"),
@@ -314,7 +316,7 @@ def test_malformed_requests_are_refused_and_create_nothing(serve, api_home, meth
     status, answer = raw(url, method, path, body, headers)
     assert status == code, answer
     assert set(answer) == {"error"} and answer["error"]["code"] == code and words in answer["error"]["message"]
-    assert answer["error"]["status"] in ("INVALID_ARGUMENT", "NOT_FOUND")
+    assert answer["error"]["status"] in ("INVALID_ARGUMENT", "NOT_FOUND", "UNIMPLEMENTED")
     with Client() as client:
         assert client.job_ids() == []
     assert not (api_home / "jobs").exists() or not any((api_home / "jobs").iterdir())
@@ -515,3 +517,32 @@ def test_a_pipeline_uploads_its_package_to_cloud_storage_and_runs_it_with_a_toke
     assert any(entry["jsonPayload"]["message"].startswith("Wrote model to") for entry in entries)
     assert done["trainingInput"]["packageUris"] == [f"gs://{gcs.bucket}/packages/{sdist.name}"]
     wait_for(lambda: not job_resources(docker_api, "rest_pipeline"), what="the job's containers to go")
+
+
+def test_a_missing_runtime_image_is_built_in_the_background_while_creates_get_503():
+    """The create never holds its request for a build: 503 while it runs, once per image."""
+    from types import SimpleNamespace
+
+    from aiptrain.api.builds import RuntimeBuilds
+
+    built, release, attempts = set(), threading.Event(), []
+
+    def build(runtime):
+        attempts.append(runtime.image)
+        release.wait(timeout=30)
+        if runtime.image == "broken":
+            raise RuntimeError("debootstrap is missing")
+        built.add(runtime.image)
+
+    builds = RuntimeBuilds(build, exists=lambda image: image in built)
+    runtime, broken = SimpleNamespace(image="img:1", mapped_image=None), SimpleNamespace(image="broken",
+                                                                                         mapped_image=None)
+    assert "is building it now" in builds.ready(runtime)
+    assert "is building it now" in builds.ready(runtime)  # the same build, not a second one
+    assert "is building it now" in builds.ready(broken)
+    release.set()
+    wait_for(lambda: builds.ready(runtime) is None, what="the image to be built")
+    failure = wait_for(lambda: broken.image not in builds._running and builds.ready(broken), what="the failure")
+    assert failure == "Building runtime image [broken] failed: debootstrap is missing; retry to build it again."
+    assert "is building it now" in builds.ready(broken)  # said once; the next create tries again
+    wait_for(lambda: sorted(attempts) == ["broken", "broken", "img:1"], what="the second try")

@@ -128,23 +128,23 @@ class App:
         except Refused as refused:
             log.warning("refused %s %s %s from %s (%s): %s", refused.code, request.method, request.path,
                         request.client, grant.name if grant else "no valid token", refused)
-            return _error(refused.code, str(refused))
+            return error_response(refused.code, str(refused))
         except ApiError as error:
-            return _error(error.code, error.message, error.status)
+            return error_response(error.code, error.message, error.status)
         except JobExists as exc:
-            return _error(409, str(exc))
+            return error_response(409, str(exc))
         except JobNotFound as exc:
-            return _error(404, str(exc))
+            return error_response(404, str(exc))
         except ValidationError as exc:
-            return _error(400, str(exc))
+            return error_response(400, str(exc))
         except EnvironmentNotReady as exc:
-            return _error(503, str(exc))
+            return error_response(503, str(exc))
         except AiptrainError as exc:
             log.error("%s %s failed: %s", request.method, request.path, exc)
-            return _error(500, str(exc))
+            return error_response(500, str(exc))
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
-            return _error(500, "Internal error: see the server's log.")
+            return error_response(500, "Internal error: see the server's log.")
 
     def _route(self, method: str, segments: list[str]) -> tuple[Handler, tuple]:
         """The handler of (method, path) and its path arguments; ApiError(404/400) otherwise."""
@@ -180,7 +180,10 @@ def _segments(path: str) -> list[str]:
     (`..`, `.`, empty, an encoded slash or backslash, control characters)."""
     if not path.startswith("/"):
         raise ApiError(400, "The request path must start with /.")
-    segments = [unquote(part, errors="strict") if "%" in part else part for part in path[1:].split("/")]
+    try:
+        segments = [unquote(part, errors="strict") if "%" in part else part for part in path[1:].split("/")]
+    except UnicodeDecodeError:
+        raise ApiError(400, f"Invalid resource name in path [{path}]: it is not UTF-8.") from None
     for segment in segments:
         if segment in ("", ".", "..") or any(c in segment for c in "/\\") or not segment.isprintable():
             raise ApiError(400, f"Invalid resource name in path [{path}]: names are projects/PROJECT/jobs/JOB.")
@@ -216,5 +219,8 @@ def _query(query: str) -> dict[str, str]:
     return params
 
 
-def _error(code: int, message: str, status: str | None = None) -> Response:
-    return Response(code, {"error": {"code": code, "message": message, "status": status or STATUS[code]}})
+def error_response(code: int, message: str, status: str | None = None) -> Response:
+    """Google's error body; a code without a canonical status of its own takes its class's."""
+    status = status or STATUS.get(code) or ("UNIMPLEMENTED" if code == 501 else
+                                            "INVALID_ARGUMENT" if code < 500 else "INTERNAL")
+    return Response(code, {"error": {"code": code, "message": message, "status": status}})

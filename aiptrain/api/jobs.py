@@ -13,6 +13,7 @@ import base64
 import binascii
 import hashlib
 import json
+import logging
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -20,6 +21,7 @@ from aiptrain.api.app import ApiError, Call
 from aiptrain.model import Job
 from aiptrain.settings import Settings
 
+log = logging.getLogger("aiptrain.api")
 LIST_PAGE_SIZE, LIST_MOST = 20, 100  # the discovery document's default and maximum
 OUTPUT_ONLY = ("trainingOutput", "createTime", "startTime", "endTime", "state", "errorMessage", "etag",
                "jobPosition")
@@ -40,7 +42,15 @@ class StaleEtag(Exception):
 
 class JobMethods:
     def __init__(self, settings: Settings):
+        from aiptrain.api.builds import RuntimeBuilds
+
         self.settings = settings
+        self._builds = RuntimeBuilds(self._build_runtime)
+
+    def _build_runtime(self, runtime) -> None:
+        from aiptrain import runtimes
+
+        runtimes.ensure_image(runtime, self.settings.cache_dir, log.info, "runtimeVersion")
 
     @contextmanager
     def _client(self) -> Iterator:
@@ -77,7 +87,19 @@ class JobMethods:
             if client.store.exists(job.job_id):
                 raise duplicate_job(job.job_id)
             submission = client.prepare(SubmitFlags(job_id=job.job_id, project=project), base=job)
+            self._check_runtime_image(submission)
             return resource(client.submit(submission))
+
+    def _check_runtime_image(self, submission) -> None:
+        """503 while the runtime's image is missing: it is built in the background, not in this request."""
+        if not (submission.runtime and self.settings.auto_build):
+            return  # without auto-build, submit itself refuses a missing image (exit 3: 503)
+        from aiptrain.runtimes import check_available
+
+        check_available(submission.runtime, submission.runtime_given_as)  # one that cannot be built: 503 now
+        waiting = self._builds.ready(submission.runtime)
+        if waiting:
+            raise ApiError(503, waiting)
 
     def _check_host_paths(self, call: Call, job: Job) -> None:
         """Paths on this machine (packageUris to read, a jobDir to mount read-write) are taken

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from aiptrain.api.access import Access
-from aiptrain.api.app import MAX_BODY_BYTES, App, Request, Response, _error
+from aiptrain.api.app import MAX_BODY_BYTES, App, Request, Response, error_response
 from aiptrain.errors import ValidationError
 
 log = logging.getLogger("aiptrain.api")
@@ -45,8 +45,16 @@ class _Handler(BaseHTTPRequestHandler):
         # until the client's delayed ACK (40 ms on Linux) on every kept-alive request.
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a malformed request line, headers too long, an unknown
+        method) in Google's body too, not in HTML."""
+        self.close_connection = True
+        self._write(error_response(code, message or self.responses.get(code, ("Error",))[0]))
+
     def _serve(self) -> None:
-        response = self._read_and_handle()
+        self._write(self._read_and_handle())
+
+    def _write(self, response: Response) -> None:
         data = response.encoded()
         self.send_response(response.code)
         self.send_header("Content-Type", "application/json; charset=UTF-8")
@@ -60,15 +68,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _read_and_handle(self) -> Response:
         if self.headers.get("Transfer-Encoding"):
             self.close_connection = True  # the body was not read: the stream cannot be reused
-            return _error(400, "Chunked request bodies are not taken: send Content-Length.")
+            return error_response(400, "Chunked request bodies are not taken: send Content-Length.")
         length_text = self.headers.get("Content-Length") or "0"
         if not length_text.isdigit():
             self.close_connection = True
-            return _error(400, f"Content-Length [{length_text}] is not a number.")
+            return error_response(400, f"Content-Length [{length_text}] is not a number.")
         length = int(length_text)
         if length > MAX_BODY_BYTES:
             self.close_connection = True
-            return _error(413, f"The request body is larger than {MAX_BODY_BYTES} bytes.")
+            return error_response(413, f"The request body is larger than {MAX_BODY_BYTES} bytes.")
         body = self.rfile.read(length) if length else b""
         parts = urlsplit(self.path)
         request = Request(
