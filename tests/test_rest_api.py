@@ -324,14 +324,22 @@ def test_malformed_requests_are_refused_and_create_nothing(serve, api_home, meth
 
 # -- Cloud Logging's entries.list (pure: a job log written here) -----------------------------------
 
+def write_log(job_id: str, lines: list[tuple[str, str, str, str]]) -> None:
+    """(stamp, task, severity, message) lines into the job's log, in the order given."""
+    with JobLogWriter(Settings().job_log_path(job_id)) as writer:
+        for stamp, task, severity, message in lines:
+            writer.write(task, severity, message, stamp)
+
+
 def test_entries_list_answers_stream_logs_filters_with_pages(serve, api_home):
     seed("logged")
     stamps = [f"2026-01-01T00:00:0{second}.{second}00000123Z" for second in range(6)]
-    with JobLogWriter(Settings().job_log_path("logged")) as writer:
-        writer.write("service", "INFO", "Job logged is queued.", stamps[0])
-        for index in range(1, 5):
-            writer.write("master-replica-0", "INFO" if index % 2 else "ERROR", f"line {index}", stamps[index])
-        writer.write("worker-replica-0", "WARNING", "worker says", stamps[5])
+    write_log("logged", [
+        (stamps[0], "service", "INFO", "Job logged is queued."),
+        *[(stamps[index], "master-replica-0", "INFO" if index % 2 else "ERROR", f"line {index}")
+          for index in (1, 2, 4, 3)],  # a replica's line may reach the log after a later one
+        (stamps[5], "worker-replica-0", "WARNING", "worker says"),
+    ])
     entries_api = logging_api(serve()).entries()
     base = '(resource.type="ml_job" OR resource.type="cloudml_job") AND resource.labels.job_id="logged"'
 
@@ -339,8 +347,8 @@ def test_entries_list_answers_stream_logs_filters_with_pages(serve, api_home):
         return entries_api.list(body={"resourceNames": [f"projects/{PROJECT}"], **body}).execute()
 
     everything = listed(filter=base, orderBy="timestamp asc")["entries"]
-    assert [e["jsonPayload"]["message"] for e in everything][0] == "Job logged is queued."
-    assert len(everything) == 6
+    assert [e["jsonPayload"]["message"] for e in everything] == [
+        "Job logged is queued.", "line 1", "line 2", "line 3", "line 4", "worker says"]  # by timestamp
     first = everything[1]
     assert first["resource"] == {"type": "ml_job", "labels": {"project_id": PROJECT, "job_id": "logged",
                                                               "task_name": "master-replica-0"}}
@@ -354,8 +362,7 @@ def test_entries_list_answers_stream_logs_filters_with_pages(serve, api_home):
         token = page.get("nextPageToken")
         if not token:
             break
-    assert [m for page in pages for m in page] == ["line 1", "line 2", "line 3", "line 4"]
-    assert pages[0] == ["line 1", "line 2", "line 3"]
+    assert pages == [["line 1", "line 2", "line 3"], ["line 4"]]
 
     later = listed(filter=f'{base} AND timestamp>"{stamps[2]}"')["entries"]  # to the microsecond
     assert [e["jsonPayload"]["message"] for e in later] == ["line 3", "line 4", "worker says"]
@@ -363,9 +370,39 @@ def test_entries_list_answers_stream_logs_filters_with_pages(serve, api_home):
     assert [e["jsonPayload"]["message"] for e in errors] == ["line 2", "line 4"]
     newest = listed(filter=base, orderBy="timestamp desc", pageSize=2)
     assert [e["jsonPayload"]["message"] for e in newest["entries"]] == ["worker says", "line 4"]
+    rest = listed(filter=base, orderBy="timestamp desc", pageSize=10, pageToken=newest["nextPageToken"])
+    assert [e["jsonPayload"]["message"] for e in rest["entries"]][0] == "line 3" and len(rest["entries"]) == 4
     assert listed(filter=base.replace('"logged"', '"absent"')) == {}
     other = entries_api.list(body={"resourceNames": [f"projects/{OTHER}"], "filter": base}).execute()
     assert other == {}  # the job lives in team-a
+
+
+def test_entries_list_follows_gcloud_s_log_fetcher(serve):
+    """The filters gcloud's LogFetcher sends while it streams: a lower bound that moves past the
+    last entry seen (with insertId for entries of the same timestamp), an upper bound 5 s ago."""
+    seed("streamed")
+    same = "2026-01-01T00:00:01.000000000Z"
+    write_log("streamed", [("2026-01-01T00:00:00.500000Z", "master-replica-0", "INFO", "first"),
+                           (same, "master-replica-0", "INFO", "twin a"), (same, "worker-replica-0", "INFO", "twin b")])
+    entries_api = logging_api(serve()).entries()
+    base = ['(resource.type="ml_job" OR resource.type="cloudml_job")', 'resource.labels.job_id="streamed"']
+    upper = 'timestamp<"2026-01-01T00:00:05.000000+00:00"'
+
+    def fetch(lower: str) -> list[dict]:
+        body = {"resourceNames": [f"projects/{PROJECT}"], "orderBy": "timestamp asc", "pageSize": 1000,
+                "filter": " AND ".join(base + [lower, upper])}
+        return entries_api.list(body=body).execute().get("entries", [])
+
+    seen = fetch('timestamp>="1970-01-01T01:00:00.000000000Z"')
+    assert [e["jsonPayload"]["message"] for e in seen] == ["first", "twin a", "twin b"]
+    a, b = seen[1], seen[2]
+    assert a["timestamp"] == b["timestamp"] and a["insertId"] < b["insertId"]
+    after_a = fetch(f'((timestamp="{same}" AND insertId>"{a["insertId"]}") OR timestamp>"{same}")')
+    assert [e["jsonPayload"]["message"] for e in after_a] == ["twin b"]
+    write_log("streamed", [("2026-01-01T00:00:02Z", "master-replica-0", "INFO", "then"),
+                           ("2026-01-01T00:00:09Z", "master-replica-0", "INFO", "too new for this poll")])
+    after_b = fetch(f'((timestamp="{same}" AND insertId>"{b["insertId"]}") OR timestamp>"{same}")')
+    assert [e["jsonPayload"]["message"] for e in after_b] == ["then"]
 
 
 # -- real jobs (Docker, the minimal runtime) -------------------------------------------------------

@@ -8,8 +8,11 @@
 
 The filter must name one job (`resource.labels.job_id="J"` at its top level); the rest of it
 is evaluated on each entry with aiptrain.filtering, timestamps compared to the microsecond.
-Entries come in the order the job's log holds them; a page token is the byte offset where the
-next page starts, so lines appended meanwhile are neither skipped nor repeated.
+Entries come sorted by (timestamp, insertId), as Cloud Logging sorts them and as gcloud's
+LogFetcher relies on (it drops an entry older than the last it saw, and asks for the next ones
+with `((timestamp="T" AND insertId>"I") OR timestamp>"T")`). insertId is the line's byte offset
+in the job's log, 20 digits, so it sorts in the order lines were written. A page token
+names the last entry given, so lines appended meanwhile neither shift nor repeat pages.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from aiptrain.api.app import ApiError, Call
 from aiptrain.settings import Settings
 
 PAGE_SIZE, MOST = 50, 1000  # Logging's default and maximum pageSize
-SCAN_LINES = 100_000  # lines looked at per request: a sparse filter on a huge log answers in pages
 MAX_LINE_BYTES = 4 << 20
 _JOB_KEY = "resource.labels.job_id"
 _MOMENT = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)")
@@ -49,7 +51,7 @@ class EntryMethods:
         job_id = _job_of(expression)
         descending = _order(body.get("orderBy"))
         page_size = _page_size(body.get("pageSize"))
-        start = _decode_token(body.get("pageToken") or "")
+        start = _decode_token(body.get("pageToken"))
         from aiptrain.client import Client
 
         with Client(settings=self.settings) as client:
@@ -60,14 +62,15 @@ class EntryMethods:
             project = client.recorded_project(job_id) or self.settings.default_project
         if project not in projects:
             return {}
-        path = self.settings.job_log_path(job_id)
+        found = _matching(self.settings.job_log_path(job_id), project, job_id, expression)
         if descending:
-            entries, next_start = _read_descending(path, project, job_id, expression, page_size, start)
-        else:
-            entries, next_start = _read(path, project, job_id, expression, page_size, start)
-        answer: dict = {"entries": entries} if entries else {}
-        if next_start is not None:
-            answer["nextPageToken"] = _encode_token(next_start)
+            found.reverse()
+        if start is not None:
+            found = [entry for entry in found if (_key(entry) < start if descending else _key(entry) > start)]
+        page = found[:page_size]
+        answer: dict = {"entries": page} if page else {}
+        if len(found) > page_size:
+            answer["nextPageToken"] = _encode_token(page[-1])
         return answer
 
 
@@ -171,26 +174,31 @@ def entry_of(record: dict, project: str, job_id: str, offset: int) -> dict:
         "timestamp": record.get("time", ""),
         "receiveTimestamp": record.get("time", ""),
         "severity": record.get("severity") or "DEFAULT",
-        "insertId": f"{offset:x}",
+        "insertId": f"{offset:020d}",  # fixed-width digits: in order as text and as numbers (hex "1e5" is not)
         "labels": labels,
         "jsonPayload": {"message": record.get("message", "")},
     }
 
 
-def _lines(path, start: int):
-    """(offset, record) of each whole line from byte `start`; a line still being written, or one
-    longer than MAX_LINE_BYTES, ends the reading."""
+def _lines(path):
+    """(offset, record) of each whole line of the job's log; a line still being written ends the
+    reading, one longer than MAX_LINE_BYTES is skipped."""
     try:
         handle = open(path, "rb")
     except FileNotFoundError:
         return
     with handle:
-        handle.seek(start)
-        offset = start
+        offset = 0
         while True:
             line = handle.readline(MAX_LINE_BYTES)
             if not line.endswith(b"\n"):
-                return
+                if len(line) < MAX_LINE_BYTES:
+                    return  # the end, or a line still being written
+                while line and not line.endswith(b"\n"):  # a line too long to be an entry: skipped
+                    offset += len(line)
+                    line = handle.readline(MAX_LINE_BYTES)
+                offset += len(line)
+                continue
             if line.strip():
                 try:
                     yield offset, json.loads(line)
@@ -199,29 +207,19 @@ def _lines(path, start: int):
             offset += len(line)
 
 
-def _read(path, project: str, job_id: str, expression, page_size: int, start: int) -> tuple[list, int | None]:
-    """Entries in the log's order from byte `start`: (the page, where the next one starts or None)."""
-    entries: list[dict] = []
-    scanned = 0
-    for offset, record in _lines(path, start):
-        if len(entries) == page_size or scanned == SCAN_LINES:
-            return entries, offset
-        scanned += 1
-        entry = entry_of(record, project, job_id, offset)
-        if matches(expression, entry):
-            entries.append(entry)
-    return entries, None
+def _matching(path, project: str, job_id: str, expression) -> list[dict]:
+    """The log's entries that match, sorted by (timestamp, insertId)."""
+    found = [entry for offset, record in _lines(path)
+             if matches(expression, entry := entry_of(record, project, job_id, offset))]
+    found.sort(key=_key)
+    return found
 
 
-def _read_descending(path, project: str, job_id: str, expression, page_size: int,
-                     start: int) -> tuple[list, int | None]:
-    """Newest first: every matching entry is gathered, `start` counts the ones already given."""
-    matching = [entry for offset, record in _lines(path, 0)
-                if matches(expression, entry := entry_of(record, project, job_id, offset))]
-    matching.sort(key=lambda entry: _moment(entry["timestamp"]) or datetime.min.replace(tzinfo=timezone.utc),
-                  reverse=True)
-    page = matching[start:start + page_size]
-    return page, (start + page_size if start + page_size < len(matching) else None)
+_NEVER = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def _key(entry: dict) -> tuple[datetime, str]:
+    return _moment(entry["timestamp"]) or _NEVER, entry["insertId"]
 
 
 def _order(order_by: object) -> bool:
@@ -241,17 +239,18 @@ def _page_size(value: object) -> int:
     return min(value, MOST) or PAGE_SIZE
 
 
-def _encode_token(offset: int) -> str:
-    return base64.urlsafe_b64encode(str(offset).encode()).decode()
+def _encode_token(entry: dict) -> str:
+    return base64.urlsafe_b64encode(json.dumps([entry["timestamp"], entry["insertId"]]).encode()).decode()
 
 
-def _decode_token(token: object) -> int:
+def _decode_token(token: object) -> tuple[datetime, str] | None:
     if not token:
-        return 0
+        return None
     try:
-        text = base64.urlsafe_b64decode(str(token).encode()).decode()
-        if not text.isdigit():
+        stamp, insert_id = json.loads(base64.urlsafe_b64decode(str(token).encode()))
+        moment = _moment(stamp) if isinstance(stamp, str) else None
+        if moment is None or not isinstance(insert_id, str):
             raise ValueError
-    except (binascii.Error, ValueError, UnicodeDecodeError):
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
         raise ApiError(400, "Invalid pageToken: pass the nextPageToken of the previous page unchanged.") from None
-    return int(text)
+    return moment, insert_id
