@@ -528,8 +528,10 @@ def test_aiptrain_serve_listens_until_stopped(api_home):
         assert [job["jobId"] for job in listed["jobs"]] == ["job_a"]
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        code = process.wait(timeout=30)
+        rest = process.stderr.read()
         process.stderr.close()
+    assert code == 130 and rest.split() == ["Aborted."]  # SIGTERM stops it as Ctrl-C does
 
 
 @pytest.mark.docker

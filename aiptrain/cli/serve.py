@@ -23,6 +23,7 @@ def serve(host: str, port: int, tokens_file: str | None) -> None:
                          client_options={"api_endpoint": "http://127.0.0.1:8080"})
     """
     import logging
+    import signal
     import sys
 
     from aiptrain.api.access import Access, load_tokens
@@ -43,7 +44,12 @@ def serve(host: str, port: int, tokens_file: str | None) -> None:
     who = "tokens from " + tokens_file if tokens_file else "no tokens (loopback only)"
     click.echo(f"Serving the ml v1 API and Cloud Logging entries.list on http://{shown}:{bound_port} "
                f"({who}); Ctrl-C stops.", err=True)
+    signal.signal(signal.SIGTERM, _stop)  # a service manager's stop: as Ctrl-C, the port is released
     try:
         server.serve_forever()
     finally:
         server.server_close()
+
+
+def _stop(signum, frame) -> None:
+    raise KeyboardInterrupt
