@@ -17,14 +17,14 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import Iterator
 
-from aiptrain.errors import AiptrainError
+from aiptrain.errors import ValidationError
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 READ_BLOCK = 1 << 20
 
 
-class UnsafePath(AiptrainError):
+class UnsafePath(ValidationError):
     """A name inside a trainer's directory that is not what it must be (a link, a FIFO, too big)."""
 
 
@@ -40,7 +40,8 @@ def _open_below(base_fd: int, name: str, path_for_errors: str) -> int:
         return os.open(name, DIR_FLAGS, dir_fd=base_fd)
     except OSError as exc:
         if exc.errno in (40, 20):  # ELOOP (a symlink), ENOTDIR (a file or a link to one)
-            raise UnsafePath(f"[{path_for_errors}] is not a directory (a link or a file put there): left alone.") from None
+            raise UnsafePath(f"[{path_for_errors}] is not a directory (a link or a file put there): remove it, "
+                             "or choose another path.") from None
         raise
 
 
