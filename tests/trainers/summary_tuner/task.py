@@ -26,10 +26,11 @@ def main():
     for epoch in range(args.epochs):
         value = args.lr * (epoch + 1)
         if args.style == "tf1":  # a TF1/Keras-1 style Summary proto with simple_value, in a subdirectory
-            writer = tf.compat.v1.summary.FileWriter(os.path.join(args.job_dir, "eval"))
-            summary = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag=args.tag, simple_value=value)])
-            writer.add_summary(summary, epoch)
-            writer.close()
+            with tf.compat.v1.Graph().as_default():  # TF1's FileWriter is a graph-mode API
+                writer = tf.compat.v1.summary.FileWriter(os.path.join(args.job_dir, "eval"))
+                summary = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(tag=args.tag, simple_value=value)])
+                writer.add_summary(summary, epoch)
+                writer.close()
         else:
             writer = tf.summary.create_file_writer(os.path.join(args.job_dir, "validation"))
             with writer.as_default():
