@@ -24,6 +24,11 @@ SOURCE_URL = "https://cloud.google.com/ai-platform/training/docs/runtime-version
 FRAMEWORKS = ("tensorflow", "scikit-learn", "xgboost", "pandas")
 # Published only as an sdist: the image builder builds its wheel on the host.
 HYPERTUNE = "cloudml-hypertune==0.1.0.dev6"
+# What AI Platform's framework images gave trainers beside the frameworks, which published
+# trainers import without declaring: Cloud Storage and Google API clients, their credentials,
+# and gcsfs (pandas' `read_csv('gs://...')`). Unpinned: resolved within the runtime's own
+# constraints (protobuf, numpy) at build; the image's label records what was installed.
+GOOGLE_LIBRARIES = ("google-cloud-storage", "google-api-python-client", "google-auth", "gcsfs")
 DEFAULT_IMAGE_REPOSITORY = "aiptrain/runtime"
 DEFAULT_BASE_REPOSITORY = "aiptrain/base"
 
@@ -194,7 +199,7 @@ def _tensorflow_runtime(version: str) -> Runtime:
     service = dict((fw, v) for fw, v in zip(FRAMEWORKS, SERVICE_PINS[version]) if v)
     base = BASES["bullseye"] if version.startswith("2.") else BASES["python3.7"]
     constraints = _CONSTRAINTS[base.python] + _VERSION_CONSTRAINTS.get(version, ())
-    return Runtime(version, base, _installs(service, base.python), service, extra=(*constraints, HYPERTUNE))
+    return Runtime(version, base, _installs(service, base.python), service, extra=(*constraints, HYPERTUNE, *GOOGLE_LIBRARIES))
 
 
 # Upper bounds the frameworks of that era did not declare but need: numpy 1.24 dropped

@@ -22,6 +22,9 @@ from aiptrain.runtime_catalog import RUNTIMES, SOURCE_URL, Runtime, image_reposi
 
 __all__ = ["RUNTIMES", "SOURCE_URL", "Runtime", "image_repository", "runtime", "lookup", "build_image"]
 
+# Every distribution the image installed, `name==version` space-separated: what a trainer's own
+# requirements resolve within at submit (aiptrain.requirements).
+INSTALLED_LABEL = "aiptrain.installed"
 MAPPINGS_FILE = "runtimes.json"  # under AIPTRAIN_HOME: versions mapped to a team's images
 
 
@@ -179,12 +182,15 @@ def api_run(api, image: str, command: list[str]) -> str:
 
 
 def download_wheelhouse(packages: tuple[str, ...], python_version: str, arch: str, target: Path) -> None:
-    target.mkdir(parents=True, exist_ok=True)
+    """A fresh wheelhouse (what is in it is what the image installs: its lock), with the requirements."""
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
     (target / "requirements.txt").write_text("".join(f"{p}\n" for p in packages))
     if not packages:
         return
     try:
-        wheelhouse.download(list(packages), python_version, wheelhouse.platform_tags(arch), target)
+        # No hint: --packages cannot serve an image build.
+        wheelhouse.download(list(packages), python_version, wheelhouse.platform_tags(arch), target, hint="")
     except ValidationError as exc:
         raise EnvironmentNotReady(f"Cannot download the runtime's wheels for Python {python_version}: {exc}") from None
 
@@ -234,6 +240,7 @@ def build_image(
     download_wheelhouse(rt.packages, python_version, arch, wheels)
 
     with tempfile.TemporaryDirectory(prefix="aiptrain-runtime-") as context:
+        installed = wheelhouse.lock_of(wheels)
         dockerfile = resources.files("aiptrain.runtime").joinpath("runtime.Dockerfile").read_text()
         (Path(context) / "Dockerfile").write_text(dockerfile)
         shutil.copytree(wheels, Path(context) / "wheelhouse")
@@ -245,6 +252,7 @@ def build_image(
                 "BASE_IMAGE": base_image, "PYTHON_SITE": site, "RUNTIME_VERSION": rt.version,
                 "BASE_NAME": rt.base.name, "PYTHON_VERSION": python_version,
             },
+            labels={INSTALLED_LABEL: " ".join(installed)},
             rm=True,
             forcerm=True,
             decode=True,

@@ -130,6 +130,15 @@ def requirements_for(packages: list[Path], preinstalled: frozenset[str] = frozen
     return [r for r in needed if requirement_name(r) not in provided]
 
 
+def lock_of(wheels: Path) -> list[str]:
+    """`name==version` of every wheel in a directory, sorted: a wheelhouse's lock."""
+    pins = set()
+    for wheel in wheels.glob("*.whl"):
+        name, version = wheel.name.split("-")[:2]
+        pins.add(f"{canonical_name(name)}=={version}")
+    return sorted(pins)
+
+
 # -- resolving ---------------------------------------------------------------------------------
 
 
@@ -183,36 +192,105 @@ def resolve(
     return wheels
 
 
-def download(requirements: list[str], python_version: str, platforms: tuple[str, ...], destination: Path) -> None:
-    """Wheels for `requirements` and their dependencies into `destination`. Where pip finds no
-    wheel for a project that has an sdist, its wheel is built here (pure Python only) and the
-    resolution runs again with it."""
+# What to suggest when a dependency has no wheel: a trainer can pass one with --packages; an
+# image build cannot (the builder itself must make the wheel), so it says nothing further.
+TRAINER_HINT = "Require a version that has such a wheel, or pass the wheel with --packages."
+# Projects whose sdist builds a C extension only as an option: built here without it, they are
+# pure Python wheels that fit any replica (TensorFlow 2.5-2.6 pin wrapt~=1.12.1, sdist only).
+PURE_BUILD_ENV = {"wrapt": {"WRAPT_INSTALL_EXTENSIONS": "false"}}
+
+
+def download(
+    requirements: list[str],
+    python_version: str,
+    platforms: tuple[str, ...],
+    destination: Path,
+    constraints: list[str] = (),
+    hint: str = TRAINER_HINT,
+) -> None:
+    """Wheels for `requirements` and their dependencies into `destination`, within `constraints`.
+    Where pip finds no wheel for a project that has an sdist, its wheel is built here (pure
+    Python only) and the resolution runs again with it."""
     built = destination / ".built-from-sdists"
+
+    def attempt(wanted: list[str]) -> str | None:
+        output = _pip(["download", "--dest", str(destination)], wanted, python_version, platforms, built, constraints)
+        if output is None:
+            return _missed_by_markers(_wheel_metadata(destination), python_version)
+        return output
+
+    _with_wheels_built_from_sdists(attempt, requirements, built, python_version, platforms, hint)
+    shutil.rmtree(built, ignore_errors=True)
+
+
+def resolve_versions(
+    requirements: list[str],
+    python_version: str,
+    platforms: tuple[str, ...],
+    constraints: list[str] = (),
+    hint: str = TRAINER_HINT,
+) -> dict[str, str]:
+    """What `download` would fetch, as {canonical name: version}, downloading nothing but the
+    metadata (pip's --dry-run --report) and the sdists that need a wheel built."""
+    with tempfile.TemporaryDirectory(prefix="aiptrain-resolve-") as scratch:
+        built, report = Path(scratch) / "built", Path(scratch) / "report.json"
+        installs: list[dict] = []
+
+        def attempt(wanted: list[str]) -> str | None:
+            output = _pip(
+                ["install", "--dry-run", "--ignore-installed", "--target", str(Path(scratch) / "target"),
+                 "--report", str(report)], wanted, python_version, platforms, built, constraints,
+            )
+            if output is not None:
+                return output
+            installs[:] = json.loads(report.read_text())["install"]
+            metadata = [(i["metadata"]["name"], i["metadata"].get("requires_dist") or []) for i in installs]
+            return _missed_by_markers(metadata, python_version)
+
+        _with_wheels_built_from_sdists(attempt, requirements, built, python_version, platforms, hint)
+        return {canonical_name(i["metadata"]["name"]): i["metadata"]["version"] for i in installs}
+
+
+def _with_wheels_built_from_sdists(attempt, requirements, built, python_version, platforms, hint) -> None:
+    """Run `attempt(requirements)` until it succeeds: it returns None when done, pip's output
+    when pip failed, or requirements pip skipped (markers) to add and try again."""
     tried: set[str] = set()
     while True:
-        output = _pip_download(requirements, python_version, platforms, destination, built)
-        if output is None:
-            missed = marker_requirements_missed(destination, python_version)
-            if not missed:
-                shutil.rmtree(built, ignore_errors=True)
-                return
-            log.debug("pip skipped %s (markers for Python %s): downloading them too.", ", ".join(missed), python_version)
-            requirements = [*requirements, *missed]
+        outcome = attempt(requirements)
+        if outcome is None:
+            return
+        if isinstance(outcome, list):
+            log.debug("pip skipped %s (markers for Python %s): adding them.", ", ".join(outcome), python_version)
+            requirements = [*requirements, *outcome]
             continue
-        missing = _NO_DISTRIBUTION.search(output)
+        missing = _NO_DISTRIBUTION.search(outcome)
         name = requirement_name(missing.group(1)) if missing else None
         if not name or name in tried:
-            raise _resolution_error(output, python_version, platforms)
+            raise _resolution_error(outcome, python_version, platforms, hint)
         tried.add(name)
         log.debug("No wheel for %s: building one from its sdist.", missing.group(1))
-        if build_pure_wheel(missing.group(1), built) is None:  # no sdist either
-            raise _resolution_error(output, python_version, platforms)
+        if build_pure_wheel(missing.group(1), built, hint) is None:  # no sdist either
+            raise _resolution_error(outcome, python_version, platforms, hint)
+
+
+def _missed_by_markers(metadata: list[tuple[str, list[str]]], python_version: str) -> list[str] | None:
+    missed = requirements_missed_by_markers(metadata, python_version)
+    return missed or None
+
+
+def _wheel_metadata(wheels: Path) -> list[tuple[str, list[str]]]:
+    return [read_metadata(wheel) for wheel in wheels.glob("*.whl")]
 
 
 def marker_requirements_missed(wheels: Path, python_version: str) -> list[str]:
-    """Requirements of the downloaded wheels that apply on the replicas' Python but are not
-    there: pip evaluates markers (`importlib-metadata; python_version < "3.10"`) for the
-    host's Python even with --python-version."""
+    """`requirements_missed_by_markers` of the wheels in a directory."""
+    return requirements_missed_by_markers(_wheel_metadata(wheels), python_version)
+
+
+def requirements_missed_by_markers(metadata: list[tuple[str, list[str]]], python_version: str) -> list[str]:
+    """Requirements of the resolved projects ((name, requirements) each) that apply on the
+    replicas' Python but are not there: pip evaluates markers (`importlib-metadata;
+    python_version < "3.10"`) for the host's Python even with --python-version."""
     from packaging.requirements import Requirement
 
     environment = {
@@ -221,8 +299,7 @@ def marker_requirements_missed(wheels: Path, python_version: str) -> list[str]:
         "sys_platform": "linux", "os_name": "posix", "platform_system": "Linux", "extra": "",
     }
     present, missed = set(), []
-    for wheel in wheels.glob("*.whl"):
-        name, requires = read_metadata(wheel)
+    for name, requires in metadata:
         present.add(canonical_name(name))
         for text in requires:
             requirement = Requirement(text)
@@ -231,7 +308,7 @@ def marker_requirements_missed(wheels: Path, python_version: str) -> list[str]:
     return sorted({r for r in missed if requirement_name(r) not in present})
 
 
-def build_pure_wheel(requirement: str, destination: Path) -> Path | None:
+def build_pure_wheel(requirement: str, destination: Path, hint: str = TRAINER_HINT) -> Path | None:
     """Build `requirement`'s wheel from its sdist on this host (no deps); None when it has no sdist.
     One that needs compiling is refused: a wheel built here would not fit the replicas."""
     destination.mkdir(parents=True, exist_ok=True)
@@ -241,7 +318,7 @@ def build_pure_wheel(requirement: str, destination: Path) -> Path | None:
             sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "--no-input",
             "--progress-bar", "off", "--no-binary", name, "--wheel-dir", scratch, requirement,
         ]
-        result = subprocess.run(command, capture_output=True, text=True)
+        result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **PURE_BUILD_ENV.get(name, {})})
         wheels = list(Path(scratch).glob("*.whl"))
         output = result.stdout + result.stderr
         if result.returncode != 0 and _NO_DISTRIBUTION.search(output):
@@ -249,40 +326,47 @@ def build_pure_wheel(requirement: str, destination: Path) -> Path | None:
         if result.returncode != 0 or not wheels:
             raise ValidationError(
                 f"[{name}] publishes no wheel for the replicas and building one from its sdist failed "
-                f"({_last_error(output)}): require a version that has a wheel, or pass one with --packages."
+                f"({_last_error(output)}).{_then(hint)}"
             )
         wheel = wheels[0]
         if not wheel.name.endswith("-none-any.whl"):
             raise ValidationError(
-                f"[{name}] publishes no wheel for the replicas and its sdist needs compiling ({wheel.name}): "
-                "require a version that has a wheel, or build one for the replicas' Python and pass it with --packages."
+                f"[{name}] publishes no wheel for the replicas and its sdist needs compiling ({wheel.name}).{_then(hint)}"
             )
         return Path(shutil.move(str(wheel), destination / wheel.name))
 
 
-def _pip_download(
-    requirements: list[str], python_version: str, platforms: tuple[str, ...], destination: Path, built: Path
+def _pip(
+    command: list[str], requirements: list[str], python_version: str, platforms: tuple[str, ...], built: Path,
+    constraints: list[str] = (),
 ) -> str | None:
-    """pip's output when the download failed, None when it succeeded."""
-    command = [
-        sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-input",
-        "--progress-bar", "off", "--only-binary=:all:", "--implementation", "cp",
-        "--python-version", python_version, *[arg for tag in platforms for arg in ("--platform", tag)],
-        "--find-links", str(built), "--dest", str(destination), *requirements,
-    ]
-    result = subprocess.run(command, capture_output=True, text=True)
+    """pip's output when `pip COMMAND` failed for the replicas' Python and platform, None when it succeeded."""
+    built.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", prefix="aiptrain-constraints-", suffix=".txt") as constraint_file:
+        constraint_file.write("".join(f"{c}\n" for c in constraints))
+        constraint_file.flush()
+        result = subprocess.run([
+            sys.executable, "-m", "pip", *command, "--disable-pip-version-check", "--no-input",
+            "--progress-bar", "off", "--only-binary=:all:", "--implementation", "cp",
+            "--python-version", python_version, *[arg for tag in platforms for arg in ("--platform", tag)],
+            "--find-links", str(built), *(["-c", constraint_file.name] if constraints else []), *requirements,
+        ], capture_output=True, text=True)
     return None if result.returncode == 0 else result.stdout + result.stderr
 
 
-def _resolution_error(output: str, python_version: str, platforms: tuple[str, ...]) -> Exception:
+def _resolution_error(output: str, python_version: str, platforms: tuple[str, ...], hint: str) -> Exception:
     if "No module named pip" in output:
         return EnvironmentNotReady(
             f"pip is not installed for {sys.executable}: install it to resolve the packages' dependencies."
         )
     return ValidationError(
         f"Cannot resolve the packages' dependencies for the replicas (Python {python_version}, {platforms[0]}, "
-        f"wheels only): {_last_error(output)}. Require a version that has such a wheel, or pass the wheel with --packages."
+        f"wheels only): {_last_error(output)}.{_then(hint)}"
     )
+
+
+def _then(hint: str) -> str:
+    return f" {hint}" if hint else ""
 
 
 def _last_error(output: str) -> str:
