@@ -34,12 +34,14 @@ USER_BASE = "/tmp/.local"  # PYTHONUSERBASE of every replica: where `pip install
 INSTALL_TARGET = "/opt/aiptrain/install"  # the install container's PYTHONUSERBASE, read-write
 
 # Installs the staged packages offline, as the user (`--user`: a site dir, so .pth files
-# work). With a wheelhouse (the packages' dependencies, resolved on the host) pip takes the
-# dependencies from it; without one the packages need none, and --no-deps keeps pip from looking.
+# work), with the wheelhouse's wheels: their dependencies as the host resolved them against the
+# image (aiptrain.dependencies), which holds the rest. --no-deps: pip here decides nothing, so a
+# trainer's `tensorflow==2.8.0` served by the wheelhouse's tensorflow-cpu 2.8.0 is not refused
+# for want of a `tensorflow` distribution. (The unquoted $deps expands the wheels' glob.)
 INSTALL = (
-    'deps=--no-deps; [ -n "$AIPTRAIN_WHEELHOUSE" ] && deps="--find-links $AIPTRAIN_WHEELHOUSE"; '
-    "python3 -m pip install --user --no-index $deps --no-build-isolation --no-cache-dir "
-    "--disable-pip-version-check --no-warn-script-location --quiet $AIPTRAIN_PACKAGES"
+    'deps=; [ -n "$AIPTRAIN_WHEELHOUSE" ] && deps="$AIPTRAIN_WHEELHOUSE/*.whl"; '
+    "python3 -m pip install --user --no-index --no-deps --no-build-isolation --no-cache-dir "
+    "--disable-pip-version-check --no-warn-script-location --quiet $deps $AIPTRAIN_PACKAGES"
 )
 # Runs in each replica: install the packages unless they were installed once for the whole
 # job (aiptrain.installs: then they are mounted read-only at USER_BASE and AIPTRAIN_PACKAGES

@@ -102,6 +102,11 @@ class Runtime:
         return frozenset(names | {alias for name in names for alias in _PROVIDES_ALSO.get(name, ())})
 
     @property
+    def bounds(self) -> tuple[str, ...]:
+        """The upper bounds the image was resolved within (`numpy<1.24`)."""
+        return tuple(p for p in self.packages if _is_constraint(p))
+
+    @property
     def note(self) -> str | None:
         """One line for submit when the image runs other releases than AI Platform did."""
         differs = [fw for fw in FRAMEWORKS if fw in self.service and self.installs.get(fw) != self.service[fw]]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from aiptrain import wheelhouse
+from aiptrain.dependencies import Image
 from aiptrain.errors import EnvironmentNotReady, ValidationError
 from aiptrain.runtime_catalog import RUNTIMES, SOURCE_URL, Runtime, image_repository, runtime
 
@@ -73,6 +74,31 @@ def _python_of(image: str) -> str:
     api = connect()
     labels = api.inspect_image(image).get("Config", {}).get("Labels") or {}
     return labels.get("aiptrain.python") or image_python(api, image)[0]
+
+
+# -- what an image holds --------------------------------------------------------------------------
+
+
+def image_contents(rt: Runtime) -> Image:
+    """What a trainer's requirements resolve against (aiptrain.dependencies): the releases the
+    image's label records; for an image built before it recorded them, the catalog's pins, the
+    names it installed unpinned standing as served whatever their version."""
+    from docker.errors import ImageNotFound
+
+    from aiptrain.backends.docker import connect
+    from aiptrain.dependencies import canonical_name
+
+    try:
+        labels = connect().inspect_image(rt.image).get("Config", {}).get("Labels") or {}
+    except ImageNotFound:  # the backend's own check says what to do
+        labels = {}
+    recorded = labels.get(INSTALLED_LABEL, "").split()
+    bounds = rt.bounds
+    if recorded:
+        return Image(rt.version, {canonical_name(n): v for n, _, v in (p.partition("==") for p in recorded)}, bounds)
+    installed: dict[str, str | None] = {name: None for name in rt.provides}
+    installed.update({canonical_name(n): v for n, _, v in (p.partition("==") for p in rt.packages if "==" in p)})
+    return Image(rt.version, installed, bounds)
 
 
 # -- availability --------------------------------------------------------------------------------

@@ -541,12 +541,13 @@ class Submitter:
             wheels = []
             if submission.runtime:
                 from aiptrain import wheelhouse
+                from aiptrain.runtimes import image_contents
 
                 fetched = [package_dir / name for name in remote_files]
                 self._step("Resolving the packages' dependencies into a wheelhouse")
                 rt = submission.runtime
                 wheels = wheelhouse.resolve(
-                    [*files, *fetched], self.settings.cache_dir, rt.python, preinstalled=rt.provides
+                    [*files, *fetched], self.settings.cache_dir, rt.python, image_contents(rt)
                 )
             bucket_url, prefix = staging.staging_target(
                 job.job_id, submission.staging_bucket, ti.job_dir, str(self.settings.bucket_root)

@@ -30,7 +30,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from aiptrain import dependencies
 from aiptrain.cache import touch
+from aiptrain.dependencies import Image, Resolution, canonical_name
 from aiptrain.errors import EnvironmentNotReady, ValidationError
 
 log = logging.getLogger(__name__)
@@ -47,11 +49,6 @@ PLATFORM_TAGS = {
 }
 _NO_DISTRIBUTION = re.compile(r"No matching distribution found for (\S+)")
 _NAME = re.compile(r"^\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)")
-
-
-def canonical_name(name: str) -> str:
-    """PEP 503: `Foo_Bar.baz` and `foo-bar-baz` are the same project."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def requirement_name(requirement: str) -> str | None:
@@ -132,11 +129,13 @@ def requirements_for(packages: list[Path], preinstalled: frozenset[str] = frozen
 
 def lock_of(wheels: Path) -> list[str]:
     """`name==version` of every wheel in a directory, sorted: a wheelhouse's lock."""
-    pins = set()
-    for wheel in wheels.glob("*.whl"):
-        name, version = wheel.name.split("-")[:2]
-        pins.add(f"{canonical_name(name)}=={version}")
-    return sorted(pins)
+    return sorted({"==".join(_name_and_version(wheel)) for wheel in wheels.glob("*.whl")})
+
+
+def _name_and_version(wheel: Path) -> tuple[str, str]:
+    """(canonical name, version) from a wheel's file name (PEP 427: NAME-VERSION-...)."""
+    name, version = wheel.name.split("-")[:2]
+    return canonical_name(name), version
 
 
 # -- resolving ---------------------------------------------------------------------------------
@@ -151,33 +150,35 @@ def platform_tags(machine: str | None = None) -> tuple[str, ...]:
     return PLATFORM_TAGS.get(machine, PLATFORM_TAGS["x86_64"])
 
 
-def resolve(
-    packages: list[Path],
-    cache_dir: Path,
-    python_version: str,
-    preinstalled: frozenset[str] = frozenset(),
-) -> list[Path]:
-    """The wheels `packages` need installed beside them in a replica; [] when they need none."""
-    requirements = requirements_for(packages, preinstalled)
-    if not requirements:
+def resolve(packages: list[Path], cache_dir: Path, python_version: str, image: Image | None = None) -> list[Path]:
+    """The wheels `packages` need installed beside them in a replica of `image` (the rules of
+    aiptrain/dependencies.py): only what the image does not already hold; [] when none."""
+    image = image or Image("custom")
+    resolution = dependencies.plan(requirements_for(packages), image, python_version)
+    if not resolution.requirements:
         return []
     platforms = platform_tags()
-    key = hashlib.sha256(
-        json.dumps([CACHE_FORMAT, sorted(requirements), python_version, platforms]).encode()
-    ).hexdigest()
+    key = hashlib.sha256(json.dumps([
+        CACHE_FORMAT, sorted(resolution.requirements), sorted(resolution.constraints), python_version, platforms,
+    ]).encode()).hexdigest()
     entry = cache_dir / "wheelhouses" / key
     if (entry / "requirements.txt").is_file():
-        log.debug("Reusing the cached wheelhouse %s for %s.", key[:12], ", ".join(requirements))
+        log.debug("Reusing the cached wheelhouse %s for %s.", key[:12], ", ".join(resolution.requirements))
         touch(entry)  # its last use, for cache pruning
         return sorted(entry.glob("*.whl"))
-    log.debug("Resolving %s for Python %s (%s) into a wheelhouse.", ", ".join(requirements), python_version,
-              platforms[0])
+    log.debug("Resolving %s for Python %s (%s) into a wheelhouse.", ", ".join(resolution.requirements),
+              python_version, platforms[0])
     entry.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
     try:
-        download(requirements, python_version, platforms, partial)
+        _download_within(resolution, image, python_version, platforms, partial)
+        resolved = {wheel: _name_and_version(wheel) for wheel in partial.glob("*.whl")}
+        needed = dependencies.to_install(dict(resolved.values()), image)
+        for wheel, (name, version) in resolved.items():
+            if needed.get(name) != version:  # the image holds that very release already
+                wheel.unlink()
         # Written last: an entry with requirements.txt is complete.
-        (partial / "requirements.txt").write_text("".join(f"{r}\n" for r in requirements))
+        (partial / "requirements.txt").write_text("".join(f"{r}\n" for r in resolution.requirements))
         shutil.rmtree(entry, ignore_errors=True)  # an incomplete entry left by a killed submit
         try:
             os.rename(partial, entry)
@@ -190,6 +191,27 @@ def resolve(
     wheels = sorted(entry.glob("*.whl"))
     log.debug("Wheelhouse %s: %s", key[:12], ", ".join(w.name for w in wheels))
     return wheels
+
+
+def _download_within(resolution: Resolution, image: Image, python_version: str, platforms: tuple[str, ...],
+                     destination: Path) -> None:
+    """`download` within the resolution's constraints, letting go of the held releases that what
+    the trainer pinned contradicts (dependencies.release); a real conflict is one line."""
+    while True:
+        try:
+            download(list(resolution.requirements), python_version, platforms, destination,
+                     list(resolution.constraints))
+            return
+        except ResolutionFailed as failed:
+            conflict = dependencies.parse_conflict(failed.output)
+            if conflict is None or not conflict.constrained:
+                raise
+            released = dependencies.release(resolution, conflict)
+            if released is None:
+                raise ValidationError(dependencies.conflict_message(conflict, image)) from None
+            log.debug("Letting go of the image's %s for the trainer's pins.",
+                      ", ".join(sorted(released.pinned - resolution.pinned)))
+            resolution = released
 
 
 # What to suggest when a dependency has no wheel: a trainer can pass one with --packages; an
@@ -293,11 +315,7 @@ def requirements_missed_by_markers(metadata: list[tuple[str, list[str]]], python
     python_version < "3.10"`) for the host's Python even with --python-version."""
     from packaging.requirements import Requirement
 
-    environment = {
-        "python_version": python_version, "python_full_version": f"{python_version}.0",
-        "implementation_name": "cpython", "platform_python_implementation": "CPython",
-        "sys_platform": "linux", "os_name": "posix", "platform_system": "Linux", "extra": "",
-    }
+    environment = dependencies.replica_environment(python_version)
     present, missed = set(), []
     for name, requires in metadata:
         present.add(canonical_name(name))
@@ -354,14 +372,22 @@ def _pip(
     return None if result.returncode == 0 else result.stdout + result.stderr
 
 
+class ResolutionFailed(ValidationError):
+    """pip could not resolve the requirements; `output` is what it said."""
+
+    def __init__(self, message: str, output: str):
+        super().__init__(message)
+        self.output = output
+
+
 def _resolution_error(output: str, python_version: str, platforms: tuple[str, ...], hint: str) -> Exception:
     if "No module named pip" in output:
         return EnvironmentNotReady(
             f"pip is not installed for {sys.executable}: install it to resolve the packages' dependencies."
         )
-    return ValidationError(
+    return ResolutionFailed(
         f"Cannot resolve the packages' dependencies for the replicas (Python {python_version}, {platforms[0]}, "
-        f"wheels only): {_last_error(output)}.{_then(hint)}"
+        f"wheels only): {_last_error(output)}.{_then(hint)}", output,
     )
 
 

@@ -217,7 +217,7 @@ def test_dry_run_installs_with_no_index_from_the_wheelhouse(cli, tmp_path):
     container = yaml.safe_load(result.stdout)["containers"][0]
     assert container["env"]["AIPTRAIN_WHEELHOUSE"] == "/opt/aiptrain/packages/wheelhouse"
     script = container["command"][2]
-    assert "--no-index" in script and "--find-links $AIPTRAIN_WHEELHOUSE" in script
+    assert "--no-index" in script and "--no-deps" in script and "$AIPTRAIN_WHEELHOUSE/*.whl" in script
 
 
 @pytest.mark.docker
