@@ -354,6 +354,20 @@ def build_pure_wheel(requirement: str, destination: Path, hint: str = TRAINER_HI
         return Path(shutil.move(str(wheel), destination / wheel.name))
 
 
+# pip with the replicas' Python in its markers: pip evaluates `; python_version < "3.11"` for
+# the Python it runs on even with --python-version, and so resolved aiohttp's multidict 6.7 (it
+# needs typing-extensions>=4.1 on Python 3.9) beside TensorFlow 2.5's typing-extensions~=3.7.4.
+_PIP_FOR_REPLICAS = """
+import sys
+from pip._vendor.packaging import markers
+from pip._internal.cli.main import main
+host = markers.default_environment
+version = sys.argv.pop(1)
+markers.default_environment = lambda: {**host(), "python_version": version, "python_full_version": version + ".0"}
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def _pip(
     command: list[str], requirements: list[str], python_version: str, platforms: tuple[str, ...], built: Path,
     constraints: list[str] = (),
@@ -364,7 +378,7 @@ def _pip(
         constraint_file.write("".join(f"{c}\n" for c in constraints))
         constraint_file.flush()
         result = subprocess.run([
-            sys.executable, "-m", "pip", *command, "--disable-pip-version-check", "--no-input",
+            sys.executable, "-c", _PIP_FOR_REPLICAS, python_version, *command, "--disable-pip-version-check", "--no-input",
             "--progress-bar", "off", "--only-binary=:all:", "--implementation", "cp",
             "--python-version", python_version, *[arg for tag in platforms for arg in ("--platform", tag)],
             "--find-links", str(built), *(["-c", constraint_file.name] if constraints else []), *requirements,
