@@ -19,9 +19,10 @@ if docker image inspect "$image" >/dev/null 2>&1; then
 fi
 labels=(-c "LABEL aiptrain.base=debian-$suite aiptrain.python=$python")
 # A registry may be reachable on some machines: a pull is faster than debootstrap.
-if docker pull -q "python:$python-slim-$suite" >/dev/null 2>&1; then
-  echo "FROM python:$python-slim-$suite
-LABEL aiptrain.base=python:$python-slim-$suite aiptrain.python=$python" | docker build -q -t "$image" - >/dev/null
+# libgomp1: XGBoost before 1.6 links the system's OpenMP runtime (`import xgboost` fails without it).
+if docker pull -q "python:$python-slim-$suite" >/dev/null 2>&1 && echo "FROM python:$python-slim-$suite
+RUN apt-get update -qq && apt-get install -y -qq libgomp1 >/dev/null && rm -rf /var/lib/apt/lists/*
+LABEL aiptrain.base=python:$python-slim-$suite aiptrain.python=$python" | docker build -q -t "$image" - >/dev/null; then
   exit 0
 fi
 if ! command -v debootstrap >/dev/null 2>&1; then
@@ -39,7 +40,7 @@ fi
 rootfs=$(mktemp -d)
 trap 'rm -rf "$rootfs"' EXIT
 echo "Building base image $image (Debian $suite, Python $python) with debootstrap (about a minute) ..." >&2
-debootstrap --variant=minbase --include=python3,python3-pip,python3-venv \
+debootstrap --variant=minbase --include=python3,python3-pip,python3-venv,libgomp1 \
   "$suite" "$rootfs" http://deb.debian.org/debian >/dev/null
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
 tar -C "$rootfs" -c . | docker import -c 'ENV LANG=C.UTF-8' "${labels[@]}" - "$image" >/dev/null

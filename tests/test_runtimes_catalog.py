@@ -80,7 +80,15 @@ def test_minimal_is_python_and_pip_on_bookworm():
 
 def test_frameworks_are_provided_but_constraints_are_not():
     provides = runtime("2.11").provides
-    assert {"tensorflow", "tensorflow-cpu", "scikit-learn", "xgboost", "pandas", "cloudml-hypertune"} == provides
+    assert {"tensorflow", "tensorflow-cpu", "scikit-learn", "xgboost", "pandas", "cloudml-hypertune",
+            "google-cloud-storage", "google-api-python-client", "google-auth", "gcsfs"} == provides
+    assert runtime("2.11").bounds == ("numpy<1.24", "protobuf<3.20")
+
+
+@pytest.mark.parametrize("version", [v for v in EXPECTED if v.startswith("2.")])
+def test_every_2x_runtime_holds_the_google_libraries_trainers_imported_undeclared(version):
+    packages = runtime(version).packages
+    assert {"google-cloud-storage", "google-api-python-client", "google-auth", "gcsfs"} <= set(packages)
 
 
 def test_base_and_image_repositories_follow_the_environment(monkeypatch):
