@@ -29,6 +29,9 @@ HYPERTUNE = "cloudml-hypertune==0.1.0.dev6"
 # and gcsfs (pandas' `read_csv('gs://...')`). Unpinned: resolved within the runtime's own
 # constraints (protobuf, numpy) at build; the image's label records what was installed.
 GOOGLE_LIBRARIES = ("google-cloud-storage", "google-api-python-client", "google-auth", "gcsfs")
+# The modules trainers import from those distributions: each image build checks they import.
+_MODULES = {"tensorflow": "tensorflow", "scikit-learn": "sklearn", "xgboost": "xgboost", "pandas": "pandas"}
+GOOGLE_MODULES = ("hypertune", "google.cloud.storage", "googleapiclient", "google.auth", "gcsfs")
 DEFAULT_IMAGE_REPOSITORY = "aiptrain/runtime"
 DEFAULT_BASE_REPOSITORY = "aiptrain/base"
 
@@ -100,6 +103,13 @@ class Runtime:
         of one of them is served by the image, as on AI Platform, not installed again."""
         names = {_requirement_name(p) for p in self.packages if not _is_constraint(p)}
         return frozenset(names | {alias for name in names for alias in _PROVIDES_ALSO.get(name, ())})
+
+    @property
+    def imports(self) -> tuple[str, ...]:
+        """Modules the image must import (checked at build): its frameworks' and the Google libraries'."""
+        if not self.installs:
+            return ()
+        return tuple(_MODULES[fw] for fw in self.installs) + GOOGLE_MODULES
 
     @property
     def bounds(self) -> tuple[str, ...]:

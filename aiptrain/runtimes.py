@@ -276,7 +276,7 @@ def build_image(
             tag=rt.image,
             buildargs={
                 "BASE_IMAGE": base_image, "PYTHON_SITE": site, "RUNTIME_VERSION": rt.version,
-                "BASE_NAME": rt.base.name, "PYTHON_VERSION": python_version,
+                "BASE_NAME": rt.base.name, "PYTHON_VERSION": python_version, "IMPORTS": ", ".join(rt.imports),
             },
             labels={INSTALLED_LABEL: " ".join(installed)},
             rm=True,

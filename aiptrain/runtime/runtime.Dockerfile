@@ -25,5 +25,9 @@ ENV PATH=/usr/local/bin:${PYTHON_SITE}/bin:/usr/bin:/bin \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONUNBUFFERED=1 \
     LANG=C.UTF-8
+# Every module trainers import from the image imports (a missing system library such as
+# libgomp for XGBoost fails the build, not a job); -B writes no bytecode into the image.
+ARG IMPORTS
+RUN if [ -n "$IMPORTS" ]; then python3 -B -c "import $IMPORTS" || exit 1; fi
 # What the image runs: submit resolves the trainer's dependencies for this Python.
 LABEL aiptrain.runtime-version=${RUNTIME_VERSION} aiptrain.base=${BASE_NAME} aiptrain.python=${PYTHON_VERSION}
