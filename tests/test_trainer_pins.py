@@ -55,3 +55,28 @@ def test_a_trainer_pinning_another_tensorflow_and_pandas_gets_them_and_succeeds(
     # Named, not pinned: the image's own releases, protobuf included.
     assert versions["protobuf"] == held["protobuf"] and versions["google-cloud-storage"] == held["google-cloud-storage"]
     assert job_resources(docker_api, "pins_tf28") == []
+
+
+def test_a_library_that_needs_another_protobuf_than_the_image_holds_is_refused_in_one_line(
+    cli, home, tmp_path, docker_api
+):
+    require_image(docker_api, runtime_image("2.11"))
+    root = tmp_path / "src"
+    (root / "trainer").mkdir(parents=True)
+    (root / "trainer" / "__init__.py").write_text("")
+    (root / "trainer" / "task.py").write_text("print('never runs')\n")
+    (root / "setup.py").write_text(
+        "from setuptools import setup\n"
+        "setup(name='trainer', version='0.1', packages=['trainer'], install_requires=['grpcio-status==1.70.0'])\n"
+    )
+    result = cli("jobs", "submit", "training", "needs_protobuf5", "--package-path", str(root / "trainer"),
+                 "--module-name", "trainer.task", "--job-dir", str(tmp_path / "out"), "--runtime-version", "2.11",
+                 "--region", "us-central1")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("ERROR: The trainer's requirements conflict with runtime 2.11's image: ")
+    assert "grpcio-status 1.70.0 requires protobuf" in lines[0] and "runtime 2.11 holds protobuf 3.19.6" in lines[0]
+    assert "pin protobuf" in lines[0]
+    assert cli("jobs", "list").stderr.strip() == "Listed 0 items."
+    assert not (tmp_path / "out").exists()
