@@ -1,14 +1,15 @@
 """Hermetic replicas: the packages' dependencies (a trainer's `install_requires`),
-resolved once on this host into a wheelhouse the replicas install from with
-`pip install --no-index --find-links`. Replicas never reach a package index: they
-have no route to one here, and a job must not depend on what an index serves the
-moment each replica starts.
+resolved once on this host, against what the runtime image holds (aiptrain/dependencies.py),
+into a wheelhouse of what the image lacks, which the replicas install with
+`pip install --no-index --no-deps`. Replicas never reach a package index: they have no route
+to one here, and a job must not depend on what an index serves the moment each replica starts.
+The runtime images' own wheelhouses are resolved here too (aiptrain/runtimes.py).
 
 Wheels only (`--only-binary=:all:`), for the replicas' Python (the runtime's) and platform
 rather than this host's, so nothing is ever compiled inside a replica. A project that
-publishes only an sdist (cloudml-hypertune) gets its wheel built here when it is pure
-Python; one that needs compiling is refused with the fix. Wheelhouses are cached by
-what they were resolved for (the requirements, Python version and platform tags), so
+publishes only an sdist (cloudml-hypertune, wrapt 1.12.1) gets its wheel built here when it
+builds as pure Python; one that needs compiling is refused. Wheelhouses are cached by
+what they were resolved for (the requirements, constraints, Python version and platform tags), so
 resubmitting a job resolves nothing; a cached wheelhouse keeps the versions it was
 resolved with, which is what makes reruns reproducible.
 """
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 
 # The replicas' Python comes from the runtime (aiptrain/runtime_catalog.py); custom
 # containers install nothing, so they need no wheelhouse.
-CACHE_FORMAT = "2"
+CACHE_FORMAT = "3"  # 3: resolved within the image, less what it holds
 # pip's platform tags per architecture: tensorflow-cpu 2.5-2.10 ship manylinux2010 wheels,
 # later ones manylinux_2_27 only, xgboost 0.90 manylinux1.
 PLATFORM_TAGS = {
@@ -118,7 +119,7 @@ def read_metadata(path: Path) -> tuple[str, list[str]]:
 
 def requirements_for(packages: list[Path], preinstalled: frozenset[str] = frozenset()) -> list[str]:
     """What `packages` need from an index: their requirements, less what they provide themselves
-    and what the runtime image has preinstalled."""
+    and the names in `preinstalled`."""
     provided, needed = set(preinstalled), []
     for path in packages:
         name, requirements = read_metadata(path)
