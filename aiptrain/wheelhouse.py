@@ -334,8 +334,10 @@ def build_pure_wheel(requirement: str, destination: Path, hint: str = TRAINER_HI
     name = requirement_name(requirement) or requirement
     with tempfile.TemporaryDirectory(prefix="aiptrain-sdist-") as scratch:
         command = [
+            # --no-cache-dir: pip's wheel cache keys a built wheel by its sdist, not by the
+            # environment it was built in (a wrapt built with its extension would come back).
             sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "--no-input",
-            "--progress-bar", "off", "--no-binary", name, "--wheel-dir", scratch, requirement,
+            "--no-cache-dir", "--progress-bar", "off", "--no-binary", name, "--wheel-dir", scratch, requirement,
         ]
         result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **PURE_BUILD_ENV.get(name, {})})
         wheels = list(Path(scratch).glob("*.whl"))

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from aiptrain import wheelhouse
+from aiptrain.errors import ValidationError
 from conftest import job_resources
 
 HYPERTUNE_TRAINER = '''
@@ -71,3 +72,16 @@ def test_an_sdist_only_dependency_is_built_on_the_host_and_imported_offline(
     staged = list((job_dir / "packages").glob("*/wheelhouse/cloudml_hypertune-0.1.0.dev6-py2.py3-none-any.whl"))
     assert len(staged) == 1
     assert job_resources(docker_api, "hypertune_dep") == []
+
+
+def test_an_sdist_whose_c_extension_is_optional_is_built_pure(tmp_path):
+    """TensorFlow 2.5/2.6 pin wrapt~=1.12.1, published only as an sdist with a C extension."""
+    wheel = wheelhouse.build_pure_wheel("wrapt==1.12.1", tmp_path)
+    assert wheel.name == "wrapt-1.12.1-py3-none-any.whl"
+
+
+def test_an_image_build_is_not_told_to_pass_packages(monkeypatch, tmp_path):
+    monkeypatch.setitem(wheelhouse.PURE_BUILD_ENV, "wrapt", {})  # as before: its C extension (or no compiler)
+    with pytest.raises(ValidationError) as caught:
+        wheelhouse.build_pure_wheel("wrapt==1.12.1", tmp_path, hint="")
+    assert "[wrapt] publishes no wheel" in str(caught.value) and "--packages" not in str(caught.value)
