@@ -80,25 +80,28 @@ def _python_of(image: str) -> str:
 
 
 def image_contents(rt: Runtime) -> Image:
-    """What a trainer's requirements resolve against (aiptrain.dependencies): the releases the
-    image's label records; for an image built before it recorded them, the catalog's pins, the
-    names it installed unpinned standing as served whatever their version."""
+    """What a trainer's requirements resolve against (aiptrain.dependencies): what the image's
+    label records it installed."""
     from docker.errors import ImageNotFound
 
     from aiptrain.backends.docker import connect
-    from aiptrain.dependencies import canonical_name
 
     try:
         labels = connect().inspect_image(rt.image).get("Config", {}).get("Labels") or {}
     except ImageNotFound:  # the backend's own check says what to do
         labels = {}
-    recorded = labels.get(INSTALLED_LABEL, "").split()
-    bounds = rt.bounds
-    if recorded:
-        return Image(rt.version, {canonical_name(n): v for n, _, v in (p.partition("==") for p in recorded)}, bounds)
-    installed: dict[str, str | None] = {name: None for name in rt.provides}
-    installed.update({canonical_name(n): v for n, _, v in (p.partition("==") for p in rt.packages if "==" in p)})
-    return Image(rt.version, installed, bounds)
+    return held_by(rt, labels.get(INSTALLED_LABEL, "").split())
+
+
+def held_by(rt: Runtime, recorded: list[str]) -> Image:
+    """The image of `rt` holding the `name==version` releases its label recorded; for an image
+    built before it recorded them, the catalog's pins, its unpinned names served whatever
+    release a trainer asks for."""
+    from aiptrain.dependencies import canonical_name
+
+    pins = recorded or [p for p in rt.packages if p not in rt.bounds]
+    return Image(rt.version, {canonical_name(n): v or None for n, _, v in (p.partition("==") for p in pins)},
+                 rt.bounds)
 
 
 # -- availability --------------------------------------------------------------------------------

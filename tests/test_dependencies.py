@@ -114,3 +114,16 @@ def test_a_bound_alone_is_never_let_go():
 def test_only_what_the_image_lacks_is_installed():
     resolved = {"tensorflow-cpu": "2.8.0", "keras": "2.8.0", "numpy": "1.23.5", "tf-estimator-nightly": "2.8.0.dev1"}
     assert to_install(resolved, IMAGE) == {"tensorflow-cpu": "2.8.0", "keras": "2.8.0", "tf-estimator-nightly": "2.8.0.dev1"}
+
+
+def test_an_image_is_what_its_label_recorded_else_the_catalogs_pins():
+    from aiptrain.runtimes import held_by, runtime
+
+    recorded = held_by(runtime("2.11"), ["tensorflow-cpu==2.11.0", "Google_Auth==2.43.0"])
+    assert recorded == Image("2.11", {"tensorflow-cpu": "2.11.0", "google-auth": "2.43.0"}, ("numpy<1.24", "protobuf<3.20"))
+    unlabelled = held_by(runtime("2.11"), [])
+    assert unlabelled.installed["tensorflow-cpu"] == "2.11.0" and unlabelled.installed["google-cloud-storage"] is None
+    assert "numpy" not in unlabelled.installed
+    # The pin is not dropped on an unlabelled image either.
+    assert plan(["tensorflow==2.8.0"], unlabelled, "3.9").requirements == ("tensorflow-cpu==2.8.0",)
+    assert held_by(runtime("2.11", mapped={"2.11": {"image": "team/tf", "python": "3.9"}}), []).installed == {}
