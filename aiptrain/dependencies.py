@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from aiptrain.errors import ValidationError
+
 # The image's build that serves a requirement of another distribution of the same module.
 SERVED_BY = {"tensorflow": "tensorflow-cpu"}
 
@@ -59,12 +61,16 @@ class Resolution:
 
 
 def plan(requirements: list[str], image: Image, python_version: str) -> Resolution:
-    from packaging.requirements import Requirement
+    from packaging.requirements import InvalidRequirement, Requirement
 
     environment = replica_environment(python_version)
     wanted, pinned = [], set()
     for text in requirements:
-        requirement = Requirement(text)
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement as exc:
+            raise ValidationError(f"The packages require [{text}], which pip cannot read ({exc}): fix it in "
+                                  "install_requires.") from None
         if requirement.marker and not requirement.marker.evaluate(environment):
             continue
         name = canonical_name(requirement.name)

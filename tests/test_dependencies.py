@@ -127,3 +127,11 @@ def test_an_image_is_what_its_label_recorded_else_the_catalogs_pins():
     # The pin is not dropped on an unlabelled image either.
     assert plan(["tensorflow==2.8.0"], unlabelled, "3.9").requirements == ("tensorflow-cpu==2.8.0",)
     assert held_by(runtime("2.11", mapped={"2.11": {"image": "team/tf", "python": "3.9"}}), []).installed == {}
+
+
+def test_a_requirement_pip_cannot_read_is_one_line():
+    from aiptrain.errors import ValidationError
+
+    with pytest.raises(ValidationError) as caught:
+        plan(["tensorflow ==> 2"], IMAGE, "3.9")
+    assert str(caught.value).startswith("The packages require [tensorflow ==> 2], which pip cannot read (")
