@@ -32,7 +32,9 @@ with open(os.path.join(args.job_dir, "versions.json"), "w") as out:
 
 def test_a_trainer_pinning_another_tensorflow_and_pandas_gets_them_and_succeeds(cli, home, tmp_path, docker_api):
     require_image(docker_api, runtime_image("2.11"))
-    labels = docker_api.inspect_image(runtime_image("2.11"))["Config"]["Labels"]
+    labels = docker_api.inspect_image(runtime_image("2.11"))["Config"]["Labels"] or {}
+    assert "aiptrain.installed" in labels, "an image built before images recorded their releases: " \
+        "rebuild it (aiptrain runtimes build --force 2.11)"
     held = dict(p.split("==") for p in labels["aiptrain.installed"].split())
     root = tmp_path / "src"
     (root / "trainer").mkdir(parents=True)
