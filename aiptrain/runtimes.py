@@ -9,7 +9,9 @@ with aiptrain installs from it.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shutil
 import tempfile
 from importlib import resources
@@ -26,6 +28,11 @@ __all__ = ["RUNTIMES", "SOURCE_URL", "Runtime", "image_repository", "runtime", "
 # Every distribution the image installed, `name==version` space-separated: what a trainer's own
 # requirements resolve within at submit (aiptrain.requirements).
 INSTALLED_LABEL = "aiptrain.installed"
+# What an image was built from (the Dockerfile, the requirements, the base): an image whose recipe
+# differs from this aiptrain's (built by an older one) is rebuilt once, as a missing one is built.
+RECIPE_LABEL = "aiptrain.recipe"
+# The base script's `recipe=N` line, stamped on the bases it builds as this label.
+BASE_RECIPE_LABEL = "aiptrain.base-recipe"
 MAPPINGS_FILE = "runtimes.json"  # under AIPTRAIN_HOME: versions mapped to a team's images
 
 
@@ -108,15 +115,53 @@ def held_by(rt: Runtime, recorded: list[str]) -> Image:
 
 
 def image_exists(image: str) -> bool:
+    return _image_labels(image) is not None
+
+
+def _image_labels(image: str) -> dict[str, str] | None:
+    """The image's labels; None when the engine does not have it."""
     from docker.errors import ImageNotFound
 
     from aiptrain.backends.docker import connect
 
     try:
-        connect().inspect_image(image)
+        return connect().inspect_image(image).get("Config", {}).get("Labels") or {}
     except ImageNotFound:
-        return False
-    return True
+        return None
+
+
+def recipe(rt: Runtime) -> str:
+    """A digest of what the runtime's image is built from."""
+    dockerfile = resources.files("aiptrain.runtime").joinpath("runtime.Dockerfile").read_text()
+    text = json.dumps([dockerfile, list(rt.packages), rt.base.name, rt.python])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def image_is_current(rt: Runtime) -> bool:
+    """The runtime's image is on the engine and was built from this aiptrain's recipe on a current
+    base. A mapped image is the team's own: present is current."""
+    labels = _image_labels(rt.image)
+    if labels is None or rt.mapped_image:
+        return labels is not None
+    return labels.get(RECIPE_LABEL) == recipe(rt) and base_is_current(rt)
+
+
+def base_is_current(rt: Runtime) -> bool:
+    """The base image is there and, when our script built it, from the script's current recipe.
+    A base pulled from a registry or given with AIPTRAIN_BASE_IMAGE is taken as it is."""
+    labels = _image_labels(rt.base.image)
+    if labels is None or "aiptrain.base" not in labels or rt.base.registry_image:
+        return labels is not None
+    wanted = base_recipe()
+    return wanted is None or labels.get(BASE_RECIPE_LABEL) == wanted
+
+
+def base_recipe() -> str | None:
+    """The base script's recipe number; None where aiptrain runs without its source tree."""
+    if not BASE_IMAGE_SCRIPT.is_file():
+        return None
+    found = re.search(r"^recipe=(\S+)", BASE_IMAGE_SCRIPT.read_text(), re.MULTILINE)
+    return found.group(1) if found else None
 
 
 def unavailable(rt: Runtime, given_as: str = "--runtime-version") -> str:
@@ -146,7 +191,7 @@ def ensure_image(rt: Runtime, cache_dir: Path, progress: Callable[[str], None], 
     """At submit, as `docker run` pulls: build the runtime's image when the engine lacks it (and
     its base first where this machine can); True when it was built. One build at a time per
     installation; a submit that waited finds the image ready."""
-    if rt.mapped_image or image_exists(rt.image):
+    if rt.mapped_image or image_is_current(rt):
         return False
     check_available(rt, given_as)
     import fcntl
@@ -154,11 +199,11 @@ def ensure_image(rt: Runtime, cache_dir: Path, progress: Callable[[str], None], 
     cache_dir.mkdir(parents=True, exist_ok=True)
     with open(cache_dir / "image-build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if image_exists(rt.image):
+        if image_is_current(rt):
             return False
-        progress(f"Runtime image [{rt.image}] is not on this Docker engine: building it now, once "
-                 "(AIPTRAIN_AUTO_BUILD=0 refuses instead).")
-        if not rt.base.registry_image and not image_exists(rt.base.image):
+        why = "was built by an older aiptrain" if image_exists(rt.image) else "is not on this Docker engine"
+        progress(f"Runtime image [{rt.image}] {why}: building it now, once (AIPTRAIN_AUTO_BUILD=0 refuses instead).")
+        if not rt.base.registry_image and not base_is_current(rt):
             build_base_image(rt, progress)
         build_image(rt, cache_dir, progress, given_as)
     return True
@@ -178,6 +223,7 @@ def build_base_image(rt: Runtime, progress: Callable[[str], None]) -> None:
             "then submit again."
         )
     progress(f"Building base image [{rt.base.image}] with {BASE_IMAGE_SCRIPT.name} (debootstrap; a few minutes)")
+    # The script keeps an image of that name; one from an older recipe is replaced.
     process = subprocess.Popen([str(BASE_IMAGE_SCRIPT), rt.base.name], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     for line in process.stdout:
@@ -226,8 +272,12 @@ def download_wheelhouse(packages: tuple[str, ...], python_version: str, arch: st
 
 def _ensure_base(api, rt: Runtime, given_as: str, progress: Callable[[str], None]) -> str:
     base = rt.base.image
-    if image_exists(base):
+    if base_is_current(rt):
         return base
+    if image_exists(base):
+        raise EnvironmentNotReady(
+            f"Base image [{base}] was built by an older aiptrain: rebuild it with {rt.base.how_to_get}."
+        )
     if not rt.base.registry_image:
         raise EnvironmentNotReady(
             f"Base image [{base}] is missing: build it with {rt.base.how_to_get}"
@@ -281,7 +331,7 @@ def build_image(
                 "BASE_IMAGE": base_image, "PYTHON_SITE": site, "RUNTIME_VERSION": rt.version,
                 "BASE_NAME": rt.base.name, "PYTHON_VERSION": python_version, "IMPORTS": ", ".join(rt.imports),
             },
-            labels={INSTALLED_LABEL: " ".join(installed)},
+            labels={INSTALLED_LABEL: " ".join(installed), RECIPE_LABEL: recipe(rt)},
             rm=True,
             forcerm=True,
             decode=True,

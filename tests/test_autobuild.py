@@ -30,7 +30,7 @@ def isolated_repository(monkeypatch, docker_api):
 
 def test_missing_base_names_the_command_when_not_root(monkeypatch, tmp_path):
     monkeypatch.setenv("AIPTRAIN_BASE_IMAGE", "aiptrain-test-autobuild/base:absent")
-    monkeypatch.setattr(runtimes, "image_exists", lambda image: False)
+    monkeypatch.setattr(runtimes, "_image_labels", lambda image: None)
     monkeypatch.setattr(os, "getuid", lambda: 1000)
     with pytest.raises(EnvironmentNotReady) as refused:
         runtimes.ensure_image(runtime("minimal"), tmp_path, lambda line: None, "--runtime-version")
@@ -40,7 +40,7 @@ def test_missing_base_names_the_command_when_not_root(monkeypatch, tmp_path):
 
 
 def test_a_mapped_or_present_image_is_left_alone(monkeypatch, tmp_path):
-    monkeypatch.setattr(runtimes, "image_exists", lambda image: True)
+    monkeypatch.setattr(runtimes, "image_is_current", lambda rt: True)
     assert runtimes.ensure_image(runtime("minimal"), tmp_path, pytest.fail, "--runtime-version") is False
 
 

@@ -573,7 +573,7 @@ def test_a_missing_runtime_image_is_built_in_the_background_while_creates_get_50
             raise RuntimeError("debootstrap is missing")
         built.add(runtime.image)
 
-    builds = RuntimeBuilds(build, exists=lambda image: image in built)
+    builds = RuntimeBuilds(build, current=lambda runtime: runtime.image in built)
     runtime, broken = SimpleNamespace(image="img:1", mapped_image=None), SimpleNamespace(image="broken",
                                                                                          mapped_image=None)
     assert "is building it now" in builds.ready(runtime)

@@ -13,13 +13,13 @@ log = logging.getLogger("aiptrain.api")
 
 
 class RuntimeBuilds:
-    """One background build per image at a time. `exists(image)` and `build(runtime)` are
-    aiptrain.runtimes' by default."""
+    """One background build per image at a time. `current(runtime)` (the image is there and
+    from this aiptrain's recipe) and `build(runtime)` are aiptrain.runtimes' by default."""
 
-    def __init__(self, build: Callable, exists: Callable[[str], bool] | None = None):
-        if exists is None:
-            from aiptrain.runtimes import image_exists as exists
-        self._build, self._exists = build, exists
+    def __init__(self, build: Callable, current: Callable | None = None):
+        if current is None:
+            from aiptrain.runtimes import image_is_current as current
+        self._build, self._current = build, current
         self._lock = threading.Lock()
         self._running: dict[str, threading.Thread] = {}
         self._failed: dict[str, str] = {}
@@ -28,7 +28,7 @@ class RuntimeBuilds:
         """None when the runtime's image is there; else why not (a build is under way, started
         now if none was, or the last one failed: said once, and the next call tries again)."""
         image = runtime.image
-        if getattr(runtime, "mapped_image", None) or self._exists(image):
+        if getattr(runtime, "mapped_image", None) or self._current(runtime):
             return None
         with self._lock:
             if image in self._failed:

@@ -75,16 +75,16 @@ def _built_images() -> tuple[set[str] | None, str | None]:
 
 @runtimes.command()
 @click.argument("versions", nargs=-1, required=True, metavar="VERSION...")
-@click.option("--force", is_flag=True, help="Rebuild even if the image exists.")
+@click.option("--force", is_flag=True, help="Rebuild even if the image is current.")
 def build(versions, force) -> None:
     """Build the images of runtime VERSIONs (offline: the host downloads the wheels)."""
-    from aiptrain.runtimes import build_image, image_exists, lookup
+    from aiptrain.runtimes import build_image, image_is_current, lookup
     from aiptrain.settings import Settings
 
     settings = Settings()
     chosen = [lookup(v, settings.home, given_as="runtime version") for v in versions]  # all checked first
     for rt in chosen:
-        if not force and image_exists(rt.image):
+        if not force and image_is_current(rt):
             click.echo(f"Runtime {rt.version}: {rt.image} is already built (--force rebuilds it).")
             continue
         with _build_display(f"Building runtime {rt.version} ({rt.image})") as progress:
