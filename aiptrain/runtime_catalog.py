@@ -194,8 +194,14 @@ def _tensorflow_runtime(version: str) -> Runtime:
     service = dict((fw, v) for fw, v in zip(FRAMEWORKS, SERVICE_PINS[version]) if v)
     base = BASES["bullseye"] if version.startswith("2.") else BASES["python3.7"]
     constraints = _CONSTRAINTS[base.python] + _VERSION_CONSTRAINTS.get(version, ())
-    return Runtime(version, base, _installs(service, base.python), service, extra=(*constraints, HYPERTUNE))
+    clients = _CLIENTS if version == "2.11" else ()  # h/runtimes adds them to every runtime
+    return Runtime(version, base, _installs(service, base.python), service,
+                   extra=(*constraints, HYPERTUNE, *clients))
 
+
+# What the service's images gave trainers without asking: Cloud Storage from Python (and for
+# the gsutil / gcloud storage that aiptrain mounts into replicas).
+_CLIENTS = ("google-cloud-storage", "google-api-python-client", "google-auth", "gcsfs")
 
 # Upper bounds the frameworks of that era did not declare but need: numpy 1.24 dropped
 # np.object/np.bool, protobuf 4 breaks TensorFlow's generated code, TF 1.x predates numpy 1.19.

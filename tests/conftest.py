@@ -67,7 +67,28 @@ def home(tmp_path, monkeypatch):
     # tests of admission set their own cap.
     monkeypatch.setenv("AIPTRAIN_MAX_RUNNING_REPLICAS", "0")
     monkeypatch.delenv("AIPTRAIN_STAGING_BUCKET", raising=False)
-    return home
+    yield home
+    _remove_installation_resources()
+
+
+def _remove_installation_resources() -> None:
+    """What a home shares on the engine (its storage endpoint, its lone replicas' network) goes
+    with the test's home; nothing if the test never reached the engine."""
+    from aiptrain.backends.docker import LABEL_ROLE, DockerBackend
+    from aiptrain.settings import Settings
+
+    settings = Settings()
+    try:
+        import docker
+
+        api = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
+        if not api.containers(all=True, filters={"label": f"aiptrain.installation={settings.installation_id}"}) \
+                and not api.networks(filters={"label": [f"aiptrain.installation={settings.installation_id}",
+                                                        LABEL_ROLE]}):
+            return
+    except Exception:  # noqa: BLE001 - no engine: nothing to remove
+        return
+    DockerBackend(settings.installation_id, client=api).remove_installation()
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from pathlib import Path
 import click
 
 from aiptrain.errors import AiptrainError, ValidationError
+from aiptrain.storage.local import give_to_replicas
 
 EXIT_FAILED = 1  # gsutil's status for a failed command
 TOP_LEVEL_VALUE_OPTIONS = ("-o", "-h", "-u")
@@ -99,6 +100,8 @@ class LocalGcs:
                     shutil.copytree(path, final, dirs_exist_ok=True)
                 else:
                     shutil.copyfile(path, final)
+                if final.absolute().is_relative_to(self.root.absolute()):
+                    give_to_replicas(self.root, final)
                 click.echo(f"Copying {self._show(path)} [Content-Type=application/octet-stream]...", err=True)
                 if move:
                     shutil.rmtree(path) if path.is_dir() else path.unlink()
@@ -148,6 +151,7 @@ class LocalGcs:
             if bucket.exists():
                 raise GsutilError(f"409 A Cloud Storage bucket named '{bucket.name}' already exists.", "ServiceException")
             bucket.mkdir(parents=True)
+            give_to_replicas(self.root, bucket)
 
     def rb(self, urls: list[str]) -> None:
         for url in urls:
