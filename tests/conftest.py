@@ -77,10 +77,10 @@ def _remove_installation_resources() -> None:
     from aiptrain.backends.docker import LABEL_ROLE, DockerBackend
     from aiptrain.settings import Settings
 
-    settings = Settings()
     try:
         import docker
 
+        settings = Settings()
         api = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
         if not api.containers(all=True, filters={"label": f"aiptrain.installation={settings.installation_id}"}) \
                 and not api.networks(filters={"label": [f"aiptrain.installation={settings.installation_id}",
