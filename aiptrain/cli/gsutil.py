@@ -112,7 +112,7 @@ class LocalGcs:
 
     def ls(self, urls: list[str], long: bool, recursive: bool) -> None:
         if not urls:
-            for bucket in sorted(p for p in self.root.glob("*") if p.is_dir()):
+            for bucket in sorted(p for p in self.root.glob("*") if p.is_dir() and not p.name.startswith(".")):
                 click.echo(f"gs://{bucket.name}/")
             return
         for url in urls:
