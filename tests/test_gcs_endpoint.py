@@ -97,8 +97,9 @@ KERAS = """
         tf.keras.callbacks.TensorBoard(out + "/logs"),
     ])
     model.save(out + "/model")
-    frame = pd.read_csv(data + "/eval.csv")  # pandas reads gs:// through gcsfs
+    frame = pd.read_csv(data + "/eval.csv")  # pandas reads and writes gs:// through gcsfs
     print("eval rows", len(frame))
+    frame.assign(prediction=model.predict(frame[["x"]].values, verbose=0)[:, 0]).to_csv(out + "/predictions.csv")
     again = tf.keras.models.load_model(out + "/model")
     print("reloaded prediction", float(again.predict(np.array([[1.0]]), verbose=0)[0][0]))
 """
@@ -122,6 +123,7 @@ def test_keras_trainer_reads_built_gs_paths_and_writes_savedmodel_checkpoints_an
     assert (out / "model" / "saved_model.pb").is_file()
     assert list((out / "model" / "variables").glob("variables.data-*"))
     assert (out / "checkpoints" / "checkpoint").is_file() and (out / "checkpoints" / "ckpt-2.index").is_file()
+    assert (out / "predictions.csv").read_text().startswith(",x,y,prediction\n")
     events = [p for p in (out / "logs").rglob("events.out.tfevents.*") if p.is_file()]
     assert events and all(p.stat().st_size > 0 for p in events)
     assert job_resources(docker_api, job_id) == []

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import ipaddress
+import logging
 import re
 import struct
 import zlib
@@ -47,6 +48,7 @@ from aiptrain.planning import (
 )
 from aiptrain.settings import DEFAULT_SUBNET_POOL, Settings
 
+log = logging.getLogger(__name__)
 TMPFS_OPTIONS = "rw,nosuid,nodev,exec,size=4g"
 _EXIT_STATUS = re.compile(r"Exited \((-?\d+)\)")
 # The engine's container states as replica states; any other ("exited", "dead") is EXITED.
@@ -70,6 +72,10 @@ LABEL_ROLE = "aiptrain.role"
 SOLO_ROLE = "solo-network"
 SOLO_PREFIX = "aiptrain-solo"
 ENDPOINT_READY_SECONDS = 20
+
+
+class NoEndpointImage(EnvironmentNotReady):
+    """No image on the engine can run the storage endpoint."""
 
 
 def connect(timeout: int = 120):
@@ -256,11 +262,16 @@ class DockerBackend:
                     raise
         raise EnvironmentNotReady(f"Docker did not keep the network {name}: try again.")
 
-    def _storage_hosts(self, endpoint) -> dict[str, str]:
-        """Google's API host names -> the storage endpoint, started if it is not running."""
+    def _storage_hosts(self, endpoint) -> dict[str, str] | None:
+        """Google's API host names -> the storage endpoint, started if it is not running. With no
+        image to run it, the job runs without (its gs:// fails as offline), said in the log."""
         from aiptrain.storage.endpoint import API_HOSTS
 
-        address = self.ensure_storage_endpoint(endpoint)
+        try:
+            address = self.ensure_storage_endpoint(endpoint)
+        except NoEndpointImage as exc:
+            log.warning("%s", exc)
+            return None
         return {host: address for host in API_HOSTS}
 
     def ensure_storage_endpoint(self, endpoint) -> str:
@@ -332,7 +343,7 @@ class DockerBackend:
                 return image
             except ImageNotFound:
                 continue
-        raise EnvironmentNotReady(
+        raise NoEndpointImage(
             f"None of the images that run the storage endpoint for gs:// is here ({', '.join(images)}): build the "
             "base image (`aiptrain runtimes build minimal`) or set AIPTRAIN_GCS=remote."
         )
