@@ -170,11 +170,11 @@ def test_gs_kept_locally_reaches_replicas_through_the_endpoint_unchanged_and_sur
                                installation="abcdef0123456789", images=("aiptrain/runtime:2.11", "aiptrain/base:bookworm"))
     inputs = PlanInputs(runtime_image="aiptrain/runtime:2.11", package_files=("t.tar.gz",), package_dir="/p",
                         gcs_root="/h/gcs", gcs_endpoint=endpoint)
-    job = make_job(job_dir="gs://b/out", args=["--data", "gs://b/in/train.csv"])
+    job = make_job(job_dir="gs://bkt/out", args=["--data", "gs://bkt/in/train.csv"])
     launch = plan(job, replicas_for(job.training_input), inputs)
     [master] = launch.containers
     assert launch.storage == endpoint and endpoint.name == "aiptrain-storage-abcdef01"
-    assert master.command[-4:] == ["--data", "gs://b/in/train.csv", "--job-dir", "gs://b/out"]
+    assert master.command[-4:] == ["--data", "gs://bkt/in/train.csv", "--job-dir", "gs://bkt/out"]
     assert Mount("/h/storage-endpoint/trust.pem", REPLICA_TRUST) in master.mounts
     assert not any(m.source.startswith("/h/gcs") for m in master.mounts)  # no bucket is bind-mounted
     assert master.env["PATH"].startswith(REPLICA_TOOLS + ":") and master.env["NO_GCE_CHECK"] == "true"
@@ -184,4 +184,4 @@ def test_gs_kept_locally_reaches_replicas_through_the_endpoint_unchanged_and_sur
     [replica] = plan(custom, replicas_for(custom.training_input), inputs).containers
     assert "PATH" not in replica.env and replica.env["SSL_CERT_FILE"] == REPLICA_TRUST  # its image's PATH stays
     without = plan(job, replicas_for(job.training_input), PlanInputs(runtime_image="i", gcs_root="/h/gcs"))
-    assert without.storage is None and "/h/gcs/b/in/train.csv" in without.containers[0].command  # e.g. on swarm
+    assert without.storage is None and "/h/gcs/bkt/in/train.csv" in without.containers[0].command  # e.g. on swarm
