@@ -100,6 +100,13 @@ KERAS = """
     frame = pd.read_csv(data + "/eval.csv")  # pandas reads and writes gs:// through gcsfs
     print("eval rows", len(frame))
     frame.assign(prediction=model.predict(frame[["x"]].values, verbose=0)[:, 0]).to_csv(out + "/predictions.csv")
+    import gcsfs
+
+    fs = gcsfs.GCSFileSystem()
+    for index in range(3):
+        fs.pipe(out + f"/scratch/{index}.txt", b"scratch")
+    fs.rm(out + "/scratch", recursive=True)  # gcsfs deletes many objects in one batch request
+    print("scratch left", fs.exists(out + "/scratch/0.txt"))
     again = tf.keras.models.load_model(out + "/model")
     print("reloaded prediction", float(again.predict(np.array([[1.0]]), verbose=0)[0][0]))
 """
@@ -118,11 +125,12 @@ def test_keras_trainer_reads_built_gs_paths_and_writes_savedmodel_checkpoints_an
     assert "Running command: python3 -m trainer.task --bucket taxi-data --job-dir gs://taxi-data/jobs/run1" \
         in result.stderr  # gs:// URLs reach the trainer unchanged, as on the service
     assert "train files 2" in result.stderr and "eval rows 10" in result.stderr
-    assert "reloaded prediction" in result.stderr
+    assert "reloaded prediction" in result.stderr and "scratch left False" in result.stderr
     out = gcs_home / "gcs" / "taxi-data" / "jobs" / "run1"
     assert (out / "model" / "saved_model.pb").is_file()
     assert list((out / "model" / "variables").glob("variables.data-*"))
     assert (out / "checkpoints" / "checkpoint").is_file() and (out / "checkpoints" / "ckpt-2.index").is_file()
+    assert not (out / "scratch").exists()
     assert (out / "predictions.csv").read_text().startswith(",x,y,prediction\n")
     events = [p for p in (out / "logs").rglob("events.out.tfevents.*") if p.is_file()]
     assert events and all(p.stat().st_size > 0 for p in events)

@@ -162,3 +162,19 @@ def test_links_and_special_files_a_trainer_planted_are_never_followed_or_opened(
                            body=b"x")
     assert status == 409 and not (tmp_path / "planted").exists()
     assert request(port, "GET", "/storage/v1/b/.aiptrain-uploads")[0] == 400
+
+
+def test_a_batch_of_deletes_as_gcsfs_sends_it(endpoint):
+    root, port = endpoint
+    (root / "bkt" / "d").mkdir(parents=True)
+    for name in ("1.csv", "2.csv"):
+        (root / "bkt" / "d" / name).write_text("x")
+    part = ("\n--==b==\nContent-Type: application/http\nContent-Transfer-Encoding: binary\nContent-ID: <x+{i}>\n\n"
+            "DELETE /storage/v1/b/bkt/o/{key} HTTP/1.1\nContent-Type: application/json\ncontent-length: 0\n")
+    body = "".join(part.format(i=i, key=key) for i, key in enumerate(["d%2F1.csv", "d%2F2.csv", "d%2Fnone"]))
+    status, headers, data = request(port, "POST", "/batch/storage/v1", body=(body + "\n--==b==--").encode(),
+                                    headers={"Content-Type": 'multipart/mixed; boundary="==b=="'})
+    boundary = headers["Content-Type"].split("=", 1)[1]
+    answers = data.decode().split(boundary)[1:-1]
+    assert status == 200 and [a.split("HTTP/1.1 ")[1][:3] for a in answers] == ["204", "204", "404"]
+    assert not (root / "bkt" / "d").exists()

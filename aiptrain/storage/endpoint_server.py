@@ -570,8 +570,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._media(parts[4], unquote("/".join(parts[6:])))
         if path.startswith("storage/v1/b"):
             return self._json_api(parts[3:], query)
-        if path.startswith("batch/"):
-            raise ApiError(501, "Batch requests are not supported by aiptrain's storage endpoint")
+        if path.startswith("batch/") and self.command == "POST":
+            return self._batch()
         # The XML API's object GET (storage.googleapis.com/BUCKET/NAME): how TensorFlow reads.
         if len(parts) >= 2 and parts[1] and self.command in ("GET", "HEAD"):
             return self._media(parts[0], unquote("/".join(parts[1:])))
@@ -676,6 +676,31 @@ class Handler(BaseHTTPRequestHandler):
                     break
                 self.wfile.write(block)
                 length -= len(block)
+
+    BATCH_REQUEST = re.compile(r"^(DELETE) /storage/v1/b/([^/\s]+)/o/([^?\s]+)\S* HTTP/1\.1", re.M)
+
+    def _batch(self) -> None:
+        """A batch of object deletes (gcsfs removes many files so), answered part by part."""
+        body = self._small_body().decode(errors="replace")
+        self._body_read = True
+        parts = []
+        for _, bucket, name in self.BATCH_REQUEST.findall(body):
+            try:
+                self.tree.delete(unquote(bucket), unquote(name))
+                parts.append("HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+            except ApiError as exc:
+                error = json.dumps(exc.body())
+                parts.append(f"HTTP/1.1 {exc.code} Error\r\nContent-Type: application/json\r\n"
+                             f"Content-Length: {len(error)}\r\n\r\n{error}")
+        boundary = "batch_aiptrain"
+        data = "".join(f"--{boundary}\r\nContent-Type: application/http\r\nContent-ID: <response-{i + 1}>\r\n\r\n"
+                       f"{part}\r\n" for i, part in enumerate(parts)) + f"--{boundary}--\r\n"
+        encoded = data.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", f"multipart/mixed; boundary={boundary}")
+        self.send_header("Content-Length", str(len(encoded)))
+        self.end_headers()
+        self.wfile.write(encoded)
 
     def _copy(self, bucket: str, tail: str, marker: str, rewrite: bool) -> None:
         source, _, target = tail.partition(marker)
