@@ -22,6 +22,7 @@ import contextlib
 import functools
 import ipaddress
 import logging
+import os
 import re
 import struct
 import zlib
@@ -47,6 +48,7 @@ from aiptrain.planning import (
     NetworkSpec,
 )
 from aiptrain.settings import DEFAULT_SUBNET_POOL, Settings
+from aiptrain.storage.endpoint import API_HOSTS
 
 log = logging.getLogger(__name__)
 TMPFS_OPTIONS = "rw,nosuid,nodev,exec,size=4g"
@@ -70,6 +72,7 @@ SOLO_NETWORK_ADDRESSES = 1000
 SOLO_OPTIONS = {"com.docker.network.bridge.enable_icc": "false"}
 LABEL_ROLE = "aiptrain.role"
 SOLO_ROLE = "solo-network"
+LABEL_HOME = "aiptrain.home"  # on what an installation shares: the home it belongs to
 SOLO_PREFIX = "aiptrain-solo"
 ENDPOINT_READY_SECONDS = 20
 
@@ -167,16 +170,18 @@ class DockerBackend:
     network_options: ClassVar[dict] = {"driver": "bridge"}  # how a job's network is created
     logs_path = "/containers/{0}/logs"  # the engine's log endpoint of one replica
 
-    def __init__(self, installation: str | None = None, client=None, subnet_pool: str = DEFAULT_SUBNET_POOL):
+    def __init__(self, installation: str | None = None, client=None, subnet_pool: str = DEFAULT_SUBNET_POOL,
+                 home: str | None = None):
         self._installation = installation
         self._client = client
         self._subnet_pool = subnet_pool
         self._connecting = threading.Lock()
+        self._home = home  # labels what the installation shares, so it can be found from its home
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "DockerBackend":
         """The backend of one aiptrain home: its installation and its subnet pool."""
-        return cls(settings.installation_id, subnet_pool=settings.subnet_pool)
+        return cls(settings.installation_id, subnet_pool=settings.subnet_pool, home=str(settings.home))
 
     @property
     def api(self):
@@ -227,52 +232,78 @@ class DockerBackend:
         with self._removed_on_failure(plan):
             if plan.network:
                 self._create_network(plan.network)
-            network = plan.network.name if plan.network else self.solo_network()[0]
-            hosts = self._storage_hosts(plan.storage) if plan.storage else None
-            self._each(lambda spec: self._start(spec, plan.environment(spec), network, hosts), plan.containers)
+            solo, gateway = self.solo_network() if not plan.network or plan.storage else (None, None)
+            network = plan.network.name if plan.network else solo
+            hosts, endpoint = None, None
+            if plan.storage:  # started beside the replicas: they name it by address, known already
+                hosts = {host: gateway for host in API_HOSTS}
+                endpoint = ThreadPoolExecutor(max_workers=1)
+                started = endpoint.submit(self._storage_endpoint_or_none, plan.storage)
+            try:
+                self._each(lambda spec: self._start(spec, plan.environment(spec), network, hosts, bool(plan.network)),
+                           plan.containers)
+            finally:
+                if endpoint:
+                    endpoint.shutdown(wait=True)
+            if endpoint:
+                started.result()
 
     # -- shared per installation: the lone replicas' network, the storage endpoint ------------------
 
     def _installation_labels(self, role: str) -> dict[str, str]:
         owner = {LABEL_INSTALLATION: self._installation} if self._installation else {}
-        return {**owner, LABEL_ROLE: role}
+        home = {LABEL_HOME: self._home} if self._home else {}
+        return {**owner, **home, LABEL_ROLE: role}
 
     @property
     def solo_network_name(self) -> str:
         return f"{SOLO_PREFIX}-{self._installation[:8]}" if self._installation else SOLO_PREFIX
 
     def solo_network(self) -> tuple[str, str]:
-        """(name, gateway address) of the installation's network for lone replicas, created on
-        first need (concurrent creators: one wins, the others use it)."""
-        from docker.errors import NotFound
+        """(id, gateway address) of the installation's network for lone replicas, created on
+        first need. Creation is serialized by a lock in the home: the engine does not refuse a
+        second network of the same name made at the same moment. Should duplicates exist (homes
+        without a lock file), the oldest is the one, and the others are removed when empty."""
+        with self._home_lock("solo-network"):
+            networks = self._solo_networks()
+            if not networks:
+                self._create_network(NetworkSpec(self.solo_network_name, self._installation_labels(SOLO_ROLE),
+                                                 SOLO_NETWORK_ADDRESSES), options=SOLO_OPTIONS)
+                networks = self._solo_networks()
+        if not networks:
+            raise EnvironmentNotReady(f"Docker did not keep the network {self.solo_network_name}: try again.")
+        keep, *duplicates = networks
+        for duplicate in duplicates:
+            with contextlib.suppress(Exception):
+                self.api.remove_network(duplicate["Id"])
+        config = keep["IPAM"]["Config"][0]
+        gateway = config.get("Gateway") or str(ipaddress.ip_network(config["Subnet"], strict=False)[1])
+        return keep["Id"], gateway.split("/")[0]
 
-        name = self.solo_network_name
-        for _ in range(3):
-            try:
-                config = self.api.inspect_network(name)["IPAM"]["Config"][0]
-                gateway = config.get("Gateway") or str(ipaddress.ip_network(config["Subnet"], strict=False)[1])
-                return name, gateway.split("/")[0]
-            except NotFound:
-                pass
-            try:
-                self._create_network(NetworkSpec(name, self._installation_labels(SOLO_ROLE), SOLO_NETWORK_ADDRESSES),
-                                     options=SOLO_OPTIONS)
-            except Exception as exc:  # noqa: BLE001 - created meanwhile by a concurrent launch: inspect again
-                if "already exists" not in engine_error(exc):
-                    raise
-        raise EnvironmentNotReady(f"Docker did not keep the network {name}: try again.")
+    def _solo_networks(self) -> list[dict]:
+        found = self.api.networks(names=[self.solo_network_name], filters={"label": f"{LABEL_ROLE}={SOLO_ROLE}"})
+        return sorted((n for n in found if n["Name"] == self.solo_network_name), key=lambda n: n["Created"])
 
-    def _storage_hosts(self, endpoint) -> dict[str, str] | None:
-        """Google's API host names -> the storage endpoint, started if it is not running. With no
-        image to run it, the job runs without (its gs:// fails as offline), said in the log."""
-        from aiptrain.storage.endpoint import API_HOSTS
+    @contextlib.contextmanager
+    def _home_lock(self, what: str) -> Iterator[None]:
+        """One process of this home at a time makes `what` (a lock file in the home)."""
+        if not self._home or not os.path.isdir(self._home):
+            yield
+            return
+        import fcntl
 
+        with open(os.path.join(self._home, f".{what}.lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _storage_endpoint_or_none(self, endpoint) -> str | None:
+        """The storage endpoint's address, started if it is not running. With no image to run
+        it, the job runs without (its gs:// fails as offline), said in the log."""
         try:
-            address = self.ensure_storage_endpoint(endpoint)
+            return self.ensure_storage_endpoint(endpoint)
         except NoEndpointImage as exc:
             log.warning("%s", exc)
             return None
-        return {host: address for host in API_HOSTS}
 
     def ensure_storage_endpoint(self, endpoint) -> str:
         """The address replicas reach the installation's storage endpoint at (port 443): the lone
@@ -283,25 +314,26 @@ class DockerBackend:
         from aiptrain.storage.endpoint import LABEL_CODE
 
         _, gateway = self.solo_network()
-        for _ in range(3):
-            try:
-                info = self.api.inspect_container(endpoint.name)
-            except NotFound:
-                info = None
-            if info and self._endpoint_current(info, endpoint.labels[LABEL_CODE], gateway):
+        with self._home_lock("storage-endpoint"):  # concurrent launches: one starts it, the others find it
+            for _ in range(3):
+                try:
+                    info = self.api.inspect_container(endpoint.name)
+                except NotFound:
+                    info = None
+                if info and self._endpoint_current(info, endpoint.labels[LABEL_CODE], gateway):
+                    return gateway
+                if info:
+                    with contextlib.suppress(NotFound):
+                        self.api.remove_container(info["Id"], force=True)
+                try:
+                    self._start_endpoint(endpoint, gateway)
+                except APIError as exc:
+                    if exc.status_code == 409:  # another home's process with no lock file: look again
+                        time.sleep(0.2)
+                        continue
+                    raise AiptrainError(f"Could not start the storage endpoint for gs://: {engine_error(exc)}") from None
+                self._wait_listening(endpoint.name)
                 return gateway
-            if info:
-                with contextlib.suppress(NotFound):
-                    self.api.remove_container(info["Id"], force=True)
-            try:
-                self._start_endpoint(endpoint, gateway)
-            except APIError as exc:
-                if exc.status_code == 409:  # a concurrent launch started it: look again
-                    time.sleep(0.2)
-                    continue
-                raise AiptrainError(f"Could not start the storage endpoint for gs://: {engine_error(exc)}") from None
-            self._wait_listening(endpoint.name)
-            return gateway
         raise EnvironmentNotReady(f"The storage endpoint {endpoint.name} keeps changing: try again.")
 
     @staticmethod
@@ -309,8 +341,9 @@ class DockerBackend:
         from aiptrain.storage.endpoint import ENDPOINT_PORT, LABEL_CODE
 
         bindings = ((info.get("HostConfig") or {}).get("PortBindings") or {}).get(f"{ENDPOINT_PORT}/tcp") or []
-        return (info["State"].get("Running") and info["Config"]["Labels"].get(LABEL_CODE) == code
-                and any(b.get("HostIp") == gateway for b in bindings))
+        alive = info["State"].get("Running") or info["State"].get("Restarting")  # the engine brings it back
+        return bool(alive and info["Config"]["Labels"].get(LABEL_CODE) == code
+                    and any(b.get("HostIp") == gateway for b in bindings))
 
     def _start_endpoint(self, endpoint, gateway: str) -> None:
         """The endpoint container: unprivileged like a replica (read-only root, no capabilities),
@@ -327,8 +360,9 @@ class DockerBackend:
             cap_drop=["ALL"], security_opt=["no-new-privileges"], restart_policy={"Name": "unless-stopped"},
             pids_limit=512,
         )
+        labels = {**endpoint.labels, **({LABEL_HOME: self._home} if self._home else {})}
         container = self.api.create_container(
-            image, command=endpoint.command, user=endpoint.user, labels=endpoint.labels, name=endpoint.name,
+            image, command=endpoint.command, user=endpoint.user, labels=labels, name=endpoint.name,
             working_dir="/tmp", environment={"PYTHONDONTWRITEBYTECODE": "1"}, ports=[ENDPOINT_PORT],
             host_config=host_config,
         )
@@ -463,11 +497,11 @@ class DockerBackend:
         return status, output
 
     def _start(self, spec: ContainerSpec, env: dict[str, str], network: str,
-               hosts: dict[str, str] | None = None) -> None:
+               hosts: dict[str, str] | None = None, aliases: bool = True) -> None:
         api = self.api
         host_config = self._host_config(spec, network, hosts)
         # A lone replica's hostname is in its own /etc/hosts: no alias tells its neighbours its name.
-        endpoint = api.create_endpoint_config(aliases=[spec.hostname]) if network != self.solo_network_name else None
+        endpoint = api.create_endpoint_config(aliases=[spec.hostname]) if aliases else None
         container = api.create_container(
             spec.image,
             command=spec.command,
