@@ -234,19 +234,13 @@ class DockerBackend:
                 self._create_network(plan.network)
             solo, gateway = self.solo_network() if not plan.network or plan.storage else (None, None)
             network = plan.network.name if plan.network else solo
-            hosts, endpoint = None, None
-            if plan.storage:  # started beside the replicas: they name it by address, known already
+            hosts = None
+            # Serving before any replica starts: a trainer's first request may come at once, and
+            # not every client retries a refused connection. Running already: one inspect.
+            if plan.storage and self._storage_endpoint_or_none(plan.storage):
                 hosts = {host: gateway for host in API_HOSTS}
-                endpoint = ThreadPoolExecutor(max_workers=1)
-                started = endpoint.submit(self._storage_endpoint_or_none, plan.storage)
-            try:
-                self._each(lambda spec: self._start(spec, plan.environment(spec), network, hosts, bool(plan.network)),
-                           plan.containers)
-            finally:
-                if endpoint:
-                    endpoint.shutdown(wait=True)
-            if endpoint:
-                started.result()
+            self._each(lambda spec: self._start(spec, plan.environment(spec), network, hosts, bool(plan.network)),
+                       plan.containers)
 
     # -- shared per installation: the lone replicas' network, the storage endpoint ------------------
 

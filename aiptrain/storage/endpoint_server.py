@@ -735,10 +735,10 @@ class Handler(BaseHTTPRequestHandler):
             return self._finish_whole(bucket, query.get("name", ""), query, self._body_chunks())
         if self.command == "POST" and kind == "multipart":
             return self._multipart(bucket, query)
+        if kind == "resumable" and self.command in ("PUT", "POST") and query.get("upload_id"):
+            return self._continue_session(query["upload_id"])  # gcsfs sends the pieces with POST
         if kind == "resumable" and self.command == "POST":
             return self._start_session(bucket, query)
-        if kind == "resumable" and self.command in ("PUT", "POST") and query.get("upload_id"):
-            return self._continue_session(query["upload_id"])
         if kind == "resumable" and self.command == "DELETE" and query.get("upload_id"):
             return self._cancel_session(query["upload_id"])
         raise ApiError(400, f"Unsupported upload: uploadType={kind} with {self.command}")
