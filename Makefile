@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUNTIMES ?= 2.11 minimal
 
-.PHONY: install images lint test test-slow test-multinode unit chaos bench clean
+.PHONY: install images lint docs test test-slow test-multinode unit chaos bench clean
 
 install: $(BIN)/aiptrain
 
@@ -26,7 +26,11 @@ images: install
 lint: install
 	$(BIN)/ruff check aiptrain tests benchmarks
 
-test: images lint
+# The documentation site (mkdocs.yml), strict: a broken link, anchor or page fails the build.
+docs: install
+	$(BIN)/mkdocs build
+
+test: images lint docs
 	$(BIN)/pytest -q -m "not slow and not multinode"
 
 # The scale tests (100 concurrent jobs): minutes on a 2-core machine.

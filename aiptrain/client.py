@@ -86,9 +86,10 @@ class Client:
 
     # -- submit ----------------------------------------------------------------------------
 
-    def prepare(self, flags: SubmitFlags) -> Submission:
-        """Check a submission without side effects (what `--dry-run` shows)."""
-        return prepare(flags, self.settings)
+    def prepare(self, flags: SubmitFlags, base: Job | None = None) -> Submission:
+        """Check a submission without side effects (what `--dry-run` shows); `base` is a Job
+        resource (a REST create's body) the flags apply to, as to a --config file."""
+        return prepare(flags, self.settings, base)
 
     def submit(self, submission: Submission, report: Callable[[str], None] | None = None,
                build_progress: Callable[[str], None] | None = None) -> Job:

@@ -157,12 +157,16 @@ def _override_replica(
     setattr(ti, config_field, config)
 
 
-def build_job(flags: SubmitFlags) -> Job:
-    """The Job the flags describe, merged over the `--config` file. No validation of meaning here."""
+def build_job(flags: SubmitFlags, base: Job | None = None) -> Job:
+    """The Job the flags describe, merged over `base` (a Job resource a REST client sent) or
+    else the `--config` file. No validation of meaning here."""
     _refuse_empty_values(flags)
     if flags.tpu_tf_version:
         raise ValidationError("--tpu-tf-version configures Cloud TPU workers, which aiptrain cannot emulate: drop it.")
-    job = load_config(flags.config) if flags.config else Job()
+    if base is not None:
+        job = base.model_copy(deep=True)
+    else:
+        job = load_config(flags.config) if flags.config else Job()
     job.job_id = flags.job_id
     if flags.labels is not None:
         job.labels = flags.labels

@@ -1,6 +1,6 @@
 """Errors the CLI turns into one line on stderr and a documented exit status.
 
-Exit statuses (also in the README):
+Exit statuses (also in docs/reference/exit-codes.md):
   0  success
   1  the job failed or was cancelled (when the command waited on it)
   2  usage or validation error, a bucket that is missing or unreachable included: nothing was created
@@ -36,6 +36,10 @@ class ValidationError(AiptrainError):
 class JobNotFound(ValidationError):
     def __init__(self, job_id: str):
         super().__init__(f"Job [{printable(job_id, one_line=True)}] not found; `aiptrain jobs list` shows the jobs that exist.")
+
+
+class JobExists(ValidationError):
+    """The job ID is taken (the REST API answers 409 ALREADY_EXISTS)."""
 
 
 class EnvironmentNotReady(AiptrainError):

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Callable, Iterable
 
 from aiptrain.admission import Queued, Verdict
-from aiptrain.errors import ValidationError
+from aiptrain.errors import JobExists
 from aiptrain.jobtable import JobTable, labels_column
 from aiptrain.model import Job, State, TrainingOutput, rfc3339, utc_now
 
@@ -208,7 +208,7 @@ class JobStore(JobTable):
         return counts[task_name]
 
 
-def duplicate_job(job_id: str) -> ValidationError:
-    return ValidationError(
+def duplicate_job(job_id: str) -> JobExists:
+    return JobExists(
         f"Job [{job_id}] already exists: job IDs stay taken after a job ends, so choose a new ID."
     )

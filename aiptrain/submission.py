@@ -108,6 +108,10 @@ def recorded_project(settings: Settings, job_id: str) -> str | None:
         return None
 
 
+def record_project(settings: Settings, job_id: str, project: str) -> None:
+    _project_path(settings, job_id).write_text(project + "\n")
+
+
 def replica_user() -> str:
     """Replicas run as the calling user, or as nobody when that is root."""
     uid, gid = os.getuid(), os.getgid()
@@ -136,10 +140,11 @@ def _local_job_dir(job_dir: str, home: Path, path: Path | None = None, gcs_root:
     return str(path)
 
 
-def prepare(flags: SubmitFlags, settings: Settings) -> Submission:
-    """Everything about a submission that can be checked without side effects."""
+def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> Submission:
+    """Everything about a submission that can be checked without side effects. `base`: the Job
+    resource a REST client sent, in place of a --config file."""
     validate_job_id(flags.job_id)
-    job = build_job(flags)
+    job = build_job(flags, base)
     ti = job.training_input
     if job.labels:  # from --labels or from --config: the same rules
         validate_labels(job.labels)
@@ -470,7 +475,7 @@ class Submitter:
         try:
             job = self.store.create(job, backend=self.backend.name)
             if submission.project:
-                _project_path(self.settings, job.job_id).write_text(submission.project + "\n")
+                record_project(self.settings, job.job_id, submission.project)
             from aiptrain.supervisor import Standby
 
             standby = Standby(job.job_id, lock, self.settings)  # starts up while the job is staged and launched
@@ -545,11 +550,11 @@ class Submitter:
         package_dir = work_dir / "packages"
         try:
             if submission.job_dir_mount:
-                created_dirs.append(self._ensure_job_dir(Path(submission.job_dir_mount)))
+                created_dirs.append(self._ensure_job_dir(Path(submission.job_dir_mount), submission.gcs_root))
             if submission.gcs_root and not submission.serves_gcs:  # the buckets the args name are mounted
                 for bucket in gcs_buckets_in(job.training_input.args):
-                    created_dirs.append(self._ensure_job_dir(submission.gcs_root / bucket))
-                    self._let_replicas_write(submission.gcs_root / bucket)
+                    created_dirs.append(self._ensure_job_dir(submission.gcs_root / bucket, submission.gcs_root))
+                    self._let_replicas_write(submission.gcs_root, bucket)
             ti = job.training_input
             files = list(submission.local_packages)
             if submission.package_path:
@@ -625,26 +630,38 @@ class Submitter:
         return self.backend.host_address()
 
     @staticmethod
-    def _let_replicas_write(bucket: Path) -> None:
+    def _let_replicas_write(gcs_root: Path, bucket: str) -> None:
         """A bucket kept on this machine is written by the job, as a service account writes
         Cloud Storage: when aiptrain runs as root (replicas as nobody), the bucket's
-        directories are handed to nobody, so a trainer can create its outputs anywhere in it."""
+        directories are handed to nobody, so a trainer can create its outputs anywhere in it.
+        Earlier jobs wrote there too: their links are never followed (aiptrain.safe_files)."""
         if os.getuid() != 0:
             return
-        for directory, _, _ in os.walk(bucket):
-            os.chown(directory, NOBODY_ID, NOBODY_ID)
+        from aiptrain import safe_files
+
+        safe_files.chown_tree(gcs_root, bucket, (NOBODY_ID, NOBODY_ID))
 
     @staticmethod
-    def _ensure_job_dir(path: Path) -> Path | None:
+    def _ensure_job_dir(path: Path, gcs_root: Path | None = None) -> Path | None:
         """Create the job dir if needed (returned, so it can be undone). When aiptrain runs
-        as root, replicas run as nobody: a job dir created here is handed to nobody."""
-        created = None
-        if not path.exists():
-            missing = path
-            while not missing.parent.exists():
-                missing = missing.parent
-            path.mkdir(parents=True)
-            created = missing
-        if os.getuid() == 0 and created is not None:
-            os.chown(path, NOBODY_ID, NOBODY_ID)
+        as root, replicas run as nobody: a job dir created here is handed to nobody. Below the
+        gcs root (a bucket earlier jobs wrote), and below the deepest directory that exists,
+        links are refused, never followed (aiptrain.safe_files)."""
+        from aiptrain import safe_files
+
+        owner = (NOBODY_ID, NOBODY_ID) if os.getuid() == 0 else None
+        if gcs_root is not None and path.is_relative_to(gcs_root):
+            base = gcs_root
+            gcs_root.mkdir(parents=True, exist_ok=True)  # the home's own: trusted
+        else:
+            base = path
+            while not os.path.lexists(base) and base.parent != base:
+                base = base.parent
+        if base == path and path.is_dir():
+            return None
+        missing = path
+        while os.path.lexists(missing.parent) is False:
+            missing = missing.parent
+        created = None if os.path.lexists(missing) else missing
+        safe_files.make_dirs(base, path.relative_to(base), owner if created is not None else None)
         return created

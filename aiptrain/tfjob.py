@@ -5,7 +5,7 @@ Built from the same LaunchPlan that drives Docker (planning.plan), so both run t
 image, command, arguments and environment. Pure: no I/O; the caller looks up the runtime
 image and says where the packages are.
 
-Mapping (the README's "Export to Kubeflow" explains the choices):
+Mapping (docs/guide/kubeflow-export.md explains the choices):
 - replica types: master -> Chief (Master where aiptrain's TF_CONFIG says `master`: runtimes
   before 2.1 and custom containers without useChiefInTfConfig, so the trainer sees the same
   task type), worker -> Worker, ps -> PS, evaluator -> Evaluator;

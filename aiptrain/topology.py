@@ -134,7 +134,7 @@ def machine_type(name: str) -> MachineType:
     raise ValidationError(
         f"Unknown machine type [{name}]: use a legacy type such as `standard` or `complex_model_m`, "
         "or a Compute Engine type such as `n1-standard-4`, `e2-highmem-8`, `n2-standard-16` or `a2-highgpu-1g` "
-        "(the README lists them all)."
+        "(docs/guide/submit.md lists them all)."
     )
 
 

@@ -22,9 +22,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiptrain import safe_files
+from aiptrain.backends import ReplicaStatus
 from aiptrain.errors import AiptrainError
 from aiptrain.lifecycle import Decision
-from aiptrain.model import HyperparameterOutput, HyperparameterSpec, Job, Metric, State, TrainingOutput, utc_now
+from aiptrain.model import HyperparameterOutput, HyperparameterSpec, Metric, State, TrainingOutput, utc_now
 from aiptrain.planning import PlanInputs, Trial, inputs_from_dict, inputs_to_dict, plan
 from aiptrain.topology import replicas_for
 
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 PLAN_INPUTS_FILE = "plan-inputs.json"  # in the job's work dir: what every trial is planned from
 PRIMARY_TASK = "master-replica-0"  # whose reports are the trial's metric, as on the service
 STUDY_SEED = 0  # the same spec explores the same points: studies are reproducible
+LAUNCHED_DIR = "launched"  # in the job's work dir (never mounted): a file per trial whose launch completed
 
 
 # -- the study rule (pure) --------------------------------------------------------------------
@@ -93,35 +96,27 @@ def load_plan_inputs(work_dir: Path) -> PlanInputs:
     return inputs_from_dict(json.loads((work_dir / PLAN_INPUTS_FILE).read_text()))
 
 
+def sampler_seed(trials_known: int) -> int:
+    """The search's seed when it starts with this many trials already recorded (its own, and a
+    previous job's): a fresh study's is STUDY_SEED, so it is reproducible; a study taken over by
+    a new supervisor, or resumed by a new job, draws a sequence it has not drawn yet instead of
+    replaying the one its earlier trials took."""
+    return STUDY_SEED + trials_known
+
+
 def first_trial(spec: HyperparameterSpec, metrics_dir: str) -> Trial:
     """The trial the study starts with: what `--dry-run` shows of a tuning job."""
     from aiptrain.search import Search
 
-    return Trial("1", Search(spec, seed=STUDY_SEED).suggest("1") or {}, metrics_dir)
+    return Trial("1", Search(spec, seed=sampler_seed(0)).suggest("1") or {}, metrics_dir)
 
 
-# -- metric files ---------------------------------------------------------------------------
-
-
-def read_metrics(path: Path, tag: str) -> list[tuple[int, float]]:
-    """(step, value) reports under `tag`, oldest first, from a cloudml-hypertune metric file:
-    JSON lines, values and steps as strings; the library rewrites the whole file on each
-    report (keeping the last 100), so a read may catch it half-written: such lines are skipped."""
-    try:
-        text = path.read_text()
-    except (FileNotFoundError, UnicodeDecodeError):
-        return []
-    reports = []
-    for line in text.splitlines():
-        try:
-            entry = json.loads(line)
-            value = float(entry[tag])
-            step = int(float(entry.get("global_step") or 0))
-        except (ValueError, KeyError, TypeError):
-            continue
-        if math.isfinite(value):
-            reports.append((step, value))
-    return reports
+def stop_now(condemned_at: int | None, reports: int) -> bool:
+    """Whether a trial the pruner condemned after its `condemned_at`-th report is stopped, now
+    that it has made `reports`. Only once it reported again: a condemning report may be the
+    trainer's final one (it is saving its model, about to exit 0), and a trial that made its
+    final report finished; it was not stopped early."""
+    return condemned_at is not None and reports > condemned_at
 
 
 # -- the loop ---------------------------------------------------------------------------------
@@ -131,8 +126,11 @@ def read_metrics(path: Path, tag: str) -> list[tuple[int, float]]:
 class RunningTrial:
     record: HyperparameterOutput
     metrics_dir: Path
+    launched: bool = True  # False: recorded, but a supervisor died before its replicas all started
     reports_seen: int = 0
+    condemned_at: int | None = None  # reports seen when the pruner said to stop it
     stopped_early: bool = False
+    warned: bool = False  # about a metric file it could not read
 
 
 class Study:
@@ -150,26 +148,32 @@ class Study:
         self.expected = [r.task_name for r in self.replicas]
         self.work_dir = supervisor.settings.job_work_dir(self.job_id)
         self.inputs = load_plan_inputs(self.work_dir)
-        self.search = Search(self.spec, seed=STUDY_SEED)
         self.output = job.training_output or TrainingOutput()
         self.output.is_hyperparameter_tuning_job = True
         self.output.hyperparameter_metric_tag = self.spec.metric_tag
         self.output.trials = self.output.trials or []
+        history = self._history()
+        self.search = Search(self.spec, seed=sampler_seed(len(history) + len(self.output.trials)))
         self.running: dict[str, RunningTrial] = {}
         self.exhausted = False
-        self._resume(job)
+        self._resume(history)
 
-    def _resume(self, job: Job) -> None:
-        """Seed the search with a previous job's trials (resumePreviousJobId) and with this
-        job's own, when a new supervisor takes the study over."""
-        if self.spec.resume_previous_job_id:
-            previous = self.store.get(self.spec.resume_previous_job_id)
-            if previous and previous.training_output and previous.training_output.trials:
-                self.search.add_history(previous.training_output.trials)
+    def _history(self) -> list[HyperparameterOutput]:
+        """A previous job's trials (resumePreviousJobId)."""
+        if not self.spec.resume_previous_job_id:
+            return []
+        previous = self.store.get(self.spec.resume_previous_job_id)
+        return list(previous.training_output.trials or []) if previous and previous.training_output else []
+
+    def _resume(self, history: list[HyperparameterOutput]) -> None:
+        """Inform the search of a previous job's trials and of this job's own, when a new
+        supervisor takes the study over (the sampler's state is rebuilt from them)."""
+        self.search.add_history(history)
         self.search.restore(self.output.trials)
         for record in self.output.trials:
             if record.state is State.RUNNING:
-                self.running[record.trial_id] = RunningTrial(record, self._metrics_dir(record.trial_id))
+                self.running[record.trial_id] = RunningTrial(record, self._metrics_dir(record.trial_id),
+                                                             launched=self._launch_recorded(record.trial_id))
 
     # -- counting -------------------------------------------------------------------------
 
@@ -207,6 +211,9 @@ class Study:
             observations = self.sup.observe()
             for trial_id in list(self.running):
                 group = [o for o in observations if o.trial_id == trial_id]
+                if not self.running[trial_id].launched:
+                    self.finish_launch(self.running[trial_id], group)
+                    continue  # looked at again next time round, started
                 self.step_trial(self.running[trial_id], group, job.state)
             if self.store.get(self.job_id).state is State.CANCELLING:
                 continue  # a cancel came while trials were being looked at
@@ -237,41 +244,72 @@ class Study:
         )
         self.output.trials.append(record)
         self.save()  # recorded before anything exists, so a successor supervisor knows it
-        running = RunningTrial(record, self._metrics_dir(trial_id))
+        running = RunningTrial(record, self._metrics_dir(trial_id), launched=False)
         self.running[trial_id] = running
         shown = " ".join(f"--{k}={v}" for k, v in values.items())
         self.sup.writer.service(f"Starting trial {trial_id}: {shown}", trial=trial_id)
+        self.launch(running)
+        return True
+
+    def launch(self, running: RunningTrial) -> None:
+        """Start the trial's replicas, then record that its launch completed: a successor finds
+        a trial without that record half-launched (see finish_launch)."""
+        trial_id = running.record.trial_id
         try:
             self._prepare_dirs(running)
             job = self.store.get(self.job_id)
-            trial = Trial(trial_id, values, str(running.metrics_dir))
+            trial = Trial(trial_id, running.record.hyperparameters, str(running.metrics_dir))
             self.sup.backend.launch(plan(job, self.replicas, self.inputs, trial))
         except AiptrainError as exc:
             self.sup.writer.service(f"Trial {trial_id} could not start: {exc}", "ERROR", trial_id)
             self.end_trial(running, State.FAILED)
-        return True
+            return
+        safe_files.make_dirs(self.work_dir, LAUNCHED_DIR)
+        (self.work_dir / LAUNCHED_DIR / trial_id).touch()
+        running.launched = True
+
+    def _launch_recorded(self, trial_id: str) -> bool:
+        return (self.work_dir / LAUNCHED_DIR / trial_id).is_file()
+
+    def finish_launch(self, running: RunningTrial, group: list) -> None:
+        """A trial a killed supervisor recorded but did not finish launching. Replicas created
+        but never started (Docker's `Created`) are not running: when none of the trial's
+        replicas started, what exists is replaced by a new launch of the same values (the
+        trainer never ran); when some did, the rest are started."""
+        trial_id = running.record.trial_id
+        started = [o for o in group if o.status is not ReplicaStatus.CREATED]
+        if not started:
+            self.sup.writer.service(f"Trial {trial_id} was not started when its supervisor stopped: starting it.",
+                                    trial=trial_id)
+            self.sup.backend.remove(self.job_id, trial_id)
+            self.launch(running)
+            return
+        for observation in group:
+            if observation.status is ReplicaStatus.CREATED:
+                self.sup.backend.restart(observation.container_id)
+        safe_files.make_dirs(self.work_dir, LAUNCHED_DIR)
+        (self.work_dir / LAUNCHED_DIR / trial_id).touch()
+        running.launched = True
 
     def _metrics_dir(self, trial_id: str) -> Path:
         return self.work_dir / "trials" / trial_id
 
     def _prepare_dirs(self, running: RunningTrial) -> None:
         """The trial's metric directory, and its job dir (`<jobDir>/<trialId>`) when the job dir
-        is local, both writable by the replicas' user."""
-        dirs = [running.metrics_dir]
-        if self.inputs.job_dir_mount:
-            dirs.append(Path(self.inputs.job_dir_mount) / running.record.trial_id)
+        is local, both writable by the replicas' user. Earlier trials wrote in the job dir: a
+        link they left at `<trialId>` is refused, never followed (aiptrain.safe_files)."""
         uid, gid = (int(part) for part in self.inputs.user.split(":"))
-        for path in dirs:
-            path.mkdir(parents=True, exist_ok=True)
-            if os.getuid() == 0:
-                os.chown(path, uid, gid)
+        owner = (uid, gid) if os.getuid() == 0 else None
+        safe_files.make_dirs(self.work_dir, running.metrics_dir.relative_to(self.work_dir), owner)
+        if self.inputs.job_dir_mount:
+            safe_files.make_dirs(Path(self.inputs.job_dir_mount), running.record.trial_id, owner)
 
     def step_trial(self, running: RunningTrial, group: list, state_seen: State) -> None:
         trial_id = running.record.trial_id
         decision = self.sup.step_group(self.expected, group, state_seen, trial_id)
         if decision.state is State.CANCELLED:
             return  # the study loop sees the cancel and ends every trial
-        if decision.state is None and self.should_stop_early(running):
+        if decision.state is None and self.spec.early_stopping and self.should_stop_early(running):
             self.sup.writer.service(f"Trial {trial_id} stopped early: its metric trails the other trials.",
                                     trial=trial_id)
             running.stopped_early = True
@@ -285,25 +323,45 @@ class Study:
         self.end_trial(running, decision.state)
 
     def should_stop_early(self, running: RunningTrial) -> bool:
-        """Feed the trial's new intermediate reports to the search's pruner."""
-        reports = read_metrics(running.metrics_dir / Trial.metric_file(PRIMARY_TASK), self.spec.metric_tag)
-        new, running.reports_seen = reports[running.reports_seen:], len(reports)
-        stop = False
-        for step, value in new:
-            stop = self.search.report(running.record.trial_id, step, value) or stop
-        return stop
+        """Feed the trial's new intermediate reports to the search's pruner; True once the pruner
+        condemned the trial and it reported again (see stop_now)."""
+        reports = self.reports(running)
+        new, seen = reports[running.reports_seen:], running.reports_seen
+        running.reports_seen = max(len(reports), seen)
+        for offset, (step, value) in enumerate(new, start=1):
+            if self.search.report(running.record.trial_id, step, value) and running.condemned_at is None:
+                running.condemned_at = seen + offset
+        return stop_now(running.condemned_at, running.reports_seen)
+
+    def reports(self, running: RunningTrial) -> list[tuple[int, float]]:
+        """The trial's reports under the metric tag: its primary replica's cloudml-hypertune
+        file, else the TensorFlow summary events under its job dir (`<jobDir>/<trialId>`)."""
+        from aiptrain.trial_metrics import read_hypertune, read_summary_events
+
+        trial_id, tag = running.record.trial_id, self.spec.metric_tag
+        try:
+            reports = read_hypertune(running.metrics_dir, Trial.metric_file(PRIMARY_TASK), tag)
+        except (safe_files.UnsafePath, OSError) as exc:
+            if not running.warned:
+                self.sup.writer.service(f"Trial {trial_id}'s metric file is not read: {exc}", "WARNING", trial_id)
+                running.warned = True
+            reports = []
+        if not reports and self.inputs.job_dir_mount:
+            reports = read_summary_events(Path(self.inputs.job_dir_mount), trial_id, tag)
+        return reports
 
     def end_trial(self, running: RunningTrial, state: State) -> None:
         """Record how the trial ended, with its final metric: the last report under the tag."""
         record = running.record
-        reports = read_metrics(running.metrics_dir / Trial.metric_file(PRIMARY_TASK), self.spec.metric_tag)
-        if reports and state is State.SUCCEEDED:
+        reports = self.reports(running) if state is State.SUCCEEDED else []
+        if reports:
             step, value = reports[-1]
             record.final_metric = Metric(training_step=step, objective_value=value)
         elif state is State.SUCCEEDED:
             self.sup.writer.service(
                 f"Trial {record.trial_id} reported no metric under [{self.spec.metric_tag}]: report it with "
-                "cloudml-hypertune's report_hyperparameter_tuning_metric.", "WARNING", record.trial_id
+                "cloudml-hypertune's report_hyperparameter_tuning_metric, or as a TensorFlow summary scalar "
+                "in its job dir.", "WARNING", record.trial_id
             )
         record.state = state
         record.end_time = utc_now()

@@ -452,3 +452,112 @@ def test_a_long_line_reaches_the_log_unchanged(home, minimal_runtime, tmp_path):
     logs = subprocess.run([*AIPTRAIN, "jobs", "stream-logs", job_id, "--task-name", "master-replica-0"],
                           capture_output=True, timeout=120)
     assert b"\t" + b"x" * 100_000 + b"\n" in logs.stdout
+
+
+# -- studies: kill -9 at trial launch, hostile trainers (issue 21) ---------------------------------
+
+HOSTILE = REPO / "tests" / "trainers" / "hostile"
+ATTACKS = ["link-next-trial", "link-metric", "zero-metric", "fifo-metric", "hostile-events", "plain"]
+
+
+def study_submit(tmp_path: Path, job_id: str, spec: dict, runtime: str, *user_args: str) -> list[str]:
+    config = tmp_path / f"{job_id}.yaml"
+    config.write_text(yaml.safe_dump({"trainingInput": {"hyperparameters": spec}}))
+    return ["jobs", "submit", "training", job_id, "--config", str(config), "--package-path", str(HOSTILE),
+            "--module-name", "hostile.task", "--job-dir", str(tmp_path / job_id), "--region", "us-central1",
+            "--runtime-version", runtime, "--", *user_args]
+
+
+def trials_of(job_id: str) -> list[dict]:
+    result = aiptrain("jobs", "describe", job_id)
+    return (yaml.safe_load(result.stdout).get("trainingOutput") or {}).get("trials") or [] if result.returncode == 0 else []
+
+
+def kill_at_each_launch(docker_api, job_id: str, kills: int, stop: threading.Event, killed: list[int]) -> None:
+    """SIGKILL the job's supervisor the moment the engine creates a trial's replica (between its
+    create and its start, or just after), up to `kills` times; each time the test's next
+    command takes the study over."""
+    filters = {"label": f"aiptrain.job-id={job_id}", "type": "container", "event": "create"}
+    while not stop.is_set() and len(killed) < kills:
+        since = time.time()
+        for _ in docker_api.events(since=since, until=since + 2, filters=filters, decode=True):
+            for pid in supervisor_pids(job_id):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            if len(killed) >= kills:
+                return
+
+
+def test_kill_9_of_the_supervisor_at_each_trial_launch(tally, home, docker_api, minimal_runtime, tmp_path,
+                                                       monkeypatch):
+    """A random-search study whose supervisor is killed as each trial's replica is created,
+    taken over by the next command every time: the study ends SUCCEEDED, every trial ran once,
+    and no point was measured twice."""
+    monkeypatch.setenv("AIPTRAIN_POLL_SECONDS", "0.2")
+    spec = {"algorithm": "RANDOM_SEARCH", "maxTrials": 6, "maxParallelTrials": 2,
+            "params": [{"parameterName": "x", "type": "DOUBLE", "minValue": 0, "maxValue": 1}]}
+    notes: list[str] = []
+    for _ in range(RUNS):
+        job_id = f"study_kill_{uuid.uuid4().hex[:6]}"
+        stop, killed = threading.Event(), []
+        killer = threading.Thread(target=kill_at_each_launch, args=(docker_api, job_id, 4, stop, killed), daemon=True)
+        killer.start()
+        submitted = aiptrain(*study_submit(tmp_path, job_id, spec, minimal_runtime, "--sleep", "0.5"))
+        deadline, state = time.monotonic() + 300, None
+        while time.monotonic() < deadline:
+            state = state_of(job_id)  # describe takes an orphaned study over
+            if state in TERMINAL:
+                break
+            time.sleep(0.3)
+        stop.set()
+        killer.join(10)
+        trials = trials_of(job_id)
+        runs_log = tmp_path / job_id / "runs.log"
+        runs = sorted(runs_log.read_text().split()) if runs_log.exists() else []
+        points = {t["hyperparameters"]["x"] for t in trials}
+        left = orphans(home, docker_api, [job_id])
+        held = (submitted.returncode == 0 and state == "SUCCEEDED" and len(trials) == 6 and len(points) == 6
+                and runs == sorted(str(n) for n in range(1, 7)))
+        if not held or left:
+            notes.append(f"{job_id}: state {state} kills {len(killed)} trials "
+                         f"{[(t['trialId'], t['state'], t['hyperparameters']['x']) for t in trials]} runs {runs} "
+                         f"left {left}")
+        print(f"{job_id}: {len(killed)} takeover(s), state {state}, {len(points)} distinct points, runs {runs}")
+        tally.record("kill -9 supervisor at trial launch", held, left)
+    tally.assert_all_held("kill -9 supervisor at trial launch", notes)
+
+
+def test_hostile_trainers_links_and_fifos(tally, home, docker_api, minimal_runtime, tmp_path, monkeypatch):
+    """Trials plant links (to a root-only host directory and file, to /dev/zero, to /) and FIFOs
+    in the job dir and as the metric file; every other run is cancelled at a random moment. The
+    study ends (cancel answers), the host directory is untouched, no root-only byte becomes a
+    metric, nothing is left."""
+    monkeypatch.setenv("AIPTRAIN_POLL_SECONDS", "0.2")
+    secret = tmp_path / "private"
+    secret.mkdir(mode=0o700)
+    (secret / "secret").write_text("12345\n")
+    before = (secret.stat().st_uid, secret.stat().st_gid, secret.stat().st_mode)
+    spec = {"algorithm": "GRID_SEARCH", "maxTrials": 6, "maxParallelTrials": 2, "maxFailedTrials": 6,
+            "enableTrialEarlyStopping": True,
+            "params": [{"parameterName": "attack", "type": "CATEGORICAL", "categoricalValues": ATTACKS}]}
+    notes: list[str] = []
+    for run in range(RUNS):
+        job_id = f"hostile_{uuid.uuid4().hex[:6]}"
+        submitted = aiptrain(*study_submit(tmp_path, job_id, spec, minimal_runtime, "--secret", str(secret),
+                                           "--sleep", "1"))
+        cancelled = None
+        if run % 2:
+            time.sleep(random.uniform(0.5, 4.0))
+            cancelled = aiptrain("jobs", "cancel", job_id, timeout=120).returncode
+        state = wait_terminal(job_id, timeout=300)
+        trials = trials_of(job_id)
+        metrics = [(t.get("finalMetric") or {}).get("objectiveValue") for t in trials]
+        intact = (secret.stat().st_uid, secret.stat().st_gid, secret.stat().st_mode) == before and sorted(
+            p.name for p in secret.iterdir()) == ["secret"]
+        left = orphans(home, docker_api, [job_id])
+        held = (submitted.returncode == 0 and state in TERMINAL and intact and 12345.0 not in metrics
+                and (cancelled is None or (cancelled == 0 and state in ("CANCELLED", "SUCCEEDED", "FAILED"))))
+        if not held or left:
+            notes.append(f"{job_id}: state {state} cancel {cancelled} intact {intact} metrics {metrics} left {left}")
+        tally.record("hostile trainer: links and FIFOs", held, left)
+    tally.assert_all_held("hostile trainer: links and FIFOs", notes)

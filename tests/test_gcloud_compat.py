@@ -1,5 +1,5 @@
 """gcloud's command line around aiptrain's: prefixes, gcloud-wide flags, --format, the shim,
-and every flag of `jobs submit training` with its status (the README's table, row by row)."""
+and every flag of `jobs submit training` with its status (the table in docs/reference/flags.md, row by row)."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def test_verbosity_info_reports_flags_without_local_effect_once(cli):
     assert [line.split(" has")[0] for line in info] == ["INFO: --account", "INFO: --billing-project", "INFO: --log-http"]
 
 
-# --- every flag of `jobs submit training`: where it lands (the README's table) --------------------
+# --- every flag of `jobs submit training`: where it lands (docs/reference/flags.md) ---------------
 
 def _tf_job(plan: dict, index: int = 0) -> dict:
     return json.loads(plan["containers"][index]["env"]["TF_CONFIG"])["job"]
@@ -289,15 +289,16 @@ def test_labels_and_staging_bucket(home, package, tmp_path):
     assert submission.staging_bucket == str(tmp_path / "b")
 
 
-def test_the_tables_cover_every_flag_and_the_readme_lists_them():
+def test_the_tables_cover_every_flag_and_the_reference_lists_them():
     from aiptrain.cli.gcloud import NO_LOCAL_EFFECT, SWITCHES, VALUE_FLAGS
     from aiptrain.cli.jobs import training
 
     flags = {opt for param in training.params for opt in param.opts if opt.startswith("-")}
     flags |= set(VALUE_FLAGS) | {"--flags-file", "-q"} | {s for s in SWITCHES if not s.startswith("--no-")}
     assert flags - set(ACCEPTED) - set(REFUSED) == set()
-    readme = (REPO / "README.md").read_text()
-    table = readme[readme.index("### Flags of `jobs submit training`"):]
+    reference = (REPO / "docs" / "reference" / "flags.md").read_text()
+    table = reference[reference.index("## Flags of `jobs submit training`"):]
+    table = table[:table.index("\n## ", 1)]
     rows = {m for m in re.findall(r"^\| `(-[-\w]+)", table, re.MULTILINE)}
     assert flags - rows == set() and set(NO_LOCAL_EFFECT) <= rows
 

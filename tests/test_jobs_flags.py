@@ -1,5 +1,5 @@
-"""The README's table of the flags of list, describe, update, cancel, stream-logs and export: each flag
-exists, each row names a test that exists, and the rows not covered elsewhere are tested here
+"""The table (docs/reference/flags.md) of the flags of list, describe, update, cancel, stream-logs and
+export: each flag exists, each row names a test that exists, and the rows not covered elsewhere are tested here
 (on jobs put straight into an isolated store: no Docker)."""
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from conftest import REPO
 COMMANDS = ("list", "describe", "update", "cancel", "stream-logs", "export")
 
 
-def readme_rows() -> list[tuple[str, str, str]]:
-    text = (REPO / "README.md").read_text()
-    section = text.split("### Flags of `list`, `describe`, `update`, `cancel`, `stream-logs` and `export`")[1]
-    section = section.split("###")[0]
+def reference_rows() -> list[tuple[str, str, str]]:
+    text = (REPO / "docs" / "reference" / "flags.md").read_text()
+    section = text.split("## Flags of `list`, `describe`, `update`, `cancel`, `stream-logs` and `export`")[1]
+    section = section.split("\n## ")[0]
     rows = []
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -33,7 +33,7 @@ def readme_rows() -> list[tuple[str, str, str]]:
 
 
 def test_every_row_names_a_real_flag_and_a_real_test(run):
-    rows = readme_rows()
+    rows = reference_rows()
     assert {command for command, _, _ in rows} == set(COMMANDS)
     for command, flag, tests in rows:
         name = re.match(r"`(--[a-z-]+)", flag)

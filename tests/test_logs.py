@@ -171,9 +171,15 @@ def test_the_drain_waits_while_lines_keep_coming(tmp_path):
 
 
 def test_the_drain_gives_up_on_a_stream_that_stalls(tmp_path):
-    followers = LogFollowers(SlowEngine(batches=1, pause=3600), JobLogWriter(tmp_path / "job.jsonl"), {})
+    path = tmp_path / "job.jsonl"
+    followers = LogFollowers(SlowEngine(batches=1, pause=3600), JobLogWriter(path), {})
     followers.sync([ReplicaObservation("master-replica-0", "master", 0, ReplicaStatus.EXITED, container_id="c")])
-    followers.join(patience=0.1)  # returns: nothing came
+    # In a thread, so a drain that waits for the stalled stream fails this test instead of hanging it.
+    drain = threading.Thread(target=followers.join, kwargs={"patience": 0.1}, daemon=True)
+    drain.start()
+    drain.join(timeout=60)
+    assert not drain.is_alive(), "the drain waited on a stream that sent nothing"
+    assert not path.exists() or read_records(path)[0] == []
 
 
 def test_after_a_closing_line_follow_asks_about_the_job_soon_rather_than_at_its_poll(tmp_path, monkeypatch):

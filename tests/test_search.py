@@ -219,3 +219,21 @@ def test_suggest_rejects_a_trial_id_twice():
     search.suggest("1")
     with pytest.raises(ValueError):
         search.suggest("1")
+
+
+@pytest.mark.parametrize("algorithm", ["RANDOM_SEARCH", "ALGORITHM_UNSPECIFIED"])
+def test_every_takeover_suggests_new_points(algorithm):
+    """Issue 21, item 6: a study taken over after every trial (the search rebuilt from the
+    recorded trials, seeded as the study loop seeds it) never measures a point twice."""
+    from aiptrain.tuning import sampler_seed
+
+    hp = spec(algorithm=algorithm, maxTrials=6, params=[
+        {"parameterName": "x", "type": "DOUBLE", "minValue": 0, "maxValue": 1},
+        {"parameterName": "c", "type": "CATEGORICAL", "categoricalValues": ["a", "b", "c"]}])
+    recorded: list[HyperparameterOutput] = []
+    for number in range(1, 7):
+        search = Search(hp, seed=sampler_seed(len(recorded)))
+        search.restore(recorded)
+        values = search.suggest(str(number))
+        recorded.append(stored(number, values, State.SUCCEEDED, float(values["x"])))
+    assert len({as_point(t.hyperparameters) for t in recorded}) == 6

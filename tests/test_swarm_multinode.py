@@ -10,7 +10,7 @@ aiptrain-node=1 on the host, =2 on the second). `make test` deselects the `multi
 - The aiptrain test submits a CUSTOM job (master + 1 worker) with `--backend swarm` and reads
   the result with `jobs stream-logs` and `jobs describe`, as a user would.
 
-Facts measured here (Docker 20.10.24, kernel 6.18, 2 cores; also in the README):
+Facts measured here (Docker 20.10.24, kernel 6.18, 2 cores; also in docs/guide/swarm.md):
 - `up` from scratch took 9 to 23 s (copying aiptrain/runtime:minimal, 191 MB, to node2
   included; the machine was busy with others' tests), 1.4 s when already up; `down` 4 to 16 s;
   the raw test 7 to 11 s.

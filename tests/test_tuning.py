@@ -5,7 +5,8 @@ import json
 import pytest
 
 from aiptrain.model import State
-from aiptrain.tuning import StudyCounts, StudyStep, failure_limit, read_metrics, schedule
+from aiptrain.trial_metrics import parse_hypertune, read_hypertune
+from aiptrain.tuning import StudyCounts, StudyStep, failure_limit, schedule, stop_now
 
 
 def counts(budget=6, started=0, running=0, succeeded=0, failed=0):
@@ -53,12 +54,24 @@ def test_read_metrics_takes_the_tag_in_hypertunes_format(tmp_path):
         {"accuracy": "0.75", "global_step": "200", "timestamp": 2.0, "trial": "1"},
     ]
     path.write_text("\n".join(json.dumps(line, sort_keys=True) for line in lines) + "\n{\"accur")
-    assert read_metrics(path, "accuracy") == [(100, 0.5), (200, 0.75)]
-    assert read_metrics(path, "loss") == [(150, 0.3)]
-    assert read_metrics(tmp_path / "missing", "accuracy") == []
+    assert read_hypertune(tmp_path, path.name, "accuracy") == [(100, 0.5), (200, 0.75)]
+    assert read_hypertune(tmp_path, path.name, "loss") == [(150, 0.3)]
+    assert read_hypertune(tmp_path, "missing", "accuracy") == []
 
 
-def test_read_metrics_skips_values_that_are_not_numbers(tmp_path):
-    path = tmp_path / "m"
-    path.write_text('{"m": "nan", "global_step": "1"}\n{"m": "x"}\n{"m": "2", "global_step": ""}\n')
-    assert read_metrics(path, "m") == [(0, 2.0)]
+def test_read_metrics_skips_values_that_are_not_numbers():
+    text = '{"m": "nan", "global_step": "1"}\n{"m": "x"}\n{"m": "2", "global_step": ""}\n{"m": "1", "global_step": "1e999"}\n'
+    assert parse_hypertune(text, "m") == [(0, 2.0)]
+
+
+@pytest.mark.parametrize(
+    "name, condemned_at, reports, stop",
+    [
+        ("never condemned", None, 5, False),
+        ("condemned at its newest report: it may be the final one", 3, 3, False),
+        ("it reported again: the condemning report was not its last", 3, 4, True),
+        ("condemned at its first report, reported twice since", 1, 3, True),
+    ],
+)
+def test_a_trial_is_stopped_early_only_after_a_report_past_the_condemning_one(name, condemned_at, reports, stop):
+    assert stop_now(condemned_at, reports) is stop, name

@@ -46,6 +46,7 @@ class LazyGroup(click.Group):
         "jobs": ("aiptrain.cli.jobs", "jobs", "Submit and manage training jobs."),
         "local": ("aiptrain.cli.local", "local", "Run a trainer on this machine, without Docker."),
         "runtimes": ("aiptrain.cli.runtimes", "runtimes", "List and build runtime images."),
+        "serve": ("aiptrain.cli.serve", "serve", "Serve the ml v1 REST API and job logs over HTTP."),
         "gcloud-shim": ("aiptrain.cli.shim", "gcloud_shim", "Install a `gcloud` that forwards ai-platform commands here."),
     },
     context_settings={"help_option_names": ["-h", "--help"]},

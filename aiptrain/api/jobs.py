@@ -1,0 +1,258 @@
+"""ml v1 `projects.jobs` over aiptrain.client.Client: the same jobs, the same store, the same
+rules as the CLI. A create is `jobs submit training JOB --config BODY --project P`; a job's
+project is the one it was submitted with (else the installation's default project, as
+`jobs list --uri` says), and a job is found only under its own project.
+
+The Job resource is what `jobs describe --format json` prints, plus `etag`: a digest of the job's
+ID and labels, so a patch with a stale etag is refused while state changes do not disturb it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import logging
+from contextlib import contextmanager
+from typing import Iterator
+
+from aiptrain.api.app import ApiError, Call
+from aiptrain.model import Job
+from aiptrain.settings import Settings
+
+log = logging.getLogger("aiptrain.api")
+LIST_PAGE_SIZE, LIST_MOST = 20, 100  # the discovery document's default and maximum
+OUTPUT_ONLY = ("trainingOutput", "createTime", "startTime", "endTime", "state", "errorMessage", "etag",
+               "jobPosition")
+
+
+def etag_of(job_id: str, labels: dict[str, str] | None) -> str:
+    text = json.dumps([job_id, labels or {}], sort_keys=True)
+    return base64.b64encode(hashlib.sha256(text.encode()).digest()[:8]).decode()
+
+
+def resource(job: Job) -> dict:
+    return {**job.to_resource(), "etag": etag_of(job.job_id, job.labels)}
+
+
+class StaleEtag(Exception):
+    pass
+
+
+class JobMethods:
+    def __init__(self, settings: Settings):
+        from aiptrain.api.builds import RuntimeBuilds
+
+        self.settings = settings
+        self._builds = RuntimeBuilds(self._build_runtime)
+
+    def _build_runtime(self, runtime) -> None:
+        from aiptrain import runtimes
+
+        runtimes.ensure_image(runtime, self.settings.cache_dir, log.info, "runtimeVersion")
+
+    @contextmanager
+    def _client(self) -> Iterator:
+        from aiptrain.client import Client
+
+        with Client(settings=self.settings) as client:
+            yield client
+
+    def _visible(self, client, project: str, job_id: str) -> Job:
+        """The job, if it lives in `project`; JobNotFound (404) otherwise, as if it did not exist."""
+        from aiptrain.errors import JobNotFound
+
+        job = client.get(job_id)
+        if self._project_of(client, job_id) != project:
+            raise JobNotFound(job_id)
+        return job
+
+    def _project_of(self, client, job_id: str) -> str:
+        return client.recorded_project(job_id) or self.settings.default_project
+
+    # -- methods ---------------------------------------------------------------------------
+
+    def create(self, call: Call, project: str) -> dict:
+        call.accept()
+        call.authorize(project, write=True)
+        job = _job_body(call.json_body())
+        if not job.job_id:
+            raise ApiError(400, "Field jobId is required: name the job in the request body.")
+        self._check_host_paths(call, job)
+        from aiptrain.config import SubmitFlags
+        from aiptrain.store import duplicate_job
+
+        with self._client() as client:
+            if client.store.exists(job.job_id):
+                raise duplicate_job(job.job_id)
+            submission = client.prepare(SubmitFlags(job_id=job.job_id, project=project), base=job)
+            self._check_runtime_image(submission)
+            return resource(client.submit(submission))
+
+    def _check_runtime_image(self, submission) -> None:
+        """503 while the runtime's image is missing: it is built in the background, not in this request."""
+        if not (submission.runtime and self.settings.auto_build):
+            return  # without auto-build, submit itself refuses a missing image (exit 3: 503)
+        from aiptrain.runtimes import check_available
+
+        check_available(submission.runtime, submission.runtime_given_as)  # one that cannot be built: 503 now
+        waiting = self._builds.ready(submission.runtime)
+        if waiting:
+            raise ApiError(503, waiting)
+
+    def _check_host_paths(self, call: Call, job: Job) -> None:
+        """Paths on this machine (packageUris to read, a jobDir to mount read-write) are taken
+        only from a server without tokens: a remote caller must not pick the server's files."""
+        from aiptrain.storage import is_gcs
+
+        if call.access.open:
+            return
+        ti = job.training_input
+        local = [uri for uri in ti.package_uris or [] if not is_gcs(uri)]
+        if local:
+            raise ApiError(400, f"packageUris [{local[0]}] is not a gs:// URI: a server with --tokens takes "
+                           "packages from Cloud Storage only; upload the package and pass its gs:// URI.")
+        if ti.job_dir and not is_gcs(ti.job_dir):
+            raise ApiError(400, f"jobDir [{ti.job_dir}] is not a gs:// URI: a server with --tokens writes job "
+                           "output to Cloud Storage only; pass gs://BUCKET/PATH.")
+
+    def get(self, call: Call, project: str, job_id: str) -> dict:
+        call.accept()
+        call.authorize(project, write=False)
+        with self._client() as client:
+            return resource(self._visible(client, project, job_id))
+
+    def list(self, call: Call, project: str) -> dict:
+        call.accept("filter", "pageSize", "pageToken")
+        call.authorize(project, write=False)
+        page_size = call.int_param("pageSize", LIST_PAGE_SIZE, LIST_MOST)
+        after = _decode_token(call.params.get("pageToken") or "")
+        from aiptrain import listing
+
+        with self._client() as client:
+            found = listing.list_resources(self.settings, client.reconcile, call.params.get("filter") or None,
+                                           table=client.store)
+            found.sort(key=lambda r: r.get("jobId", ""))
+            found.sort(key=lambda r: r.get("createTime", ""), reverse=True)
+            if after is not None:
+                found = [r for r in found if _comes_after(r, *after)]
+            page, more = [], False
+            for item in found:
+                if self._project_of(client, item["jobId"]) != project:
+                    continue
+                if len(page) == page_size:
+                    more = True
+                    break
+                page.append(item)
+        answer: dict = {}
+        if page:
+            answer["jobs"] = [{**item, "etag": etag_of(item["jobId"], item.get("labels"))} for item in page]
+        if more:
+            answer["nextPageToken"] = _encode_token(page[-1])
+        return answer
+
+    def patch(self, call: Call, project: str, job_id: str) -> dict:
+        call.accept("updateMask")
+        call.authorize(project, write=True)
+        mask = {name.strip() for name in call.params.get("updateMask", "").split(",") if name.strip()}
+        if "labels" not in mask or mask - {"labels", "etag"}:
+            raise ApiError(400, f"updateMask [{call.params.get('updateMask', '')}] is not served: only `labels` "
+                           "(with `etag`) can be updated.")
+        body = _job_body(call.json_body(), strip_output=False)
+        labels = dict(body.labels or {})
+        from aiptrain.validation import validate_labels
+
+        validate_labels(labels)
+        with self._client() as client:
+            self._visible(client, project, job_id)
+
+            def change(current: dict[str, str]) -> dict[str, str]:
+                if body.etag and body.etag != etag_of(job_id, current):
+                    raise StaleEtag()
+                return labels
+
+            try:
+                job, _ = client.store.update_labels(job_id, change)
+            except StaleEtag:
+                raise ApiError(409, f"The etag of job [{job_id}] does not match: its labels changed since it was "
+                               "read; get it again and retry.", "ABORTED") from None
+            return resource(job)
+
+    def cancel(self, call: Call, project: str, job_id: str) -> dict:
+        call.accept()
+        call.authorize(project, write=True)
+        call.json_body()  # `{}`; anything but a JSON object is refused
+        with self._client() as client:
+            job = self._visible(client, project, job_id)
+            if job.state.is_terminal:
+                raise ApiError(400, f"Job [{job_id}] has already ended ({job.state.value}): only QUEUED, PREPARING "
+                               "and RUNNING jobs can be cancelled.", "FAILED_PRECONDITION")
+            client.cancel(job_id, timeout=0)  # the service answers at once; the job ends CANCELLED soon
+        return {}
+
+    def get_iam_policy(self, call: Call, project: str, job_id: str) -> dict:
+        call.accept("options.requestedPolicyVersion")
+        call.authorize(project, write=False)
+        with self._client() as client:
+            self._visible(client, project, job_id)
+        return call.access.policy(project)
+
+    def set_iam_policy(self, call: Call, project: str, job_id: str) -> dict:
+        call.accept()
+        call.authorize(project, write=True)
+        policy = call.json_body().get("policy")
+        with self._client() as client:
+            self._visible(client, project, job_id)
+        current = call.access.policy(project)
+        if not isinstance(policy, dict) or policy.get("bindings", []) != current.get("bindings", []):
+            raise ApiError(400, "IAM policies here come from the server's --tokens file (one policy per project): "
+                           "edit that file and restart `aiptrain serve`.", "FAILED_PRECONDITION")
+        return current
+
+    def test_iam_permissions(self, call: Call, project: str, job_id: str) -> dict:
+        call.accept()
+        asked = call.json_body().get("permissions", [])
+        if not isinstance(asked, list) or not all(isinstance(p, str) for p in asked):
+            raise ApiError(400, "permissions must be a list of permission names such as ml.jobs.get.")
+        held = call.access.permissions(call.grant, project, asked)
+        return {"permissions": held} if held else {}
+
+
+def _job_body(body: dict, strip_output: bool = True) -> Job:
+    """The body as a Job; ApiError(400) naming the first problem (unknown fields included).
+    Output-only fields are ignored on create, as the service ignores them."""
+    from pydantic import ValidationError as PydanticError
+
+    from aiptrain.config import pydantic_error_line
+
+    if strip_output:
+        body = {key: value for key, value in body.items() if key not in OUTPUT_ONLY}
+    try:
+        return Job.model_validate(body)
+    except PydanticError as exc:
+        raise ApiError(400, pydantic_error_line(exc, "Invalid Job in the request body")) from None
+
+
+def _comes_after(item: dict, create_time: str, job_id: str) -> bool:
+    """Whether `item` follows the job (create_time, job_id) in the listing order: newest first,
+    then by ID. A page token names the last job shown, so jobs created meanwhile shift nothing."""
+    item_time = item.get("createTime", "")
+    return item_time < create_time or (item_time == create_time and item.get("jobId", "") > job_id)
+
+
+def _encode_token(item: dict) -> str:
+    text = json.dumps([item.get("createTime", ""), item.get("jobId", "")])
+    return base64.urlsafe_b64encode(text.encode()).decode()
+
+
+def _decode_token(token: str) -> tuple | None:
+    if not token:
+        return None
+    try:
+        create_time, job_id = json.loads(base64.urlsafe_b64decode(token.encode()))
+        if not (isinstance(create_time, str) and isinstance(job_id, str)):
+            raise ValueError
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        raise ApiError(400, "Invalid pageToken: pass the nextPageToken of the previous page unchanged.") from None
+    return create_time, job_id

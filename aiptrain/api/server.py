@@ -1,0 +1,113 @@
+"""The HTTP listener around app.App: the standard library's ThreadingHTTPServer (one thread per
+connection; HTTP/1.1 keep-alive, which httplib2 under googleapiclient uses). It reads a
+bounded body, hands a Request to the App and writes its Response; nothing else."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+from aiptrain.api.access import Access
+from aiptrain.api.app import MAX_BODY_BYTES, App, Request, Response, error_response
+from aiptrain.errors import ValidationError
+
+log = logging.getLogger("aiptrain.api")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listening(host: str, access: Access) -> None:
+    """Only loopback without tokens: anyone who reaches the port could run jobs otherwise."""
+    if not is_loopback(host) and access.open:
+        raise ValidationError(f"--host [{host}] is not a loopback address: listening there needs --tokens FILE "
+                              "(who may use which projects), or use --host 127.0.0.1.")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "aiptrain"
+    timeout = 120  # seconds a connection may sit idle or trickle a request before it is dropped
+    app: App  # set on the class made by make_server
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in two writes: without this, Nagle's algorithm holds the body
+        # until the client's delayed ACK (40 ms on Linux) on every kept-alive request.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a malformed request line, headers too long, an unknown
+        method) in Google's body too, not in HTML."""
+        self.close_connection = True
+        self._write(error_response(code, message or self.responses.get(code, ("Error",))[0]))
+
+    def _serve(self) -> None:
+        self._write(self._read_and_handle())
+
+    def _write(self, response: Response) -> None:
+        data = response.encoded()
+        self.send_response(response.code)
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(data)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _read_and_handle(self) -> Response:
+        if self.headers.get("Transfer-Encoding"):
+            self.close_connection = True  # the body was not read: the stream cannot be reused
+            return error_response(400, "Chunked request bodies are not taken: send Content-Length.")
+        length_text = self.headers.get("Content-Length") or "0"
+        if not length_text.isdigit():
+            self.close_connection = True
+            return error_response(400, f"Content-Length [{length_text}] is not a number.")
+        length = int(length_text)
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            return error_response(413, f"The request body is larger than {MAX_BODY_BYTES} bytes.")
+        body = self.rfile.read(length) if length else b""
+        parts = urlsplit(self.path)
+        request = Request(
+            method=self.command, path=parts.path, query=parts.query,
+            headers={name.lower(): value for name, value in self.headers.items()},
+            body=body, client=self.client_address[0],
+        )
+        return self.app.handle(request)
+
+    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - BaseHTTPRequestHandler's signature
+        log.info("%s %s", self.client_address[0], format % args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 64
+
+    def __init__(self, address, handler, family):
+        self.address_family = family
+        super().__init__(address, handler)
+
+
+def make_server(app: App, host: str = "127.0.0.1", port: int = 8080) -> ThreadingHTTPServer:
+    """A server bound to (host, port) but not yet serving: `.serve_forever()`, `.shutdown()`;
+    `.server_address[1]` is the port (port 0 picks a free one)."""
+    check_listening(host, app.access)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    handler = type("Handler", (_Handler,), {"app": app})
+    try:
+        return _Server((host, port), handler, family)
+    except OSError as exc:
+        raise ValidationError(f"Cannot listen on {host}:{port}: {exc.strerror}; choose another --port.") from None

@@ -1,0 +1,55 @@
+"""`aiptrain serve`: the ml v1 REST API (projects.jobs) and Cloud Logging's entries.list for
+job logs, over this installation's jobs (aiptrain.api)."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; anything but loopback needs --tokens.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              help="Port to listen on (0: any free port, printed at start).")
+@click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False),
+              help="YAML file of bearer tokens: each with a name, the projects it may use and readOnly.")
+def serve(host: str, port: int, tokens_file: str | None) -> None:
+    """Serve the AI Platform Training REST API (ml v1 projects.jobs) and job logs in Cloud
+    Logging's shape, so googleapiclient, Airflow and pipelines drive this installation.
+
+    \b
+    from googleapiclient import discovery
+    ml = discovery.build("ml", "v1", static_discovery=True,
+                         client_options={"api_endpoint": "http://127.0.0.1:8080"})
+    """
+    import logging
+    import signal
+    import sys
+
+    from aiptrain.api.access import Access, load_tokens
+    from aiptrain.api.app import App
+    from aiptrain.api.server import make_server
+
+    access = load_tokens(tokens_file) if tokens_file else Access()
+    server = make_server(App(access=access), host, port)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    api_log = logging.getLogger("aiptrain.api")
+    api_log.addHandler(handler)
+    api_log.propagate = False
+    # Refusals and failures always; each request too at --verbosity info or debug.
+    api_log.setLevel(min(logging.getLogger("aiptrain").getEffectiveLevel(), logging.WARNING))
+    address, bound_port = server.server_address[:2]
+    shown = f"[{address}]" if ":" in address else address
+    who = "tokens from " + tokens_file if tokens_file else "no tokens (loopback only)"
+    click.echo(f"Serving the ml v1 API and Cloud Logging entries.list on http://{shown}:{bound_port} "
+               f"({who}); Ctrl-C stops.", err=True)
+    signal.signal(signal.SIGTERM, _stop)  # a service manager's stop: as Ctrl-C, the port is released
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+
+
+def _stop(signum, frame) -> None:
+    raise KeyboardInterrupt
