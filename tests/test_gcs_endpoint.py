@@ -337,3 +337,26 @@ def test_replicas_are_told_gs_urls_unchanged_with_the_endpoint_in_the_plan(cli, 
     assert all(m["read_only"] for m in master["mounts"] if "gcs" in m["source"] or "storage" in m["source"])
     assert not any(m["target"].startswith(str(gcs_home)) for m in master["mounts"])  # no bucket is bind-mounted
     assert not (gcs_home / "storage-endpoint").exists()  # a dry run creates nothing
+
+
+@pytest.mark.tensorflow
+def test_a_study_with_a_gs_job_dir_reads_its_trials_summaries_from_the_kept_files(
+    cli, gcs_home, tf_runtime, tmp_path, monkeypatch
+):
+    """Trials write tf.summary events to gs://.../<trialId> through the endpoint; the study reads
+    each finalMetric from those files on the host (issue 16 item 5 with gs:// kept locally)."""
+    monkeypatch.setenv("AIPTRAIN_POLL_SECONDS", "0.2")
+    spec = {"algorithm": "GRID_SEARCH", "maxTrials": 2, "maxParallelTrials": 2, "hyperparameterMetricTag": "epoch_accuracy",
+            "params": [{"parameterName": "lr", "type": "DISCRETE", "discreteValues": [0.1, 0.2]}]}
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump({"trainingInput": {"hyperparameters": spec}}))
+    trainer = Path(__file__).parent / "trainers" / "summary_tuner"
+    result = cli("jobs", "submit", "training", "gs_study", "--config", str(config), "--package-path", str(trainer),
+                 "--module-name", "summary_tuner.task", "--job-dir", "gs://study-out/run", "--region", "us-central1",
+                 "--runtime-version", tf_runtime, "--stream-logs", "--", "--epochs", "1", timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    job = yaml.safe_load(cli("jobs", "describe", "gs_study", check_code=0).stdout)
+    trials = job["trainingOutput"]["trials"]
+    assert sorted(t["finalMetric"]["objectiveValue"] for t in trials) == pytest.approx([0.1, 0.2])
+    for trial in trials:
+        assert list((gcs_home / "gcs" / "study-out" / "run" / trial["trialId"] / "validation").iterdir())
