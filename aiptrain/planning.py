@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiptrain.model import Job, ReplicaConfig, TrainingInput
+from aiptrain.storage.endpoint import StorageEndpoint, replica_env
 from aiptrain.topology import EVALUATOR, MASTER, PS, WORKER, Replica
 
 TF_PORT = 2222
@@ -141,10 +142,13 @@ class ClusterConfig:
 @dataclass(frozen=True)
 class LaunchPlan:
     job_id: str
-    network: NetworkSpec | None  # None: one replica, on the engine's default bridge (see own_network)
+    network: NetworkSpec | None  # None: one replica, on the backend's shared network for lone replicas
     containers: tuple[ContainerSpec, ...]
     trial_id: str | None = None  # set when the plan is one trial of a tuning job
     cluster: ClusterConfig | None = None
+    # The installation's Cloud Storage endpoint that gs:// reaches in these replicas (the backend
+    # starts it if needed and resolves Google's API host names to it); None: no gs:// endpoint.
+    storage: StorageEndpoint | None = None
 
     def environment(self, spec: ContainerSpec) -> dict[str, str]:
         """The replica's whole environment: TF_CONFIG and CLUSTER_SPEC, then its own variables."""
@@ -210,6 +214,10 @@ class PlanInputs:
     # The packages installed once for the job's image (aiptrain.installs): a host user base
     # mounted read-only at USER_BASE, so replicas start the trainer at once.
     installed: str | None = None
+    # gs:// kept on this machine, served to replicas by the installation's storage endpoint:
+    # replicas see gs:// URLs unchanged, as on the service (aiptrain.storage.endpoint). Without
+    # one (a backend that cannot run it), gs:// URLs in args become paths under gcs_root.
+    gcs_endpoint: StorageEndpoint | None = None
 
 
 def inputs_to_dict(inputs: PlanInputs) -> dict[str, Any]:
@@ -225,8 +233,13 @@ def inputs_from_dict(data: dict[str, Any]) -> PlanInputs:
             **data,
             "package_files": tuple(data.get("package_files", ())),
             "extra_mounts": tuple(Mount(**mount) for mount in data.get("extra_mounts", ())),
+            "gcs_endpoint": _endpoint_from_dict(data.get("gcs_endpoint")),
         }
     )
+
+
+def _endpoint_from_dict(data: dict[str, Any] | None) -> StorageEndpoint | None:
+    return StorageEndpoint(**{**data, "images": tuple(data["images"])}) if data else None
 
 
 def dns_label(text: str) -> str:
@@ -412,7 +425,9 @@ def _mounts(job: Job, inputs: PlanInputs, trial: Trial | None) -> tuple[Mount, .
         mounts.append(Mount(inputs.job_dir_mount, inputs.job_dir_mount, read_only=False))
     if inputs.installed:
         mounts.append(Mount(inputs.installed, USER_BASE, read_only=True))
-    if inputs.gcs_root:  # buckets the user's args name: their data in, their outputs out
+    if inputs.gcs_endpoint:  # the CA replicas trust, and gsutil / gcloud storage
+        mounts.extend(Mount(source, target) for source, target in inputs.gcs_endpoint.replica_mounts())
+    elif inputs.gcs_root:  # buckets the user's args name: their data in, their outputs out
         for bucket in gcs_buckets_in(job.training_input.args):
             path = f"{inputs.gcs_root.rstrip('/')}/{bucket}"
             mounts.append(Mount(path, path, read_only=False))
@@ -440,7 +455,7 @@ def as_replicas_see_it(job: Job, inputs: PlanInputs) -> Job:
     gs:// URLs in the args are local paths; the record keeps the URLs."""
     ti = job.training_input
     moves_job_dir = bool(inputs.job_dir_mount) and ti.job_dir not in (None, inputs.job_dir_mount)
-    moves_args = bool(inputs.gcs_root) and bool(gcs_buckets_in(ti.args))
+    moves_args = bool(inputs.gcs_root) and not inputs.gcs_endpoint and bool(gcs_buckets_in(ti.args))
     if not (moves_job_dir or moves_args):
         return job
     seen = job.model_copy(deep=True)
@@ -479,7 +494,8 @@ def install_container(image: str, package_dir: str, package_files: tuple[str, ..
 def own_network(replicas: list[Replica]) -> bool:
     """Replicas that must find each other get a bridge network of their own. A lone replica
     resolves only its own hostname, which the engine writes into its /etc/hosts on any network:
-    it joins the engine's default bridge, and its job neither creates nor removes a network
+    it joins the installation's network for lone replicas, on which replicas cannot reach each
+    other (the docker backend's SOLO network), and its job neither creates nor removes a network
     (on a small machine that was a third of a BASIC job's start-up and teardown)."""
     return len(replicas) > 1
 
@@ -513,6 +529,9 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | N
         }
         if package_paths and installs and not inputs.installed:
             env.update(install_env(package_paths, inputs.wheelhouse))
+        if inputs.gcs_endpoint:
+            # A custom container keeps its own PATH: only runtime images get the tools on theirs.
+            env.update({k: v for k, v in replica_env().items() if k != "PATH" or installs})
         containers.append(
             ContainerSpec(
                 name=engine_name(f"{base}-{replica.task_type}-{replica.index}", inputs.installation),
@@ -541,4 +560,4 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | N
             )
         )
     return LaunchPlan(job_id, network, tuple(containers), trial.trial_id if trial else None,
-                      cluster_config(job, replicas, hostnames, trial))
+                      cluster_config(job, replicas, hostnames, trial), inputs.gcs_endpoint)

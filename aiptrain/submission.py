@@ -46,6 +46,7 @@ from aiptrain.staging import WHEELHOUSE, staging_target
 from aiptrain.store import JobStore, duplicate_job
 from aiptrain.tfjob import Export, build_tfjob, with_note, with_warning
 from aiptrain.storage import check_gcs_uri, gcs_root_for, is_gcs, local_gcs_path, local_path
+from aiptrain.storage.endpoint import StorageEndpoint
 from aiptrain.topology import Replica, replicas_for
 from aiptrain.validation import (
     scheduling_seconds,
@@ -83,6 +84,9 @@ class Submission:
     runtime_given_as: str = "--runtime-version"  # where it was named, for messages
     pids_limit: int | None = None  # processes and threads per replica (AIPTRAIN_REPLICA_PIDS_LIMIT)
     backend: str = "docker"  # what runs the replicas (--backend, AIPTRAIN_BACKEND)
+    # gs:// kept on this machine is served to the replicas by the installation's storage endpoint
+    # (one engine: the docker backend); replicas then see gs:// URLs unchanged, as on the service.
+    serves_gcs: bool = False
 
     @property
     def remote_job_dir(self) -> bool:
@@ -181,10 +185,12 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
     gcs_root, gcs_notice = _gcs_mode(
         [ti.job_dir, staging_bucket, *remote_packages, *(ti.package_uris or []), *gcs_urls_in(ti.args)], settings
     )
+    backend = flags.backend or settings.backend
+    serves_gcs = gcs_root is not None and backend == "docker"
     job_dir_mount = None
     if ti.job_dir and not is_gcs(ti.job_dir):
         job_dir_mount = ti.job_dir = _local_job_dir(ti.job_dir, settings.home)
-    elif ti.job_dir and gcs_root is not None:
+    elif ti.job_dir and gcs_root is not None and not serves_gcs:
         job_dir_mount = _local_job_dir(ti.job_dir, settings.home, local_gcs_path(gcs_root, ti.job_dir), gcs_root)
     return Submission(
         job=job,
@@ -203,20 +209,20 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
         runtime=rt,
         runtime_given_as=runtime_given_as,
         pids_limit=settings.replica_pids_limit,
-        backend=flags.backend or settings.backend,
+        backend=backend,
+        serves_gcs=serves_gcs,
     )
 
 
 def _gcs_mode(urls: list[str | None], settings: Settings) -> tuple[Path | None, str | None]:
-    """(where gs:// paths are kept on this machine, or None for Cloud Storage; a notice to show),
-    after checking every gs:// URL of the job. Jobs without gs:// URLs need no decision."""
+    """(where gs:// paths are kept on this machine, or None for Cloud Storage; a notice to show
+    when the job names gs:// URLs), after checking every gs:// URL of the job. Decided for
+    every job: a trainer may build gs:// paths that no flag names."""
     gcs_urls = [url for url in urls if url and is_gcs(url)]
-    if not gcs_urls:
-        return None, None
     gcs_root, notice = gcs_root_for(settings.gcs_mode, settings.gcs_root)
     for url in gcs_urls:
         check_gcs_uri(url, kept_locally=gcs_root is not None)
-    return gcs_root, notice
+    return gcs_root, notice if gcs_urls else None
 
 
 def _check_local_bucket(bucket: str | None) -> None:
@@ -312,6 +318,7 @@ def plan_inputs(
     package_files: list[str],
     wheelhouse: bool = False,
     host_gateway: str | None = None,
+    gcs_endpoint: StorageEndpoint | None = None,
 ) -> PlanInputs:
     extra_env, extra_mounts = {}, ()
     if submission.remote_job_dir:
@@ -335,7 +342,28 @@ def plan_inputs(
         extra_env=extra_env,
         extra_mounts=extra_mounts,
         gcs_root=str(submission.gcs_root) if submission.gcs_root else None,
+        gcs_endpoint=gcs_endpoint,
     )
+
+
+def storage_endpoint(submission: Submission, settings: Settings, prepare_files: bool = True) -> StorageEndpoint | None:
+    """The installation's storage endpoint, when it serves this job's gs:// (its TLS files and
+    the gcs tree made ready for it first, unless `prepare_files` is False: a dry run)."""
+    if not submission.serves_gcs or submission.gcs_root is None:
+        return None
+    from aiptrain.storage.endpoint import ensure_tls
+    from aiptrain.storage.local import give_to_replicas
+
+    tls_dir = settings.home / "storage-endpoint"
+    if prepare_files:
+        made = not (tls_dir / "trust.pem").is_file()
+        submission.gcs_root.mkdir(parents=True, exist_ok=True)
+        ensure_tls(tls_dir, (NOBODY_ID, NOBODY_ID) if os.getuid() == 0 else None)
+        if made:  # the first time: what the host wrote before becomes the replicas' to write beside
+            give_to_replicas(submission.gcs_root, submission.gcs_root, whole_tree=True)
+    images = tuple(dict.fromkeys(filter(None, (submission.runtime_image, settings.base_image))))
+    return StorageEndpoint(gcs_root=str(submission.gcs_root), tls_dir=str(tls_dir), user=replica_user(),
+                           installation=settings.installation_id, images=images)
 
 
 def _dry_run_packages(submission: Submission) -> tuple[list[str], list[str], bool]:
@@ -363,7 +391,8 @@ def dry_run_plan(submission: Submission) -> LaunchPlan:
     staged, remote, wheelhouse = _dry_run_packages(submission)
     sdist = staged[len(submission.local_packages):]
     files = staged[:len(submission.local_packages)] + [u.rsplit("/", 1)[-1] for u in remote] + sdist
-    inputs = plan_inputs(submission, Path("<job work dir>/packages"), files, wheelhouse)
+    inputs = plan_inputs(submission, Path("<job work dir>/packages"), files, wheelhouse,
+                         gcs_endpoint=storage_endpoint(submission, Settings(), prepare_files=False))
     trial = None
     if submission.job.training_input.hyperparameters:
         from aiptrain.tuning import first_trial
@@ -522,7 +551,7 @@ class Submitter:
         try:
             if submission.job_dir_mount:
                 created_dirs.append(self._ensure_job_dir(Path(submission.job_dir_mount), submission.gcs_root))
-            if submission.gcs_root:  # the buckets the args name are mounted: they must exist
+            if submission.gcs_root and not submission.serves_gcs:  # the buckets the args name are mounted
                 for bucket in gcs_buckets_in(job.training_input.args):
                     created_dirs.append(self._ensure_job_dir(submission.gcs_root / bucket, submission.gcs_root))
                     self._let_replicas_write(submission.gcs_root, bucket)
@@ -560,7 +589,8 @@ class Submitter:
             package_files = staging.fetch(ti.package_uris or [], package_dir, submission.gcs_root)
             # Replicas take the wheelhouse from this host's cache: the bucket's copy is the record.
             staging.link_files(wheels, package_dir / WHEELHOUSE)
-            inputs = plan_inputs(submission, package_dir, package_files, bool(wheels), self._host_gateway(submission))
+            inputs = plan_inputs(submission, package_dir, package_files, bool(wheels), self._host_gateway(submission),
+                                 storage_endpoint(submission, self.settings))
             launch_plan = plan(job, submission.replicas, inputs)
             self.backend.check_ready(launch_plan)
             if submission.runtime_image and package_files and self.backend.host_dirs_reach_replicas:

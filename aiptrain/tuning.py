@@ -133,6 +133,22 @@ class RunningTrial:
     warned: bool = False  # about a metric file it could not read
 
 
+def _job_dir_on_host(job_dir: str | None, inputs: PlanInputs) -> Path | None:
+    """Where the job dir's files are on this host, for reading trials' summary events: the
+    local job dir, or a gs:// one kept on this machine that the storage endpoint serves."""
+    if inputs.job_dir_mount:
+        return Path(inputs.job_dir_mount)
+    if job_dir and inputs.gcs_root and inputs.gcs_endpoint and job_dir.startswith("gs://"):
+        from aiptrain.errors import ValidationError
+        from aiptrain.storage import local_gcs_path
+
+        try:
+            return local_gcs_path(Path(inputs.gcs_root), job_dir)
+        except ValidationError:
+            return None
+    return None
+
+
 class Study:
     """Runs a tuning job's trials with the supervisor's machinery."""
 
@@ -148,6 +164,7 @@ class Study:
         self.expected = [r.task_name for r in self.replicas]
         self.work_dir = supervisor.settings.job_work_dir(self.job_id)
         self.inputs = load_plan_inputs(self.work_dir)
+        self.job_dir_on_host = _job_dir_on_host(job.training_input.job_dir, self.inputs)
         self.output = job.training_output or TrainingOutput()
         self.output.is_hyperparameter_tuning_job = True
         self.output.hyperparameter_metric_tag = self.spec.metric_tag
@@ -346,8 +363,8 @@ class Study:
                 self.sup.writer.service(f"Trial {trial_id}'s metric file is not read: {exc}", "WARNING", trial_id)
                 running.warned = True
             reports = []
-        if not reports and self.inputs.job_dir_mount:
-            reports = read_summary_events(Path(self.inputs.job_dir_mount), trial_id, tag)
+        if not reports and self.job_dir_on_host:
+            reports = read_summary_events(self.job_dir_on_host, trial_id, tag)
         return reports
 
     def end_trial(self, running: RunningTrial, state: State) -> None:

@@ -70,6 +70,34 @@ def home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.fixture(autouse=True)
+def _shared_engine_resources_go_with_their_homes(tmp_path):
+    """What an aiptrain home shares on the engine (its storage endpoint, its lone replicas'
+    network: labelled with the home) goes with the test's homes, wherever under tmp_path they
+    are; nothing to do (no engine call) where the test made no home with jobs."""
+    yield
+    if not (tmp_path / "jobs.db").exists() and not any(tmp_path.glob("*/jobs.db")):
+        return
+    try:
+        import docker
+
+        api = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
+        containers = api.containers(all=True, filters={"label": "aiptrain.role"})
+        networks = api.networks(filters={"label": "aiptrain.role"})
+    except Exception:  # noqa: BLE001 - no engine: nothing to remove
+        return
+    ours = str(tmp_path)
+    for container in containers:
+        if (container["Labels"].get("aiptrain.home") or "").startswith(ours):
+            api.remove_container(container["Id"], force=True)
+    for network in networks:
+        if (network["Labels"].get("aiptrain.home") or "").startswith(ours):
+            try:
+                api.remove_network(network["Id"])
+            except docker.errors.APIError as exc:  # a replica the test left: its own assertions say so
+                print(f"could not remove {network['Name']}: {exc}")
+
+
 @pytest.fixture
 def run(home, capsys):
     """aiptrain's main() in this process, fast: (exit status, stdout, stderr)."""

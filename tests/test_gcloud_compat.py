@@ -354,8 +354,9 @@ if gcloud compute instances list; then exit 99; else echo "refused with $?"; fi
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["master-replica-0", "[]", "master-replica-0", "refused with 2"]
     refusal = [line for line in result.stderr.splitlines() if "gcloud compute" in line]
-    assert refusal == ["ERROR: (gcloud) this `gcloud` is aiptrain's shim: it runs only `gcloud ai-platform ...` "
-                       "and `gcloud ml-engine ...`; run `gcloud compute instances` with the real gcloud."]
+    assert refusal == ["ERROR: (gcloud) this `gcloud` is aiptrain's shim: it runs only `gcloud ai-platform ...`, "
+                       "`gcloud ml-engine ...` and `gcloud storage ...`; run `gcloud compute instances` with the real "
+                       "gcloud."]
     other = tmp_path / "other"
     other.mkdir()
     (other / "gcloud").write_text("#!/bin/sh\necho real gcloud\n")

@@ -190,7 +190,7 @@ def test_a_gs_package_absent_locally_is_one_line(tmp_path):
 # -- what the replicas are told (dry run: no Docker) -------------------------------------------------------
 
 
-def test_replicas_get_the_local_directory_as_job_dir_and_in_tf_config(cli, home, no_credentials):
+def test_replicas_get_gs_urls_unchanged_as_job_dir_and_in_tf_config(cli, home, no_credentials):
     result = cli(
         "jobs", "submit", "training", "gcs_local_plan", "--package-path", str(SAMPLE_TRAINER),
         "--module-name", "trainer.task", "--job-dir", "gs://my-bucket/jobs/x", "--staging-bucket", "gs://my-bucket",
@@ -204,10 +204,12 @@ def test_replicas_get_the_local_directory_as_job_dir_and_in_tf_config(cli, home,
         "without the warning).\n"
     )
     [master] = yaml.safe_load(result.stdout)["containers"]
-    assert master["command"][-2:] == ["--job-dir", local]
-    assert yaml.safe_load(master["env"]["TF_CONFIG"])["job"]["job_dir"] == local
-    assert {"source": local, "target": local, "read_only": False} in master["mounts"]
-    assert "STORAGE_EMULATOR_HOST" not in master["env"] and "GOOGLE_APPLICATION_CREDENTIALS" not in master["env"]
+    # As on the service: the trainer reaches gs:// through the installation's storage endpoint.
+    assert master["command"][-2:] == ["--job-dir", "gs://my-bucket/jobs/x"]
+    assert yaml.safe_load(master["env"]["TF_CONFIG"])["job"]["job_dir"] == "gs://my-bucket/jobs/x"
+    assert not any(m["source"].startswith(local) for m in master["mounts"])
+    assert master["env"]["STORAGE_EMULATOR_HOST"] == "https://storage.googleapis.com"
+    assert "GOOGLE_APPLICATION_CREDENTIALS" not in master["env"]
     assert not (home / "gcs").exists()  # a dry run creates nothing
 
 
@@ -248,8 +250,8 @@ def test_basic_job_with_gs_job_dir_and_staging_bucket_runs_offline(
     assert result.returncode == 0, result.stderr
     assert (result.stderr.count("No Google Cloud credentials found") == 1) == (mode == "no credentials")
     job_dir = home / "gcs" / "my-bucket" / "jobs" / "x"
-    assert yaml.safe_load((job_dir / "model.json").read_text())["steps"] == 10
-    assert f"Running command: python3 -m trainer.task --steps 10 --job-dir {job_dir}" in result.stderr
+    # The trainer is told the gs:// URL, as on the service (this one writes with open(): into its own /tmp).
+    assert "Running command: python3 -m trainer.task --steps 10 --job-dir gs://my-bucket/jobs/x" in result.stderr
 
     job, epilogue = describe(cli, job_id)
     assert job["state"] == "SUCCEEDED"
@@ -258,7 +260,7 @@ def test_basic_job_with_gs_job_dir_and_staging_bucket_runs_offline(
     assert package_uri.startswith(f"gs://my-bucket/{job_id}/") and package_uri.endswith("/trainer-0.0.0.tar.gz")
     staged = home / "gcs" / package_uri[len("gs://"):]
     assert staged.is_file()
-    assert f"\n  gs://my-bucket/jobs/x -> {job_dir}\n" in epilogue
+    assert not job_dir.exists()  # nothing wrote there: Cloud Storage has no directories to make ahead
     assert f"\n  {package_uri} -> {staged}\n" in epilogue
 
     # A later job installs that package by its gs:// URL: found where the first job staged it.
@@ -270,7 +272,6 @@ def test_basic_job_with_gs_job_dir_and_staging_bucket_runs_offline(
     )
     assert result.returncode == 0, result.stderr
     assert describe(cli, second)[0]["trainingInput"]["packageUris"] == [package_uri]
-    assert (home / "gcs" / "my-bucket" / "jobs" / "again" / "model.json").is_file()
     assert job_resources(docker_api, job_id) == job_resources(docker_api, second) == []
 
 

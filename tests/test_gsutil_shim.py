@@ -1,5 +1,6 @@
-"""gs:// kept on this machine end to end: the gsutil shim puts a pipeline's data in a bucket,
-the trainer gets local paths for the gs:// URLs in its args, and its outputs come back."""
+"""gs:// kept on this machine end to end: the gsutil shim (and the gcloud shim's `gcloud
+storage`) puts a pipeline's data in a bucket, the trainer reads and writes the same gs:// URLs
+through the storage endpoint, and its outputs come back."""
 
 import os
 import subprocess
@@ -64,22 +65,73 @@ def test_top_level_options_are_dropped():
 
 
 TRAINER = textwrap.dedent("""\
-    import argparse, os
+    import argparse
+    import tensorflow as tf
     parser = argparse.ArgumentParser()
     parser.add_argument("--train-files")
     parser.add_argument("--output-dir")
     parser.add_argument("--job-dir")
     args = parser.parse_args()
-    rows = open(args.train_files).read().split()
-    os.makedirs(args.output_dir, exist_ok=True)
-    with open(os.path.join(args.output_dir, "count.txt"), "w") as out:
+    rows = tf.io.gfile.GFile(args.train_files).read().split()
+    tf.io.gfile.makedirs(args.output_dir)
+    with tf.io.gfile.GFile(args.output_dir + "/count.txt", "w") as out:
         out.write(str(len(rows)))
     print("read", args.train_files, "wrote", args.output_dir, flush=True)
     """)
 
 
+@pytest.fixture
+def tf_runtime(docker_api):
+    from conftest import require_image, runtime_image
+
+    require_image(docker_api, runtime_image("2.11"))
+    return "2.11"
+
+
+def test_gcloud_storage_spells_the_same_commands_long(gcs, tmp_path, capsys):
+    from aiptrain.cli.gsutil import gcloud_storage_args
+
+    assert gcloud_storage_args(["buckets", "create", "gs://b", "--location", "us-east1"]) == ("mb", ["gs://b"])
+    assert gcloud_storage_args(["cp", "--recursive", "--no-clobber", "d", "gs://b/"]) == (
+        "cp", ["-r", "-n", "d", "gs://b/"])
+    assert gcloud_storage_args(["rm", "--recursive", "--continue-on-error", "gs://b/x"]) == ("rm", ["-r", "gs://b/x"])
+    assert gcloud_storage_args(["ls", "--long", "gs://b"]) == ("ls", ["-l", "gs://b"])
+    with pytest.raises(Exception, match=r"runs cp, mv, ls, cat, rm and buckets create .* not `objects describe`"):
+        gcloud_storage_args(["objects", "describe", "gs://b/x"])
+
+
+def test_gcloud_storage_through_the_shim_stages_and_reads_back(home, tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    subprocess.run([sys.executable, "-m", "aiptrain", "gcloud-shim", "install", str(bin_dir)], check=True,
+                   capture_output=True)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.csv").write_text("1,2\n")
+    script = tmp_path / "stage.sh"
+    script.write_text(textwrap.dedent(f"""\
+        set -euo pipefail
+        gcloud storage buckets create gs://stage-me --location=us-central1
+        gcloud storage cp --recursive {tmp_path}/data gs://stage-me/
+        gcloud storage ls --recursive gs://stage-me
+        gcloud storage cat gs://stage-me/data/train.csv
+        gcloud storage cp gs://stage-me/data/train.csv {tmp_path}/back.csv
+        gcloud storage rm --recursive gs://stage-me/data
+        gcloud storage ls gs://stage-me/data || echo "gone with $?"
+        gcloud storage buckets create gs://stage-me || echo "again: $?"
+        """))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "AIPTRAIN_GCS": "local"}
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["gs://stage-me/data/train.csv", "1,2", "gone with 1", "again: 1"]
+    assert (tmp_path / "back.csv").read_text() == "1,2\n"
+    assert "ERROR: (gcloud.storage.ls) No URLs matched: gs://stage-me/data" in result.stderr
+    assert "ERROR: (gcloud.storage.buckets.create) 409 A Cloud Storage bucket named 'stage-me' already exists." \
+        in result.stderr
+    assert (home / "gcs" / "stage-me").is_dir() and not (home / "gcs" / "stage-me" / "data").exists()
+
+
 @pytest.mark.docker
-def test_a_gcloud_pipeline_runs_unedited_through_the_shims(home, tmp_path, minimal_runtime, monkeypatch):
+@pytest.mark.tensorflow
+def test_a_gcloud_pipeline_runs_unedited_through_the_shims(home, tmp_path, tf_runtime, monkeypatch):
     package = tmp_path / "src" / "trainer"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
@@ -94,10 +146,10 @@ def test_a_gcloud_pipeline_runs_unedited_through_the_shims(home, tmp_path, minim
         PROJECT=$(gcloud config get-value project)
         BUCKET=gs://${{PROJECT}}-ml
         gsutil mb -l us-central1 $BUCKET
-        gsutil cp {tmp_path}/train.csv $BUCKET/data/train.csv
+        gcloud storage cp {tmp_path}/train.csv $BUCKET/data/train.csv
         gcloud ai-platform jobs submit training pipeline_job --stream-logs \\
           --package-path {package} --module-name trainer.task --region us-central1 \\
-          --runtime-version {minimal_runtime} --job-dir $BUCKET/jobs/pipeline_job \\
+          --runtime-version {tf_runtime} --job-dir $BUCKET/jobs/pipeline_job \\
           -- --train-files=$BUCKET/data/train.csv --output-dir $BUCKET/output
         gsutil cat $BUCKET/output/count.txt
         """))
@@ -108,7 +160,7 @@ def test_a_gcloud_pipeline_runs_unedited_through_the_shims(home, tmp_path, minim
     assert result.stdout.splitlines()[-1] == "3"
     gcs = home / "gcs"
     assert (gcs / "acme-ml" / "output" / "count.txt").read_text() == "3"
-    assert f"read {gcs}/acme-ml/data/train.csv wrote {gcs}/acme-ml/output" in result.stderr
+    assert "read gs://acme-ml/data/train.csv wrote gs://acme-ml/output" in result.stderr  # as on the service
     described = subprocess.run([sys.executable, "-m", "aiptrain", "jobs", "describe", "pipeline_job"],
                                capture_output=True, text=True, env=env)
     assert "--train-files=gs://acme-ml/data/train.csv" in described.stdout  # the record keeps the URLs

@@ -69,9 +69,12 @@ def installation_of(home: Path) -> str:
 
 
 def home_resources(api, home: Path) -> list[str]:
+    """The home's jobs' containers and networks (not what the home shares: its storage endpoint,
+    its lone replicas' network)."""
     label = f"aiptrain.installation={installation_of(home)}"
-    containers = [c["Names"][0] for c in api.containers(all=True, filters={"label": label})]
-    return containers + [n["Name"] for n in api.networks(filters={"label": label})]
+    containers = [c["Names"][0] for c in api.containers(all=True, filters={"label": label})
+                  if "aiptrain.role" not in c["Labels"]]
+    return containers + [n["Name"] for n in api.networks(filters={"label": label}) if "aiptrain.role" not in n["Labels"]]
 
 
 def wait_until_all_end(home: Path, count: int, timeout: float = 300) -> list[list[str]]:
@@ -167,8 +170,9 @@ def test_many_concurrent_jobs_and_a_premium_1_job_fit_on_one_engine(count, tmp_p
     assert [r.returncode for r in results] == [0] * len(submits), [r.stderr for r in results if r.returncode][:3]
 
     networks = docker_api.networks(filters={"label": f"aiptrain.installation={installation_of(home)}"})
-    subnets = [ipaddress.ip_network(n["IPAM"]["Config"][0]["Subnet"]) for n in networks]
-    assert len(subnets) == PAIRS + 1 and len(set(subnets)) == PAIRS + 1  # one-replica jobs join the default bridge
+    subnets = [ipaddress.ip_network(n["IPAM"]["Config"][0]["Subnet"]) for n in networks
+               if "aiptrain.role" not in n["Labels"]]
+    assert len(subnets) == PAIRS + 1 and len(set(subnets)) == PAIRS + 1  # one-replica jobs share one network
     assert all(s.subnet_of(ipaddress.ip_network("198.18.0.0/15")) for s in subnets)
     assert sorted(s.prefixlen for s in subnets)[0] == 26  # PREMIUM_1: 31 replicas
 
@@ -215,7 +219,8 @@ def test_two_homes_run_the_same_job_id_at_once_with_their_own_pids_limits(tmp_pa
     assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
     limits = []
     for home in homes:
-        (container,) = docker_api.containers(filters={"label": f"aiptrain.installation={installation_of(home)}"})
+        (container,) = docker_api.containers(filters={"label": [f"aiptrain.installation={installation_of(home)}",
+                                                                "aiptrain.job-id"]})
         assert container["Names"][0] == f"/same_id-master-0-{installation_of(home)[:8]}"
         limits.append(docker_api.inspect_container(container["Id"])["HostConfig"]["PidsLimit"])
         assert describe(home, "same_id")["state"] == "RUNNING"

@@ -32,7 +32,7 @@ def test_basic_plan_is_one_whole_value():
     job_dict = job.training_input.model_dump(mode="json", exclude_none=True)
     assert launch == LaunchPlan(
         job_id="my_job",
-        network=None,  # one replica: the engine's default bridge
+        network=None,  # one replica: the installation's network for lone replicas
         containers=(
             ContainerSpec(
                 name="my_job-master-0",
@@ -160,3 +160,28 @@ def test_dry_run_form_masks_secrets():
     printed = plan(job, replicas_for(job.training_input), inputs).to_dict()
     env = printed["containers"][0]["env"]
     assert env["MY_API_KEY"] == "*****" and env["PLAIN"] == "visible"
+
+
+def test_gs_kept_locally_reaches_replicas_through_the_endpoint_unchanged_and_survives_a_tuning_save():
+    from aiptrain.planning import inputs_from_dict, inputs_to_dict
+    from aiptrain.storage.endpoint import REPLICA_TOOLS, REPLICA_TRUST, StorageEndpoint
+
+    endpoint = StorageEndpoint(gcs_root="/h/gcs", tls_dir="/h/storage-endpoint", user="65534:65534",
+                               installation="abcdef0123456789", images=("aiptrain/runtime:2.11", "aiptrain/base:bookworm"))
+    inputs = PlanInputs(runtime_image="aiptrain/runtime:2.11", package_files=("t.tar.gz",), package_dir="/p",
+                        gcs_root="/h/gcs", gcs_endpoint=endpoint)
+    job = make_job(job_dir="gs://bkt/out", args=["--data", "gs://bkt/in/train.csv"])
+    launch = plan(job, replicas_for(job.training_input), inputs)
+    [master] = launch.containers
+    assert launch.storage == endpoint and endpoint.name == "aiptrain-storage-abcdef01"
+    assert master.command[-4:] == ["--data", "gs://bkt/in/train.csv", "--job-dir", "gs://bkt/out"]
+    assert Mount("/h/storage-endpoint/trust.pem", REPLICA_TRUST) in master.mounts
+    assert not any(m.source.startswith("/h/gcs") for m in master.mounts)  # no bucket is bind-mounted
+    assert master.env["PATH"].startswith(REPLICA_TOOLS + ":") and master.env["NO_GCE_CHECK"] == "true"
+    assert inputs_from_dict(json.loads(json.dumps(inputs_to_dict(inputs)))) == inputs  # a study plans trials from it
+
+    custom = make_job(master_config={"image_uri": "gcr.io/p/image"}, python_module=None, runtime_version=None)
+    [replica] = plan(custom, replicas_for(custom.training_input), inputs).containers
+    assert "PATH" not in replica.env and replica.env["SSL_CERT_FILE"] == REPLICA_TRUST  # its image's PATH stays
+    without = plan(job, replicas_for(job.training_input), PlanInputs(runtime_image="i", gcs_root="/h/gcs"))
+    assert without.storage is None and "/h/gcs/bkt/in/train.csv" in without.containers[0].command  # e.g. on swarm

@@ -1,5 +1,13 @@
 """The Docker backend: one engine, one user-defined bridge network per job of two or more
-replicas (a lone replica joins the engine's default bridge: planning.own_network).
+replicas; lone replicas share one network per installation on which containers cannot reach
+each other (inter-container traffic off: planning.own_network), created once, never removed
+by a job.
+
+gs:// kept on this machine reaches replicas through the installation's storage endpoint
+(aiptrain.storage.endpoint): a container on the engine's default bridge, started on demand,
+whose port is published on the lone replicas' network gateway address only; every replica
+resolves Google's API host names to that address (extra hosts), which any bridge network's
+replicas reach through the host, and nothing else can.
 
 Every replica runs unprivileged: the host user's uid (or nobody when aiptrain runs as
 root), all capabilities dropped, no-new-privileges, a read-only root filesystem with
@@ -13,6 +21,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import ipaddress
+import logging
+import os
 import re
 import struct
 import zlib
@@ -38,7 +48,9 @@ from aiptrain.planning import (
     NetworkSpec,
 )
 from aiptrain.settings import DEFAULT_SUBNET_POOL, Settings
+from aiptrain.storage.endpoint import API_HOSTS
 
+log = logging.getLogger(__name__)
 TMPFS_OPTIONS = "rw,nosuid,nodev,exec,size=4g"
 _EXIT_STATUS = re.compile(r"Exited \((-?\d+)\)")
 # The engine's container states as replica states; any other ("exited", "dead") is EXITED.
@@ -54,6 +66,19 @@ ENGINE_PART_BYTES = 16 * 1024
 LAST_PART_PATIENCE_SECONDS = 3.0
 NETWORK_PATIENCE_SECONDS = 120  # a busy Docker 20.10 engine took over a minute to release a PREMIUM_1 network
 DEFAULT_NETWORK = "bridge"  # the engine's own network, never created or removed here
+# The installation's network for lone replicas: inter-container traffic off, so one BASIC job
+# cannot reach another's ports; sized for many lone replicas at once.
+SOLO_NETWORK_ADDRESSES = 1000
+SOLO_OPTIONS = {"com.docker.network.bridge.enable_icc": "false"}
+LABEL_ROLE = "aiptrain.role"
+SOLO_ROLE = "solo-network"
+LABEL_HOME = "aiptrain.home"  # on what an installation shares: the home it belongs to
+SOLO_PREFIX = "aiptrain-solo"
+ENDPOINT_READY_SECONDS = 20
+
+
+class NoEndpointImage(EnvironmentNotReady):
+    """No image on the engine can run the storage endpoint."""
 
 
 def connect(timeout: int = 120):
@@ -145,16 +170,18 @@ class DockerBackend:
     network_options: ClassVar[dict] = {"driver": "bridge"}  # how a job's network is created
     logs_path = "/containers/{0}/logs"  # the engine's log endpoint of one replica
 
-    def __init__(self, installation: str | None = None, client=None, subnet_pool: str = DEFAULT_SUBNET_POOL):
+    def __init__(self, installation: str | None = None, client=None, subnet_pool: str = DEFAULT_SUBNET_POOL,
+                 home: str | None = None):
         self._installation = installation
         self._client = client
         self._subnet_pool = subnet_pool
         self._connecting = threading.Lock()
+        self._home = home  # labels what the installation shares, so it can be found from its home
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "DockerBackend":
         """The backend of one aiptrain home: its installation and its subnet pool."""
-        return cls(settings.installation_id, subnet_pool=settings.subnet_pool)
+        return cls(settings.installation_id, subnet_pool=settings.subnet_pool, home=str(settings.home))
 
     @property
     def api(self):
@@ -205,8 +232,177 @@ class DockerBackend:
         with self._removed_on_failure(plan):
             if plan.network:
                 self._create_network(plan.network)
-            network = plan.network.name if plan.network else DEFAULT_NETWORK
-            self._each(lambda spec: self._start(spec, plan.environment(spec), network), plan.containers)
+            solo, gateway = self.solo_network() if not plan.network or plan.storage else (None, None)
+            network = plan.network.name if plan.network else solo
+            hosts = None
+            # Serving before any replica starts: a trainer's first request may come at once, and
+            # not every client retries a refused connection. Running already: one inspect.
+            if plan.storage and self._storage_endpoint_or_none(plan.storage):
+                hosts = {host: gateway for host in API_HOSTS}
+            self._each(lambda spec: self._start(spec, plan.environment(spec), network, hosts, bool(plan.network)),
+                       plan.containers)
+
+    # -- shared per installation: the lone replicas' network, the storage endpoint ------------------
+
+    def _installation_labels(self, role: str) -> dict[str, str]:
+        owner = {LABEL_INSTALLATION: self._installation} if self._installation else {}
+        home = {LABEL_HOME: self._home} if self._home else {}
+        return {**owner, **home, LABEL_ROLE: role}
+
+    @property
+    def solo_network_name(self) -> str:
+        return f"{SOLO_PREFIX}-{self._installation[:8]}" if self._installation else SOLO_PREFIX
+
+    def solo_network(self) -> tuple[str, str]:
+        """(id, gateway address) of the installation's network for lone replicas, created on
+        first need. Creation is serialized by a lock in the home: the engine does not refuse a
+        second network of the same name made at the same moment. Should duplicates exist (homes
+        without a lock file), the oldest is the one, and the others are removed when empty."""
+        with self._home_lock("solo-network"):
+            networks = self._solo_networks()
+            if not networks:
+                self._create_network(NetworkSpec(self.solo_network_name, self._installation_labels(SOLO_ROLE),
+                                                 SOLO_NETWORK_ADDRESSES), options=SOLO_OPTIONS)
+                networks = self._solo_networks()
+        if not networks:
+            raise EnvironmentNotReady(f"Docker did not keep the network {self.solo_network_name}: try again.")
+        keep, *duplicates = networks
+        for duplicate in duplicates:
+            with contextlib.suppress(Exception):
+                self.api.remove_network(duplicate["Id"])
+        config = keep["IPAM"]["Config"][0]
+        gateway = config.get("Gateway") or str(ipaddress.ip_network(config["Subnet"], strict=False)[1])
+        return keep["Id"], gateway.split("/")[0]
+
+    def _solo_networks(self) -> list[dict]:
+        found = self.api.networks(names=[self.solo_network_name], filters={"label": f"{LABEL_ROLE}={SOLO_ROLE}"})
+        return sorted((n for n in found if n["Name"] == self.solo_network_name), key=lambda n: n["Created"])
+
+    @contextlib.contextmanager
+    def _home_lock(self, what: str) -> Iterator[None]:
+        """One process of this home at a time makes `what` (a lock file in the home)."""
+        if not self._home or not os.path.isdir(self._home):
+            yield
+            return
+        import fcntl
+
+        with open(os.path.join(self._home, f".{what}.lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _storage_endpoint_or_none(self, endpoint) -> str | None:
+        """The storage endpoint's address, started if it is not running. With no image to run
+        it, the job runs without (its gs:// fails as offline), said in the log."""
+        try:
+            return self.ensure_storage_endpoint(endpoint)
+        except NoEndpointImage as exc:
+            log.warning("%s", exc)
+            return None
+
+    def ensure_storage_endpoint(self, endpoint) -> str:
+        """The address replicas reach the installation's storage endpoint at (port 443): the lone
+        replicas' network gateway, where its port is published. Started if absent, replaced if it
+        died, runs older code, or publishes elsewhere; one per installation (by name)."""
+        from docker.errors import APIError, NotFound
+
+        from aiptrain.storage.endpoint import LABEL_CODE
+
+        _, gateway = self.solo_network()
+        with self._home_lock("storage-endpoint"):  # concurrent launches: one starts it, the others find it
+            for _ in range(3):
+                try:
+                    info = self.api.inspect_container(endpoint.name)
+                except NotFound:
+                    info = None
+                if info and self._endpoint_current(info, endpoint.labels[LABEL_CODE], gateway):
+                    return gateway
+                if info:
+                    with contextlib.suppress(NotFound):
+                        self.api.remove_container(info["Id"], force=True)
+                try:
+                    self._start_endpoint(endpoint, gateway)
+                except APIError as exc:
+                    if exc.status_code == 409:  # another home's process with no lock file: look again
+                        time.sleep(0.2)
+                        continue
+                    raise AiptrainError(f"Could not start the storage endpoint for gs://: {engine_error(exc)}") from None
+                self._wait_listening(endpoint.name)
+                return gateway
+        raise EnvironmentNotReady(f"The storage endpoint {endpoint.name} keeps changing: try again.")
+
+    @staticmethod
+    def _endpoint_current(info: dict, code: str, gateway: str) -> bool:
+        from aiptrain.storage.endpoint import ENDPOINT_PORT, LABEL_CODE
+
+        bindings = ((info.get("HostConfig") or {}).get("PortBindings") or {}).get(f"{ENDPOINT_PORT}/tcp") or []
+        alive = info["State"].get("Running") or info["State"].get("Restarting")  # the engine brings it back
+        return bool(alive and info["Config"]["Labels"].get(LABEL_CODE) == code
+                    and any(b.get("HostIp") == gateway for b in bindings))
+
+    def _start_endpoint(self, endpoint, gateway: str) -> None:
+        """The endpoint container: unprivileged like a replica (read-only root, no capabilities),
+        the replicas' user, only the gcs tree writable; restarted by the engine if it dies."""
+        from docker.types import Mount
+
+        from aiptrain.storage.endpoint import ENDPOINT_PORT, REPLICA_PORT
+
+        image = self._present_image(endpoint.images)
+        host_config = self.api.create_host_config(
+            mounts=[Mount(target, source, type="bind", read_only=ro) for source, target, ro in endpoint.mounts()],
+            port_bindings={ENDPOINT_PORT: (gateway, REPLICA_PORT)},
+            network_mode=DEFAULT_NETWORK, init=True, read_only=True, tmpfs={"/tmp": TMPFS_OPTIONS},
+            cap_drop=["ALL"], security_opt=["no-new-privileges"], restart_policy={"Name": "unless-stopped"},
+            pids_limit=512,
+        )
+        labels = {**endpoint.labels, **({LABEL_HOME: self._home} if self._home else {})}
+        container = self.api.create_container(
+            image, command=endpoint.command, user=endpoint.user, labels=labels, name=endpoint.name,
+            working_dir="/tmp", environment={"PYTHONDONTWRITEBYTECODE": "1"}, ports=[ENDPOINT_PORT],
+            host_config=host_config,
+        )
+        self.api.start(container["Id"])
+
+    def _present_image(self, images: tuple[str, ...]) -> str:
+        from docker.errors import ImageNotFound
+
+        for image in images:
+            try:
+                self.api.inspect_image(image)
+                return image
+            except ImageNotFound:
+                continue
+        raise NoEndpointImage(
+            f"None of the images that run the storage endpoint for gs:// is here ({', '.join(images)}): build the "
+            "base image (`aiptrain runtimes build minimal`) or set AIPTRAIN_GCS=remote."
+        )
+
+    def _wait_listening(self, name: str) -> None:
+        """Until the endpoint says it serves (its first log line), so the replicas' first request
+        finds it; a start that fails is reported with its output."""
+        deadline = time.monotonic() + ENDPOINT_READY_SECONDS
+        while time.monotonic() < deadline:
+            state = self.api.inspect_container(name)["State"]
+            output = self.api.logs(name).decode(errors="replace")
+            if "serving" in output:
+                return
+            if not state.get("Running") and state.get("Status") == "exited":
+                raise AiptrainError(f"The storage endpoint for gs:// did not start: {output.strip()[-300:]}")
+            time.sleep(0.05)
+        raise AiptrainError(f"The storage endpoint for gs:// did not start within {ENDPOINT_READY_SECONDS}s.")
+
+    def remove_installation(self) -> None:
+        """Remove what the installation shares (the storage endpoint, the lone replicas' network);
+        the next launch makes them again. For tests and uninstalling."""
+        from docker.errors import APIError, NotFound
+
+        if not self._installation:
+            return
+        owner = f"{LABEL_INSTALLATION}={self._installation}"
+        for container in self.api.containers(all=True, filters={"label": [owner, LABEL_ROLE]}):
+            with contextlib.suppress(NotFound, APIError):
+                self.api.remove_container(container["Id"], force=True)
+        for network in self.api.networks(filters={"label": [owner, f"{LABEL_ROLE}={SOLO_ROLE}"]}):
+            self._remove_network(network["Id"])
 
     @contextlib.contextmanager
     def _removed_on_failure(self, plan: LaunchPlan) -> Iterator[None]:
@@ -220,7 +416,7 @@ class DockerBackend:
                 raise
             raise _launch_error(exc) from exc
 
-    def _create_network(self, network: NetworkSpec) -> None:
+    def _create_network(self, network: NetworkSpec, options: dict | None = None) -> None:
         """The job's bridge network on a subnet of its own from the pool, sized to its replicas:
         the engine's default pools hold only about 30 networks."""
         from docker.errors import APIError
@@ -235,7 +431,7 @@ class DockerBackend:
             ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))])
             try:
                 self.api.create_network(network.name, ipam=ipam, labels=network.labels, check_duplicate=True,
-                                        **self.network_options)
+                                        options=options, **self.network_options)
                 return
             except APIError as exc:
                 if "overlap" not in engine_error(exc).lower():
@@ -256,7 +452,7 @@ class DockerBackend:
                     continue
         return subnets
 
-    def _host_config(self, spec: ContainerSpec, network_mode: str) -> dict:
+    def _host_config(self, spec: ContainerSpec, network_mode: str, hosts: dict[str, str] | None = None) -> dict:
         """Every container aiptrain starts runs unprivileged: see the module's docstring."""
         from docker.types import DeviceRequest, Mount
 
@@ -272,6 +468,7 @@ class DockerBackend:
             nano_cpus=spec.nano_cpus,
             mem_limit=spec.memory_bytes,
             pids_limit=spec.pids_limit,
+            extra_hosts=hosts,
             device_requests=[DeviceRequest(count=spec.gpus, capabilities=[["gpu"]])] if spec.gpus else None,
         )
 
@@ -293,11 +490,12 @@ class DockerBackend:
             api.remove_container(container["Id"], force=True)
         return status, output
 
-    def _start(self, spec: ContainerSpec, env: dict[str, str], network: str) -> None:
+    def _start(self, spec: ContainerSpec, env: dict[str, str], network: str,
+               hosts: dict[str, str] | None = None, aliases: bool = True) -> None:
         api = self.api
-        host_config = self._host_config(spec, network)
-        # The default bridge takes no aliases; the lone replica's hostname is in its /etc/hosts.
-        endpoint = api.create_endpoint_config(aliases=[spec.hostname]) if network != DEFAULT_NETWORK else None
+        host_config = self._host_config(spec, network, hosts)
+        # A lone replica's hostname is in its own /etc/hosts: no alias tells its neighbours its name.
+        endpoint = api.create_endpoint_config(aliases=[spec.hostname]) if aliases else None
         container = api.create_container(
             spec.image,
             command=spec.command,
@@ -374,8 +572,8 @@ class DockerBackend:
             # Leaving the network first, while the container exists: removing replicas that
             # are still exiting can leave a stale endpoint that blocks the network's removal.
             for network in ((container.get("NetworkSettings") or {}).get("Networks") or {}):
-                if network == DEFAULT_NETWORK:
-                    continue  # never removed, so never blocked by a stale endpoint
+                if network in (DEFAULT_NETWORK, self.solo_network_name):
+                    continue  # never removed by a job, so never blocked by a stale endpoint
                 try:
                     self.api.disconnect_container_from_network(container["Id"], network, force=True)
                 except (APIError, NotFound):

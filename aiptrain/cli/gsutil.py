@@ -1,4 +1,5 @@
-"""The `gsutil` that `aiptrain gcloud-shim install` writes beside its `gcloud`: pipelines copy
+"""The `gsutil` that `aiptrain gcloud-shim install` writes beside its `gcloud` (whose
+`gcloud storage` is the same commands, below): pipelines copy
 their data to `gs://` before they submit (`gsutil mb gs://B`, `gsutil cp -r data gs://B/data`)
 and read results after. Where gs:// paths are kept on this machine (AIPTRAIN_GCS=local, or no
 Google credentials), those commands work on `$AIPTRAIN_HOME/gcs/BUCKET/PATH`, the directories
@@ -20,6 +21,7 @@ from pathlib import Path
 import click
 
 from aiptrain.errors import AiptrainError, ValidationError
+from aiptrain.storage.local import give_to_replicas
 
 EXIT_FAILED = 1  # gsutil's status for a failed command
 TOP_LEVEL_VALUE_OPTIONS = ("-o", "-h", "-u")
@@ -99,6 +101,8 @@ class LocalGcs:
                     shutil.copytree(path, final, dirs_exist_ok=True)
                 else:
                     shutil.copyfile(path, final)
+                if final.absolute().is_relative_to(self.root.absolute()):
+                    give_to_replicas(self.root, final)
                 click.echo(f"Copying {self._show(path)} [Content-Type=application/octet-stream]...", err=True)
                 if move:
                     shutil.rmtree(path) if path.is_dir() else path.unlink()
@@ -108,7 +112,7 @@ class LocalGcs:
 
     def ls(self, urls: list[str], long: bool, recursive: bool) -> None:
         if not urls:
-            for bucket in sorted(p for p in self.root.glob("*") if p.is_dir()):
+            for bucket in sorted(p for p in self.root.glob("*") if p.is_dir() and not p.name.startswith(".")):
                 click.echo(f"gs://{bucket.name}/")
             return
         for url in urls:
@@ -148,6 +152,7 @@ class LocalGcs:
             if bucket.exists():
                 raise GsutilError(f"409 A Cloud Storage bucket named '{bucket.name}' already exists.", "ServiceException")
             bucket.mkdir(parents=True)
+            give_to_replicas(self.root, bucket)
 
     def rb(self, urls: list[str]) -> None:
         for url in urls:
@@ -212,13 +217,75 @@ def strip_top_level(argv: list[str]) -> list[str]:
 
 def real_gsutil() -> str | None:
     """The next `gsutil` on PATH that is not this one."""
+    return real_tool("gsutil")
+
+
+def real_tool(name: str) -> str | None:
+    """The next executable `name` on PATH that is not aiptrain's shim."""
     me = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
     for directory in os.environ.get("PATH", "").split(os.pathsep):
-        candidate = Path(directory) / "gsutil"
+        candidate = Path(directory) / name
         if candidate.is_file() and os.access(candidate, os.X_OK) and candidate.resolve() != me:
             if "aiptrain" not in candidate.read_text(errors="replace")[:400]:
                 return str(candidate)
     return None
+
+
+# `gcloud storage` spells gsutil's switches long: the same commands on the same tree.
+GCLOUD_SWITCHES = {"--recursive": "-r", "--no-clobber": "-n", "--long": "-l", "--continue-on-error": None,
+                   "--quiet": None}
+GCLOUD_VALUE_OPTIONS = ("--location", "--default-storage-class", "--project", "--uniform-bucket-level-access")
+
+
+def gcloud_storage_args(args: list[str]) -> tuple[str, list[str]]:
+    """`gcloud storage COMMAND ARGS` as the gsutil command that does the same here."""
+    if args[:2] == ["buckets", "create"]:
+        command, rest = "mb", args[2:]
+    elif args and args[0] in ("cp", "mv", "ls", "cat", "rm"):
+        command, rest = args[0], args[1:]
+    else:
+        raise ValidationError(
+            f"aiptrain's `gcloud storage` runs cp, mv, ls, cat, rm and buckets create on gs:// kept on this machine, "
+            f"not `{' '.join(args[:2]) or '(nothing)'}`."
+        )
+    translated = []
+    skip = False
+    for arg in rest:
+        if skip:
+            skip = False
+            continue
+        key = arg.split("=", 1)[0]
+        if key in GCLOUD_VALUE_OPTIONS:
+            skip = "=" not in arg
+        elif key in GCLOUD_SWITCHES:
+            if GCLOUD_SWITCHES[key]:
+                translated.append(GCLOUD_SWITCHES[key])
+        else:
+            translated.append(arg)
+    return command, translated
+
+
+def gcloud_storage(args: list[str]) -> int:
+    """`gcloud storage ...` for the gcloud shim: on gs:// kept on this machine, with gcloud's
+    error lines (`ERROR: (gcloud.storage.cp) ...`, exit 1); with Cloud Storage, the real gcloud
+    further on PATH runs it."""
+    command = "buckets.create" if args[:2] == ["buckets", "create"] else (args[0] if args else "")
+    try:
+        root = gcs_root()
+        if root is None:
+            real = real_tool("gcloud")
+            if real is None:
+                raise ValidationError("gs:// is Cloud Storage here (AIPTRAIN_GCS): install Google's gcloud for it.")
+            os.execv(real, [real, "storage", *args])
+        run(LocalGcs(root), *gcloud_storage_args(args))
+    except GsutilError as exc:
+        message = str(exc).split(": ", 1)[1]
+        click.echo(f"ERROR: (gcloud.storage.{command}) {message}", err=True)
+        return EXIT_FAILED
+    except AiptrainError as exc:
+        click.echo(f"ERROR: (gcloud.storage) {exc}", err=True)
+        return exc.exit_code
+    return 0
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -169,6 +169,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     if rest[:1] == ["config"]:
         sys.exit(config_command(rest[1:], flags.format))
+    if rest[:1] == ["storage"]:  # notebooks stage their data with it before a job
+        from aiptrain.cli.gsutil import gcloud_storage
+
+        sys.exit(gcloud_storage(rest[1:]))
     if rest[:1] == ["auth"]:
         click.echo(f"aiptrain's gcloud shim: `gcloud {' '.join(rest[:2])}` has no local effect "
                    "(jobs run as the calling user, with no Google credentials).", err=True)
@@ -178,8 +182,8 @@ def main(argv: list[str] | None = None) -> None:
     if not is_gcloud_surface(rest):
         command = " ".join(["gcloud", *rest[:2]])
         click.echo(
-            "ERROR: (gcloud) this `gcloud` is aiptrain's shim: it runs only `gcloud ai-platform ...` and "
-            f"`gcloud ml-engine ...`; run `{command}` with the real gcloud.",
+            "ERROR: (gcloud) this `gcloud` is aiptrain's shim: it runs only `gcloud ai-platform ...`, "
+            f"`gcloud ml-engine ...` and `gcloud storage ...`; run `{command}` with the real gcloud.",
             err=True,
         )
         sys.exit(EXIT_USAGE)

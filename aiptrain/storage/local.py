@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -33,6 +34,29 @@ def link_or_copy(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copyfile(source, target)
+
+
+REPLICA_IDS = (65534, 65534)  # nobody: the replicas' user (and the storage endpoint's) when aiptrain runs as root
+
+
+def give_to_replicas(root: Path, path: Path, whole_tree: bool = False) -> None:
+    """When aiptrain runs as root, what it writes in the gcs tree is handed to the replicas' user,
+    from `path` up to `root`, as every writer of a bucket may write beside any object: the
+    storage endpoint writes as that user. Links are never followed (lchown; the walk does not
+    enter linked directories). `whole_tree`: everything under `path` too."""
+    if os.geteuid() != 0:
+        return
+    root = root.absolute()
+    path = path.absolute()
+    chain = [path, *(p for p in path.parents if p.is_relative_to(root))]
+    for entry in chain:
+        with contextlib.suppress(FileNotFoundError):
+            os.lchown(entry, *REPLICA_IDS)
+    if whole_tree or path.is_dir() and not path.is_symlink():
+        for directory, dirs, files in os.walk(path):
+            for name in (*dirs, *files):
+                with contextlib.suppress(FileNotFoundError):
+                    os.lchown(os.path.join(directory, name), *REPLICA_IDS)
 
 
 class LocalBucket:
@@ -123,6 +147,17 @@ class LocalGcsBucket(LocalBucket):
         return super()._object_path(self._name(path))
 
     object_file = _object_path  # the file that holds the object at a path (which may not exist yet)
+
+    def upload(self, source: Path, path: str) -> str:
+        uri = super().upload(source, path)
+        give_to_replicas(self.keep, self._object_path(path))
+        return uri
+
+    def copy(self, source: str, path: str, md5: str) -> str | None:
+        uri = super().copy(source, path, md5)
+        if uri:
+            give_to_replicas(self.keep, self._object_path(path))
+        return uri
 
     def uri(self, path: str) -> str:
         return f"{self.url}/{self._name(path)}".rstrip("/")

@@ -1,0 +1,166 @@
+"""gs:// inside replicas, when gs:// is kept on this machine (AIPTRAIN_GCS=local): one Cloud
+Storage endpoint per installation (endpoint_server.py, in an unprivileged container that mounts
+only the gcs tree) answers for www.googleapis.com and storage.googleapis.com, which resolve to
+it inside every replica; replicas trust it through a CA made once for the installation.
+
+This module is the host side's pure half: the TLS files (made once, under the home), and the
+values the plan carries (what the endpoint container is, what each replica gets: environment,
+read-only mounts, host names). Backends turn them into containers (docs/design/storage.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+API_HOSTS = ("www.googleapis.com", "storage.googleapis.com")  # what clients hard-code
+ENDPOINT_PORT = 8443  # inside the endpoint container; replicas reach it on 443
+REPLICA_PORT = 443
+SERVER_CODE = Path(__file__).resolve().with_name("endpoint_server.py")
+TOOLS_DIR = Path(__file__).resolve().with_name("replica_tools")  # gsutil, gcloud (storage only)
+
+# Inside the endpoint container
+ENDPOINT_CODE = "/opt/aiptrain/endpoint/server.py"
+ENDPOINT_TREE = "/gcs"
+ENDPOINT_TLS = "/opt/aiptrain/endpoint/tls"
+# Inside every replica
+REPLICA_TRUST = "/opt/aiptrain/storage/trust.pem"
+REPLICA_TOOLS = "/opt/aiptrain/bin"
+REPLICA_PATH = f"{REPLICA_TOOLS}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+LABEL_ROLE = "aiptrain.role"
+ROLE = "storage-endpoint"
+LABEL_CODE = "aiptrain.endpoint-code"  # the server code's digest: a changed aiptrain replaces the endpoint
+
+CERT_DAYS = 3650
+TLS_FILES = ("trust.pem", "server.pem", "server.key")
+
+
+@dataclass(frozen=True)
+class StorageEndpoint:
+    """The installation's storage endpoint, as a plan carries it (plain values)."""
+
+    gcs_root: str  # host directory: the tree it serves, read-write
+    tls_dir: str  # host directory holding TLS_FILES
+    user: str  # uid:gid it runs as: the replicas' user, so what it writes is theirs
+    installation: str
+    images: tuple[str, ...]  # the first one the engine has runs it (any image with Python 3.7+)
+
+    @property
+    def name(self) -> str:
+        return f"aiptrain-storage-{self.installation[:8]}" if self.installation else "aiptrain-storage"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        from aiptrain.planning import LABEL_INSTALLATION
+
+        owner = {LABEL_INSTALLATION: self.installation} if self.installation else {}
+        return {**owner, LABEL_ROLE: ROLE, LABEL_CODE: code_digest()}
+
+    @property
+    def command(self) -> list[str]:
+        return ["python3", ENDPOINT_CODE, "--root", ENDPOINT_TREE, "--port", str(ENDPOINT_PORT),
+                "--cert", f"{ENDPOINT_TLS}/server.pem", "--key", f"{ENDPOINT_TLS}/server.key"]
+
+    def mounts(self) -> list[tuple[str, str, bool]]:
+        """(host path, container path, read-only) of the endpoint container: the tree, its code, its key."""
+        return [(self.gcs_root, ENDPOINT_TREE, False), (str(SERVER_CODE), ENDPOINT_CODE, True),
+                (self.tls_dir, ENDPOINT_TLS, True)]
+
+    def replica_mounts(self) -> list[tuple[str, str]]:
+        """(host path, replica path), read-only: the CA bundle replicas trust, and the tools."""
+        return [(f"{self.tls_dir}/trust.pem", REPLICA_TRUST), (str(TOOLS_DIR), REPLICA_TOOLS)]
+
+
+def replica_env() -> dict[str, str]:
+    """What makes every client in a replica talk to the endpoint: TensorFlow's GCS filesystem
+    (hard-coded hosts, a test token, no metadata server), google-cloud-storage and gcsfs
+    (STORAGE_EMULATOR_HOST), google-cloud-cpp / tensorflow-io (CLOUD_STORAGE_EMULATOR_ENDPOINT),
+    and the CA bundle for curl, OpenSSL and requests."""
+    endpoint = f"https://{API_HOSTS[1]}"
+    return {
+        "STORAGE_EMULATOR_HOST": endpoint,
+        "CLOUD_STORAGE_EMULATOR_ENDPOINT": endpoint,
+        "GOOGLE_AUTH_TOKEN_FOR_TESTING": "aiptrain-local",
+        "NO_GCE_CHECK": "true",
+        "GOOGLE_CLOUD_PROJECT": "aiptrain-local",
+        "CURL_CA_BUNDLE": REPLICA_TRUST,
+        "SSL_CERT_FILE": REPLICA_TRUST,
+        "REQUESTS_CA_BUNDLE": REPLICA_TRUST,
+        "PATH": REPLICA_PATH,
+    }
+
+
+def code_digest() -> str:
+    return hashlib.sha256(SERVER_CODE.read_bytes()).hexdigest()[:12]
+
+
+def ensure_tls(tls_dir: Path, owner: tuple[int, int] | None) -> Path:
+    """The endpoint's certificate and key, and the bundle replicas trust (a CA made for this
+    installation, then the public roots of certifi), made once. The CA's own key is never
+    written anywhere: it signs the endpoint's certificate and is gone, so nothing else can
+    ever be signed with it. `owner` (uid, gid) gets the key when aiptrain runs as root (the
+    endpoint runs as that user); otherwise the key stays the caller's, mode 0600."""
+    if all((tls_dir / name).is_file() for name in TLS_FILES):
+        return tls_dir
+    import fcntl
+
+    tls_dir.mkdir(parents=True, exist_ok=True)
+    with open(tls_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent submits: one makes them, the others wait
+        if not all((tls_dir / name).is_file() for name in TLS_FILES):
+            _write_tls(tls_dir, owner)
+    return tls_dir
+
+
+def _write_tls(tls_dir: Path, owner: tuple[int, int] | None) -> None:
+    import datetime
+
+    import certifi
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    not_before, not_after = now - datetime.timedelta(days=1), now + datetime.timedelta(days=CERT_DAYS)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"aiptrain local storage CA {os.urandom(4).hex()}")])
+    ca_cert = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(not_before).not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
+                                     data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                     crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    names = [x509.DNSName(host) for host in (*API_HOSTS, "localhost")]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, API_HOSTS[0])]))
+        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(not_before).not_valid_after(not_after)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM)
+    _write(tls_dir / "server.key", key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                     serialization.NoEncryption()), 0o600, owner)
+    _write(tls_dir / "server.pem", cert.public_bytes(serialization.Encoding.PEM), 0o644, None)
+    _write(tls_dir / "trust.pem", ca_pem + b"\n" + Path(certifi.where()).read_bytes(), 0o644, None)
+
+
+def _write(path: Path, data: bytes, mode: int, owner: tuple[int, int] | None) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    partial.unlink(missing_ok=True)
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    if owner is not None:
+        os.chown(partial, *owner)
+    os.replace(partial, path)

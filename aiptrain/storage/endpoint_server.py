@@ -1,0 +1,876 @@
+"""A Cloud Storage endpoint over a directory tree: `gs://BUCKET/NAME` is the plain file
+`ROOT/BUCKET/NAME`, so what replicas write is visible on the host and what the host stages is
+readable in replicas. It speaks the parts of the JSON API (and the XML API's media GET) that
+TensorFlow's GCS filesystem, google-cloud-storage, gcsfs and aiptrain's in-replica gsutil use.
+
+It runs inside an unprivileged container that sees nothing of the host but the gcs tree
+(aiptrain.storage.endpoint starts it), so a link a trainer managed to plant could lead
+nowhere outside; it still opens every path component without following links and serves
+regular files only. Standard library only: it runs on any image with Python 3.9 or later.
+
+Mapping rules (docs/design/storage.md): directories are implied by the objects below them; an
+empty directory is listed as the directory-marker object `NAME/` (what TensorFlow creates for
+a directory); an object and a "directory" of the same name cannot both exist (409).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import errno
+import json
+import os
+import re
+import secrets
+import shutil
+import ssl
+import stat
+import sys
+import threading
+from datetime import datetime, timezone
+from email.parser import BytesParser
+from email.policy import HTTP
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, quote, unquote, urlsplit
+
+BLOCK = 1 << 20
+MAX_METADATA_BYTES = 1 << 20  # JSON bodies (metadata, rewrite requests): never more than this in memory
+PAGE_SIZE = 1000
+UPLOADS_DIR = ".aiptrain-uploads"  # partial uploads, at the tree's top (never a valid bucket name)
+BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+API_PREFIXES = ("storage/v1/", "upload/storage/v1/", "download/storage/v1/")
+
+
+class ApiError(Exception):
+    """An error answered as the JSON API answers it."""
+
+    REASONS = {400: "invalid", 404: "notFound", 405: "methodNotAllowed", 409: "conflict", 412: "conditionNotMet",
+               413: "uploadTooLarge", 416: "requestedRangeNotSatisfiable", 501: "notImplemented"}
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+    def body(self) -> dict:
+        reason = self.REASONS.get(self.code, "backendError")
+        return {"error": {"code": self.code, "message": str(self),
+                          "errors": [{"message": str(self), "domain": "global", "reason": reason}]}}
+
+
+# -- checksums: what google-cloud-storage validates an upload against ----------------------------
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+def _crc32c_of(fd: int) -> int:
+    """CRC32C (Castagnoli) of a file: google-crc32c's C code where the image has it (every
+    runtime image with google-cloud-storage), else a table in Python (slower, same answer)."""
+    try:
+        import google_crc32c
+
+        checksum = google_crc32c.Checksum()
+        for block in iter(lambda: os.read(fd, BLOCK), b""):
+            checksum.update(block)
+        return int.from_bytes(checksum.digest(), "big")
+    except ImportError:
+        table, crc = _CRC32C_TABLE, 0xFFFFFFFF
+        for block in iter(lambda: os.read(fd, BLOCK), b""):
+            for byte in block:
+                crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+        return crc ^ 0xFFFFFFFF
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def checksums(path: str) -> dict[str, str]:
+    """md5Hash and crc32c (base64, as the JSON API gives them) of a stored file."""
+    import hashlib
+
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        md5 = hashlib.md5()
+        for block in iter(lambda: os.read(fd, BLOCK), b""):
+            md5.update(block)
+        os.lseek(fd, 0, os.SEEK_SET)
+        crc = _crc32c_of(fd)
+    finally:
+        os.close(fd)
+    return {"md5Hash": base64.b64encode(md5.digest()).decode(),
+            "crc32c": base64.b64encode(crc.to_bytes(4, "big")).decode()}
+
+
+# -- the tree -----------------------------------------------------------------------------------
+
+
+def _rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def check_bucket(bucket: str) -> str:
+    if not BUCKET_NAME.match(bucket) or ".." in bucket:
+        raise ApiError(400, f"Invalid bucket name: '{bucket}'")
+    return bucket
+
+
+def object_parts(name: str) -> list[str]:
+    """An object name's path components. Names that a directory tree cannot hold as the same
+    object ('.', '..', empty components, NUL) are refused, never resolved."""
+    if not name or "\0" in name or len(name.encode()) > 1024:
+        raise ApiError(400, f"Invalid object name: '{name}'")
+    parts = name.rstrip("/").split("/") if name != "/" else []
+    if not parts or any(part in ("", ".", "..") for part in parts) or parts[0] == UPLOADS_DIR:
+        raise ApiError(400, f"Invalid object name: '{name}': aiptrain keeps objects as files, so no empty, '.' "
+                            "or '..' path segments")
+    return parts
+
+
+class Tree:
+    """Buckets and objects as directories and files under `root`. Every path is walked one
+    component at a time from a directory descriptor with O_NOFOLLOW: a link is never followed."""
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+        self.uploads = os.path.join(self.root, UPLOADS_DIR)
+        os.makedirs(self.uploads, exist_ok=True)
+
+    # descriptors
+
+    def _open_dir(self, parts: list[str], create: bool = False) -> int:
+        """A descriptor of the directory ROOT/parts..., made when `create`; ENOENT/ENOTDIR otherwise."""
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for part in parts:
+                if create:
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def bucket_exists(self, bucket: str) -> bool:
+        try:
+            os.close(self._open_dir([check_bucket(bucket)]))
+            return True
+        except OSError:
+            return False
+
+    def _bucket_fd(self, bucket: str) -> int:
+        try:
+            return self._open_dir([check_bucket(bucket)])
+        except OSError:
+            raise ApiError(404, f"The specified bucket does not exist: {bucket}") from None
+
+    def open_object(self, bucket: str, name: str) -> tuple[int, os.stat_result]:
+        """(descriptor, stat) of a regular file; a directory-marker name ('d/') gives the
+        directory's stat and -1. 404 for anything else."""
+        parts = object_parts(name)
+        bucket_fd = self._bucket_fd(bucket)
+        try:
+            parent = self._open_dir_at(bucket_fd, parts[:-1])
+            try:
+                if name.endswith("/"):
+                    info = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+                    if stat.S_ISDIR(info.st_mode):
+                        return -1, info
+                else:
+                    fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=parent)
+                    info = os.fstat(fd)
+                    if stat.S_ISREG(info.st_mode):
+                        return fd, info
+                    os.close(fd)
+            finally:
+                os.close(parent)
+        except OSError:
+            pass
+        finally:
+            os.close(bucket_fd)
+        raise ApiError(404, f"No such object: {bucket}/{name}")
+
+    @staticmethod
+    def _open_dir_at(fd: int, parts: list[str], create: bool = False) -> int:
+        current = os.dup(fd)
+        try:
+            for part in parts:
+                if create:
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=current)
+                    except FileExistsError:
+                        pass
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=current)
+                os.close(current)
+                current = child
+        except BaseException:
+            os.close(current)
+            raise
+        return current
+
+    def stat_object(self, bucket: str, name: str) -> dict:
+        fd, info = self.open_object(bucket, name)
+        if fd >= 0:
+            os.close(fd)
+        return self.resource(bucket, name, info)
+
+    def resource(self, bucket: str, name: str, info: os.stat_result) -> dict:
+        size = 0 if stat.S_ISDIR(info.st_mode) else info.st_size
+        generation = str(info.st_mtime_ns // 1000)
+        encoded = quote(name, safe="")
+        return {
+            "kind": "storage#object", "id": f"{bucket}/{name}/{generation}", "name": name, "bucket": bucket,
+            "selfLink": f"https://www.googleapis.com/storage/v1/b/{bucket}/o/{encoded}",
+            "mediaLink": f"https://storage.googleapis.com/download/storage/v1/b/{bucket}/o/{encoded}"
+                         f"?generation={generation}&alt=media",
+            "generation": generation, "metageneration": "1", "contentType": "application/octet-stream",
+            "storageClass": "STANDARD", "size": str(size), "etag": f"CK{generation}=",
+            "timeCreated": _rfc3339(info.st_mtime), "updated": _rfc3339(info.st_mtime),
+            "timeStorageClassUpdated": _rfc3339(info.st_mtime),
+        }
+
+    def bucket_resource(self, bucket: str) -> dict:
+        fd = self._bucket_fd(bucket)
+        try:
+            info = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return {"kind": "storage#bucket", "id": bucket, "name": bucket, "location": "US-CENTRAL1",
+                "locationType": "region", "storageClass": "STANDARD", "metageneration": "1", "etag": "CAE=",
+                "projectNumber": "0", "selfLink": f"https://www.googleapis.com/storage/v1/b/{bucket}",
+                "timeCreated": _rfc3339(info.st_mtime), "updated": _rfc3339(info.st_mtime)}
+
+    # listing
+
+    def buckets(self) -> list[str]:
+        return sorted(n for n in os.listdir(self.root)
+                      if BUCKET_NAME.match(n) and os.path.isdir(os.path.join(self.root, n))
+                      and not os.path.islink(os.path.join(self.root, n)))
+
+    def entries(self, bucket: str, prefix: str, delimiter: str) -> list[tuple[str, os.stat_result | None]]:
+        """(name, stat) of each object under `prefix`, and (common prefix, None) with delimiter '/',
+        sorted by name. Only the directory that holds `prefix` is walked from."""
+        bucket_fd = self._bucket_fd(bucket)
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        try:
+            start = self._open_dir_at(bucket_fd, base.split("/") if base else [])
+        except (OSError, ApiError):
+            return []
+        finally:
+            os.close(bucket_fd)
+        found: list[tuple[str, os.stat_result | None]] = []
+        self._walk(start, base + "/" if base else "", prefix, delimiter == "/", found)
+        found.sort(key=lambda entry: entry[0].encode())
+        return found
+
+    def _walk(self, fd: int, at: str, prefix: str, one_level: bool, found: list) -> None:
+        try:
+            names = os.listdir(fd)
+            if not names and at and at.startswith(prefix):
+                found.append((at, os.fstat(fd)))  # an empty directory: its marker object
+            for name in names:
+                if not at and name == UPLOADS_DIR:
+                    continue
+                path = at + name
+                if not (path.startswith(prefix) or prefix.startswith(path + "/")):
+                    continue
+                try:
+                    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(info.st_mode) and path.startswith(prefix):
+                    found.append((path, info))
+                elif stat.S_ISDIR(info.st_mode):
+                    if one_level and (path + "/").startswith(prefix) and len(path) >= len(prefix):
+                        found.append((path + "/", None))
+                        continue
+                    try:
+                        child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                    except OSError:
+                        continue
+                    self._walk(child, path + "/", prefix, one_level, found)
+        finally:
+            os.close(fd)
+
+    # writing
+
+    def new_upload(self) -> tuple[str, str]:
+        upload_id = secrets.token_hex(16)
+        path = os.path.join(self.uploads, upload_id)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+        return upload_id, path
+
+    def commit(self, partial: str, bucket: str, name: str, if_generation_match: str | None) -> dict:
+        """Move a finished upload into place (a reader never sees half an object)."""
+        parts = object_parts(name)
+        try:  # a bucket is a directory made by the first write, as on the host (nobody creates it first)
+            bucket_fd = self._open_dir([check_bucket(bucket)], create=True)
+        except OSError:
+            os.unlink(partial)
+            raise ApiError(404, f"The specified bucket does not exist: {bucket}") from None
+        try:
+            self._check_precondition(bucket, name, if_generation_match)
+            try:
+                parent = self._open_dir_at(bucket_fd, parts[:-1], create=True)
+            except OSError:
+                raise ApiError(409, f"Cannot store {bucket}/{name}: a part of its name is an object here") from None
+            try:
+                if name.endswith("/"):  # a directory marker: the directory itself
+                    try:
+                        os.mkdir(parts[-1], 0o755, dir_fd=parent)
+                    except FileExistsError:
+                        pass
+                    os.unlink(partial)
+                    info = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+                    if not stat.S_ISDIR(info.st_mode):
+                        raise ApiError(409, f"Cannot store {bucket}/{name}: an object of that name exists")
+                    return self.resource(bucket, name, info)
+                try:
+                    existing = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+                    if stat.S_ISDIR(existing.st_mode):
+                        raise ApiError(409, f"Cannot store {bucket}/{name}: objects exist under {name}/ here")
+                except FileNotFoundError:
+                    pass
+                sums = checksums(partial)  # before it is in place: the file is ours alone
+                os.replace(partial, parts[-1], dst_dir_fd=parent)
+                info = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+                return {**self.resource(bucket, name, info), **sums}
+            finally:
+                os.close(parent)
+        finally:
+            os.close(bucket_fd)
+            if os.path.exists(partial):
+                os.unlink(partial)
+
+    def _check_precondition(self, bucket: str, name: str, if_generation_match: str | None) -> None:
+        if if_generation_match is None:
+            return
+        try:
+            current = self.stat_object(bucket, name)["generation"]
+        except ApiError:
+            current = "0"
+        if current != if_generation_match:
+            raise ApiError(412, "At least one of the pre-conditions you specified did not hold.")
+
+    def delete(self, bucket: str, name: str) -> None:
+        parts = object_parts(name)
+        bucket_fd = self._bucket_fd(bucket)
+        try:
+            parent = self._open_dir_at(bucket_fd, parts[:-1])
+        except OSError:
+            raise ApiError(404, f"No such object: {bucket}/{name}") from None
+        finally:
+            os.close(bucket_fd)
+        try:
+            if name.endswith("/"):
+                os.rmdir(parts[-1], dir_fd=parent)
+            else:
+                info = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode):
+                    raise FileNotFoundError
+                os.unlink(parts[-1], dir_fd=parent)
+        except OSError as exc:
+            if exc.errno == errno.ENOTEMPTY:
+                return  # a marker over objects: the objects keep the "directory"
+            raise ApiError(404, f"No such object: {bucket}/{name}") from None
+        finally:
+            os.close(parent)
+        self._prune(bucket, parts[:-1])
+
+    def _prune(self, bucket: str, parts: list[str]) -> None:
+        """Directories a delete left empty go, as no object implies them any more (up to the bucket)."""
+        while parts:
+            try:
+                parent = self._open_dir([bucket, *parts[:-1]])
+            except OSError:
+                return
+            try:
+                os.rmdir(parts[-1], dir_fd=parent)
+            except OSError:
+                return
+            finally:
+                os.close(parent)
+            parts = parts[:-1]
+
+    def copy(self, source_bucket: str, source: str, bucket: str, name: str) -> dict:
+        fd, _ = self.open_object(source_bucket, source)
+        if fd < 0:
+            raise ApiError(400, "Directory markers cannot be copied")
+        upload_id, partial = self.new_upload()
+        try:
+            with os.fdopen(fd, "rb") as reader, open(partial, "wb") as writer:
+                shutil.copyfileobj(reader, writer, BLOCK)
+        except BaseException:
+            os.unlink(partial)
+            raise
+        return self.commit(partial, bucket, name, None)
+
+    def create_bucket(self, bucket: str) -> dict:
+        try:
+            os.mkdir(os.path.join(self.root, check_bucket(bucket)), 0o755)
+        except FileExistsError:
+            raise ApiError(409, f"Your previous request to create the named bucket succeeded and you already own "
+                                f"it: {bucket}") from None
+        return self.bucket_resource(bucket)
+
+    def delete_bucket(self, bucket: str) -> None:
+        self._bucket_fd(bucket)
+        try:
+            os.rmdir(os.path.join(self.root, bucket))
+        except OSError:
+            raise ApiError(409, f"The bucket you tried to delete is not empty: {bucket}") from None
+
+
+# -- HTTP -------------------------------------------------------------------------------------------
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """`bytes=a-b`, `bytes=a-`, `bytes=-n` as (first, last) inclusive; None for the whole
+    object; 416 past its end."""
+    if not header or not header.startswith("bytes="):
+        return None
+    first, _, last = header[len("bytes="):].split(",")[0].strip().partition("-")
+    try:
+        if first == "":
+            start, end = max(0, size - int(last)), size - 1
+        else:
+            start, end = int(first), min(int(last), size - 1) if last else size - 1
+    except ValueError:
+        return None
+    if start >= size or start > end:
+        raise ApiError(416, "Request range not satisfiable")
+    return start, end
+
+
+class Uploads:
+    """Resumable upload sessions: the bytes go to a file under the tree's upload directory."""
+
+    def __init__(self):
+        self.sessions: dict[str, dict] = {}
+        self.lock = threading.Lock()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "aiptrain-storage"
+    tree: Tree
+    uploads: Uploads
+    scheme = "https"  # of the upload session URLs it hands out
+
+    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        if os.environ.get("AIPTRAIN_STORAGE_LOG"):
+            super().log_message(format, *args)
+
+    # plumbing
+
+    def _route(self) -> tuple[list[str], dict[str, str]]:
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        return url.path.lstrip("/").split("/"), query
+
+    def _body_chunks(self):
+        """The request body as it arrives, chunked transfer coding undone (TensorFlow sends its
+        uploads chunked)."""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            while True:
+                line = self.rfile.readline(65537)
+                size = int(line.split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return
+                remaining = size
+                while remaining:
+                    block = self.rfile.read(min(BLOCK, remaining))
+                    if not block:
+                        return
+                    remaining -= len(block)
+                    yield block
+                self.rfile.readline(3)
+        else:
+            remaining = int(self.headers.get("Content-Length") or 0)
+            while remaining:
+                block = self.rfile.read(min(BLOCK, remaining))
+                if not block:
+                    return
+                remaining -= len(block)
+                yield block
+
+    def _small_body(self) -> bytes:
+        body = b""
+        for block in self._body_chunks():
+            body += block
+            if len(body) > MAX_METADATA_BYTES:
+                raise ApiError(413, "Request metadata too large")
+        return body
+
+    def _json_body(self) -> dict:
+        body = self._small_body()
+        try:
+            return json.loads(body) if body.strip() else {}
+        except ValueError:
+            raise ApiError(400, "Invalid JSON payload") from None
+
+    def _send_json(self, code: int, value: dict, headers: dict | None = None) -> None:
+        data = json.dumps(value).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(data)))
+        for key, header in (headers or {}).items():
+            self.send_header(key, header)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _send_empty(self, code: int, headers: dict | None = None) -> None:
+        self.send_response(code)
+        self.send_header("Content-Length", "0")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+
+    def _dispatch(self) -> None:
+        try:
+            self._handle()
+        except ApiError as exc:
+            self._drain()
+            self._send_json(exc.code, exc.body())
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # noqa: BLE001 - one request fails, the server carries on
+            self._drain()
+            self._send_json(500, ApiError(500, f"{type(exc).__name__}: {exc}").body())
+
+    def _drain(self) -> None:
+        """A request answered early still has its body on the connection: skip it (or close)."""
+        if not getattr(self, "_body_read", True):
+            self.close_connection = True
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _dispatch
+
+    # routes
+
+    def _handle(self) -> None:
+        self._body_read = self.command in ("GET", "HEAD", "DELETE")
+        parts, query = self._route()
+        path = "/".join(parts)
+        if path.startswith("upload/storage/v1/b/"):
+            return self._upload(parts[4], query)
+        if path.startswith("download/storage/v1/b/") and len(parts) >= 7 and parts[5] == "o":
+            return self._media(parts[4], unquote("/".join(parts[6:])))
+        if path.startswith("storage/v1/b"):
+            return self._json_api(parts[3:], query)
+        if path.startswith("batch/") and self.command == "POST":
+            return self._batch()
+        # The XML API's object GET (storage.googleapis.com/BUCKET/NAME): how TensorFlow reads.
+        if len(parts) >= 2 and parts[1] and self.command in ("GET", "HEAD"):
+            return self._media(parts[0], unquote("/".join(parts[1:])))
+        raise ApiError(404, f"Not found: /{path}")
+
+    def _json_api(self, rest: list[str], query: dict) -> None:
+        method = self.command
+        if not rest or rest == [""]:  # /storage/v1/b
+            if method == "GET":
+                items = [self.tree.bucket_resource(b) for b in self.tree.buckets()]
+                return self._send_json(200, {"kind": "storage#buckets", "items": items})
+            if method == "POST":
+                name = self._json_body().get("name") or query.get("name", "")
+                self._body_read = True
+                return self._send_json(200, self.tree.create_bucket(name))
+            raise ApiError(405, "Method not allowed")
+        bucket = unquote(rest[0])
+        if len(rest) == 1:
+            if method in ("GET", "HEAD"):
+                return self._send_json(200, self.tree.bucket_resource(bucket))
+            if method == "PATCH":
+                self._small_body()
+                self._body_read = True
+                return self._send_json(200, self.tree.bucket_resource(bucket))
+            if method == "DELETE":
+                self.tree.delete_bucket(bucket)
+                return self._send_empty(204)
+            raise ApiError(405, "Method not allowed")
+        if rest[1] != "o":
+            raise ApiError(501, f"/storage/v1/b/{bucket}/{rest[1]} is not supported by aiptrain's storage endpoint")
+        if len(rest) == 2 or rest[2:] == [""]:
+            if method == "GET":
+                return self._list(bucket, query)
+            raise ApiError(405, "Method not allowed")
+        tail = "/".join(rest[2:])
+        for verb in ("rewriteTo", "copyTo"):
+            marker = f"/{verb}/b/"
+            if marker in tail and method == "POST":
+                return self._copy(bucket, tail, marker, verb == "rewriteTo")
+        if tail == "compose" or tail.endswith("/compose"):
+            return self._compose(bucket, unquote(tail[: -len("compose")].rstrip("/")))
+        name = unquote(tail)
+        if method in ("GET", "HEAD"):
+            if query.get("alt") == "media":
+                return self._media(bucket, name)
+            return self._send_json(200, self.tree.stat_object(bucket, name))
+        if method == "DELETE":
+            self.tree.delete(bucket, name)
+            return self._send_empty(204)
+        if method in ("PATCH", "PUT"):
+            self._small_body()
+            self._body_read = True
+            return self._send_json(200, self.tree.stat_object(bucket, name))
+        raise ApiError(405, "Method not allowed")
+
+    def _list(self, bucket: str, query: dict) -> None:
+        prefix, delimiter = query.get("prefix", ""), query.get("delimiter", "")
+        if delimiter not in ("", "/"):
+            raise ApiError(501, "aiptrain's storage endpoint lists with delimiter '/' or none")
+        page_size = min(int(query.get("maxResults") or PAGE_SIZE), PAGE_SIZE) or PAGE_SIZE
+        after = base64.urlsafe_b64decode(query["pageToken"]).decode() if query.get("pageToken") else None
+        start, end = query.get("startOffset", ""), query.get("endOffset", "")
+        entries = [(n, i) for n, i in self.tree.entries(bucket, prefix, delimiter)
+                   if (after is None or n.encode() > after.encode()) and n >= start and (not end or n < end)]
+        page = entries[:page_size]
+        answer: dict = {"kind": "storage#objects"}
+        items = [self.tree.resource(bucket, name, info) for name, info in page if info is not None]
+        prefixes = [name for name, info in page if info is None]
+        if items:
+            answer["items"] = items
+        if prefixes:
+            answer["prefixes"] = prefixes
+        if len(entries) > page_size:
+            answer["nextPageToken"] = base64.urlsafe_b64encode(page[-1][0].encode()).decode()
+        self._send_json(200, answer)
+
+    def _media(self, bucket: str, name: str) -> None:
+        fd, info = self.tree.open_object(bucket, name)
+        if fd < 0:
+            self._send_empty(200, {"Content-Type": "application/octet-stream"})
+            return
+        with os.fdopen(fd, "rb") as handle:
+            size = info.st_size
+            span = parse_range(self.headers.get("Range"), size) if size else None
+            first, last = span or (0, size - 1)
+            length = last - first + 1 if size else 0
+            self.send_response(206 if span else 200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(length))
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("X-Goog-Generation", str(info.st_mtime_ns // 1000))
+            self.send_header("X-Goog-Stored-Content-Length", str(size))
+            if span:
+                self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
+            self.end_headers()
+            if self.command == "HEAD":
+                return
+            handle.seek(first)
+            while length > 0:
+                block = handle.read(min(BLOCK, length))
+                if not block:
+                    break
+                self.wfile.write(block)
+                length -= len(block)
+
+    BATCH_REQUEST = re.compile(r"^(DELETE) /storage/v1/b/([^/\s]+)/o/([^?\s]+)\S* HTTP/1\.1", re.M)
+
+    def _batch(self) -> None:
+        """A batch of object deletes (gcsfs removes many files so), answered part by part."""
+        body = self._small_body().decode(errors="replace")
+        self._body_read = True
+        parts = []
+        for _, bucket, name in self.BATCH_REQUEST.findall(body):
+            try:
+                self.tree.delete(unquote(bucket), unquote(name))
+                parts.append("HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+            except ApiError as exc:
+                error = json.dumps(exc.body())
+                parts.append(f"HTTP/1.1 {exc.code} Error\r\nContent-Type: application/json\r\n"
+                             f"Content-Length: {len(error)}\r\n\r\n{error}")
+        boundary = "batch_aiptrain"
+        data = "".join(f"--{boundary}\r\nContent-Type: application/http\r\nContent-ID: <response-{i + 1}>\r\n\r\n"
+                       f"{part}\r\n" for i, part in enumerate(parts)) + f"--{boundary}--\r\n"
+        encoded = data.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", f"multipart/mixed; boundary={boundary}")
+        self.send_header("Content-Length", str(len(encoded)))
+        self.end_headers()
+        self.wfile.write(encoded)
+
+    def _copy(self, bucket: str, tail: str, marker: str, rewrite: bool) -> None:
+        source, _, target = tail.partition(marker)
+        target_bucket, _, target_name = target.partition("/o/")
+        self._small_body()  # metadata for the copy: not kept
+        self._body_read = True
+        resource = self.tree.copy(bucket, unquote(source), unquote(target_bucket), unquote(target_name))
+        if not rewrite:
+            return self._send_json(200, resource)
+        self._send_json(200, {"kind": "storage#rewriteResponse", "totalBytesRewritten": resource["size"],
+                              "objectSize": resource["size"], "done": True, "resource": resource})
+
+    def _compose(self, bucket: str, name: str) -> None:
+        request = self._json_body()
+        self._body_read = True
+        upload_id, partial = self.tree.new_upload()
+        with open(partial, "wb") as writer:
+            for source in request.get("sourceObjects") or []:
+                fd, _ = self.tree.open_object(bucket, source.get("name", ""))
+                if fd < 0:
+                    raise ApiError(400, "Directory markers cannot be composed")
+                with os.fdopen(fd, "rb") as reader:
+                    shutil.copyfileobj(reader, writer, BLOCK)
+        self._send_json(200, self.tree.commit(partial, bucket, name, None))
+
+    # uploads
+
+    def _upload(self, bucket: str, query: dict) -> None:
+        check_bucket(bucket)
+        kind = query.get("uploadType", "media")
+        if self.command == "POST" and kind == "media":
+            return self._finish_whole(bucket, query.get("name", ""), query, self._body_chunks())
+        if self.command == "POST" and kind == "multipart":
+            return self._multipart(bucket, query)
+        if kind == "resumable" and self.command in ("PUT", "POST") and query.get("upload_id"):
+            return self._continue_session(query["upload_id"])  # gcsfs sends the pieces with POST
+        if kind == "resumable" and self.command == "POST":
+            return self._start_session(bucket, query)
+        if kind == "resumable" and self.command == "DELETE" and query.get("upload_id"):
+            return self._cancel_session(query["upload_id"])
+        raise ApiError(400, f"Unsupported upload: uploadType={kind} with {self.command}")
+
+    def _finish_whole(self, bucket: str, name: str, query: dict, chunks) -> None:
+        if not name:
+            raise ApiError(400, "Required parameter: name")
+        object_parts(name)
+        upload_id, partial = self.tree.new_upload()
+        try:
+            with open(partial, "wb") as writer:
+                for block in chunks:
+                    writer.write(block)
+        except BaseException:
+            os.unlink(partial)
+            raise
+        self._body_read = True
+        self._send_json(200, self.tree.commit(partial, bucket, name, query.get("ifGenerationMatch")))
+
+    def _multipart(self, bucket: str, query: dict) -> None:
+        """multipart/related: a JSON part (the object's metadata, its name), then the media part.
+        Multipart uploads are small by the clients' rules (resumable above 8 MB), so the body
+        is parsed in memory, bounded."""
+        body = b"".join(self._limited_chunks(256 << 20))
+        message = BytesParser(policy=HTTP).parsebytes(
+            f"Content-Type: {self.headers.get('Content-Type')}\r\n\r\n".encode() + body)
+        parts = list(message.iter_parts()) if message.is_multipart() else []
+        if len(parts) < 2:
+            raise ApiError(400, "A multipart upload needs a metadata part and a media part")
+        metadata = json.loads(parts[0].get_payload(decode=True) or b"{}")
+        media = parts[1].get_payload(decode=True) or b""
+        self._finish_whole(bucket, metadata.get("name") or query.get("name", ""), query, [media])
+
+    def _limited_chunks(self, limit: int):
+        total = 0
+        for block in self._body_chunks():
+            total += len(block)
+            if total > limit:
+                raise ApiError(413, "Multipart uploads above 256 MB: use a resumable upload")
+            yield block
+
+    def _start_session(self, bucket: str, query: dict) -> None:
+        metadata = self._json_body()
+        self._body_read = True
+        name = metadata.get("name") or query.get("name", "")
+        if not name:
+            raise ApiError(400, "Required parameter: name")
+        object_parts(name)
+        upload_id, partial = self.tree.new_upload()
+        with self.uploads.lock:
+            self.uploads.sessions[upload_id] = {"bucket": bucket, "name": name, "partial": partial,
+                                                "if_generation_match": query.get("ifGenerationMatch")}
+        host = self.headers.get("Host") or "storage.googleapis.com"
+        location = (f"{self.scheme}://{host}/upload/storage/v1/b/{bucket}/o?uploadType=resumable"
+                    f"&name={quote(name, safe='')}&upload_id={upload_id}")
+        self._send_empty(200, {"Location": location, "X-GUploader-UploadID": upload_id})
+
+    def _continue_session(self, upload_id: str) -> None:
+        """One PUT of a resumable upload: `Content-Range: bytes FIRST-LAST/TOTAL` (TOTAL `*` while
+        unknown), `bytes */TOTAL` to ask how much arrived, or no range: the whole object."""
+        with self.uploads.lock:
+            session = self.uploads.sessions.get(upload_id)
+        if session is None:
+            raise ApiError(404, "No such upload session (it ended, or the endpoint restarted)")
+        content_range = (self.headers.get("Content-Range") or "").strip()
+        match = re.fullmatch(r"bytes (?:(\d+)-(\d+)|\*)/(\d+|\*)", content_range)
+        if content_range and not match:
+            raise ApiError(400, f"Invalid Content-Range: {content_range}")
+        received = os.path.getsize(session["partial"])
+        total = match.group(3) if match else None
+        if match and match.group(1) is not None:
+            first = int(match.group(1))
+            if first > received:
+                raise ApiError(400, f"Content-Range starts at {first} but {received} bytes arrived")
+            with open(session["partial"], "r+b") as writer:
+                writer.seek(first)
+                for block in self._body_chunks():
+                    writer.write(block)
+                writer.truncate()
+            received = os.path.getsize(session["partial"])
+        elif not match:
+            with open(session["partial"], "wb") as writer:
+                for block in self._body_chunks():
+                    writer.write(block)
+            received = os.path.getsize(session["partial"])
+            total = str(received)
+        else:
+            self._small_body()
+        self._body_read = True
+        if total not in (None, "*") and received >= int(total):
+            with self.uploads.lock:
+                self.uploads.sessions.pop(upload_id, None)
+            resource = self.tree.commit(session["partial"], session["bucket"], session["name"],
+                                        session["if_generation_match"])
+            return self._send_json(200, resource)
+        headers = {"Range": f"bytes=0-{received - 1}"} if received else {}
+        self._send_empty(308, headers)
+
+    def _cancel_session(self, upload_id: str) -> None:
+        with self.uploads.lock:
+            session = self.uploads.sessions.pop(upload_id, None)
+        if session and os.path.exists(session["partial"]):
+            os.unlink(session["partial"])
+        self._send_empty(499 if session else 404)
+
+
+def serve(root: str, port: int, cert: str | None, key: str | None) -> None:
+    os.umask(0o022)
+    tree = Tree(root)
+    for leftover in os.listdir(tree.uploads):  # sessions of a previous run cannot be resumed
+        os.unlink(os.path.join(tree.uploads, leftover))
+    handler = type("BoundHandler", (Handler,), {"tree": tree, "uploads": Uploads(),
+                                                "scheme": "https" if cert else "http"})
+    server = ThreadingHTTPServer(("0.0.0.0", port), handler)
+    server.daemon_threads = True
+    if cert:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    print(f"aiptrain storage endpoint: serving {root} on port {port}", file=sys.stderr, flush=True)
+    server.serve_forever()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--port", type=int, default=8443)
+    parser.add_argument("--cert")
+    parser.add_argument("--key")
+    args = parser.parse_args(argv)
+    serve(args.root, args.port, args.cert, args.key)
+
+
+if __name__ == "__main__":
+    main()

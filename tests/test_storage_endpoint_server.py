@@ -1,0 +1,180 @@
+"""The storage endpoint's protocol over a plain directory tree, in this process (no Docker): what
+TensorFlow's GCS filesystem sends (chunked resumable uploads, XML-API ranged reads, rewrite),
+what google-cloud-storage does, and the rules that keep a root-run host safe from a trainer's
+files (no link followed, regular files only, no name leaves the tree)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import threading
+from http.server import ThreadingHTTPServer
+
+import pytest
+
+from aiptrain.storage.endpoint_server import Handler, Tree, Uploads, checksums, object_parts, parse_range
+
+
+@pytest.fixture
+def endpoint(tmp_path):
+    root = tmp_path / "gcs"
+    root.mkdir()
+    handler = type("TestHandler", (Handler,), {"tree": Tree(str(root)), "uploads": Uploads(), "scheme": "http"})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def request(port: int, method: str, path: str, body=None, headers: dict | None = None, chunked: bool = False):
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.request(method, path, body=body, headers=headers or {}, encode_chunked=chunked)
+    response = connection.getresponse()
+    data = response.read()
+    connection.close()
+    return response.status, dict(response.getheaders()), data
+
+
+@pytest.fixture
+def client(endpoint, monkeypatch):
+    from google.cloud import storage
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{endpoint[1]}")
+    return storage.Client(project="test")
+
+
+def test_a_chunked_resumable_upload_stores_the_bytes_not_the_framing(endpoint):
+    root, port = endpoint
+    (root / "bkt").mkdir()
+    status, headers, _ = request(port, "POST", "/upload/storage/v1/b/bkt/o?uploadType=resumable&name=ckpt%2Fmodel.index",
+                                 body=b"", headers={"Content-Length": "0"})
+    assert status == 200
+    session = "/" + headers["Location"].split("/", 3)[3]
+    payload = [b"written by tf\n" * 50, b"second chunk\n"]
+    total = sum(len(p) for p in payload)
+    status, _, body = request(port, "PUT", session, body=iter(payload),
+                              headers={"Content-Range": f"bytes 0-{total - 1}/{total}",
+                                       "Transfer-Encoding": "chunked"}, chunked=True)
+    assert status == 200, body
+    assert (root / "bkt" / "ckpt" / "model.index").read_bytes() == b"".join(payload)
+    resource = json.loads(body)
+    assert resource["size"] == str(total) and resource["crc32c"] == checksums(str(root / "bkt/ckpt/model.index"))["crc32c"]
+
+
+def test_resumable_uploads_in_content_range_pieces_report_progress_with_308(endpoint):
+    root, port = endpoint
+    status, headers, _ = request(port, "POST", "/upload/storage/v1/b/new-bucket/o?uploadType=resumable",
+                                 body=json.dumps({"name": "big.bin"}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    session = "/" + headers["Location"].split("/", 3)[3]
+    status, headers, _ = request(port, "PUT", session, body=b"a" * 10, headers={"Content-Range": "bytes 0-9/*"})
+    assert status == 308 and headers["Range"] == "bytes=0-9"
+    status, headers, _ = request(port, "PUT", session, body=b"", headers={"Content-Range": "bytes */*"})
+    assert status == 308 and headers["Range"] == "bytes=0-9"
+    status, _, _ = request(port, "PUT", session, body=b"b" * 5, headers={"Content-Range": "bytes 10-14/15"})
+    assert status == 200
+    assert (root / "new-bucket" / "big.bin").read_bytes() == b"a" * 10 + b"b" * 5  # the first write made the bucket
+    assert os.listdir(root / ".aiptrain-uploads") == []
+
+
+def test_ranged_reads_through_both_apis(endpoint):
+    root, port = endpoint
+    (root / "bkt" / "d").mkdir(parents=True)
+    (root / "bkt" / "d" / "f.txt").write_bytes(b"0123456789")
+    status, headers, body = request(port, "GET", "/bkt/d/f.txt", headers={"Range": "bytes=2-4"})
+    assert (status, body, headers["Content-Range"]) == (206, b"234", "bytes 2-4/10")
+    status, _, body = request(port, "GET", "/storage/v1/b/bkt/o/d%2Ff.txt?alt=media", headers={"Range": "bytes=-3"})
+    assert (status, body) == (206, b"789")
+    assert request(port, "GET", "/bkt/d/f.txt", headers={"Range": "bytes=10-"})[0] == 416  # TensorFlow's end of file
+    assert request(port, "GET", "/download/storage/v1/b/bkt/o/d%2Ff.txt?alt=media")[2] == b"0123456789"
+
+
+@pytest.mark.parametrize("header, size, expected", [
+    ("bytes=0-", 5, (0, 4)), ("bytes=3-100", 5, (3, 4)), ("bytes=-2", 5, (3, 4)), (None, 5, None), ("items=1-2", 5, None),
+])
+def test_range_headers(header, size, expected):
+    assert parse_range(header, size) == expected
+
+
+def test_google_cloud_storage_lists_pages_copies_rewrites_and_deletes(client, endpoint):
+    root, _ = endpoint
+    bucket = client.create_bucket("data-bucket")
+    for name in ("a/1.csv", "a/2.csv", "a/sub/3.csv", "top.txt"):
+        bucket.blob(name).upload_from_string(name.encode())
+    assert [b.name for b in client.list_blobs("data-bucket", page_size=1)] == ["a/1.csv", "a/2.csv", "a/sub/3.csv",
+                                                                               "top.txt"]
+    listing = client.list_blobs("data-bucket", prefix="a/", delimiter="/")
+    assert [b.name for b in listing] == ["a/1.csv", "a/2.csv"] and listing.prefixes == {"a/sub/"}
+    bucket.copy_blob(bucket.blob("top.txt"), bucket, "copied.txt")
+    bucket.blob("rewritten.txt").rewrite(bucket.blob("a/1.csv"))
+    assert (root / "data-bucket" / "rewritten.txt").read_bytes() == b"a/1.csv"
+    bucket.blob("a/sub/3.csv").delete()
+    assert not (root / "data-bucket" / "a" / "sub").exists()  # no object implies that "directory" any more
+    assert bucket.get_blob("copied.txt").size == len(b"top.txt")
+    big = os.urandom(3 << 20)
+    blob = bucket.blob("big.bin")
+    blob.chunk_size = 1 << 20  # resumable, in pieces, checked by the client against crc32c
+    blob.upload_from_string(big)
+    assert bucket.blob("big.bin").download_as_bytes() == big
+
+
+def test_a_directory_marker_is_a_directory_and_empty_ones_are_listed(client, endpoint):
+    root, port = endpoint
+    (root / "bkt").mkdir()
+    status, _, _ = request(port, "POST", "/upload/storage/v1/b/bkt/o?uploadType=media&name=run%2Flogs%2F&ifGenerationMatch=0",
+                           body=b"")
+    assert status == 200 and (root / "bkt" / "run" / "logs").is_dir()
+    assert [b.name for b in client.list_blobs("bkt", prefix="run/")] == ["run/logs/"]
+    status, _, _ = request(port, "POST", "/upload/storage/v1/b/bkt/o?uploadType=media&name=x&ifGenerationMatch=0",
+                           body=b"1")
+    assert status == 200
+    assert request(port, "POST", "/upload/storage/v1/b/bkt/o?uploadType=media&name=x&ifGenerationMatch=0",
+                   body=b"2")[0] == 412  # exists already: TensorFlow's "create only"
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/../../b", "a//b", "./x", ".aiptrain-uploads/x", ""])
+def test_names_a_tree_cannot_hold_as_given_are_refused(name):
+    from aiptrain.storage.endpoint_server import ApiError
+
+    with pytest.raises(ApiError) as caught:
+        object_parts(name)
+    assert caught.value.code == 400
+
+
+def test_links_and_special_files_a_trainer_planted_are_never_followed_or_opened(endpoint, tmp_path):
+    root, port = endpoint
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root only")
+    (root / "bkt" / "d").mkdir(parents=True)
+    (root / "bkt" / "link.txt").symlink_to(secret)
+    (root / "bkt" / "linkdir").symlink_to(tmp_path)
+    (root / "bkt" / "d" / "ok.txt").write_text("fine")
+    os.mkfifo(root / "bkt" / "fifo")
+    for path in ("/bkt/link.txt", "/bkt/linkdir/secret.txt", "/bkt/fifo", "/storage/v1/b/bkt/o/link.txt"):
+        status, _, body = request(port, "GET", path)
+        assert status == 404 and b"root only" not in body, path
+    status, _, body = request(port, "GET", "/storage/v1/b/bkt/o")
+    assert [item["name"] for item in json.loads(body)["items"]] == ["d/ok.txt"]
+    status, _, _ = request(port, "POST", "/upload/storage/v1/b/bkt/o?uploadType=media&name=linkdir%2Fplanted",
+                           body=b"x")
+    assert status == 409 and not (tmp_path / "planted").exists()
+    assert request(port, "GET", "/storage/v1/b/.aiptrain-uploads")[0] == 400
+
+
+def test_a_batch_of_deletes_as_gcsfs_sends_it(endpoint):
+    root, port = endpoint
+    (root / "bkt" / "d").mkdir(parents=True)
+    for name in ("1.csv", "2.csv"):
+        (root / "bkt" / "d" / name).write_text("x")
+    part = ("\n--==b==\nContent-Type: application/http\nContent-Transfer-Encoding: binary\nContent-ID: <x+{i}>\n\n"
+            "DELETE /storage/v1/b/bkt/o/{key} HTTP/1.1\nContent-Type: application/json\ncontent-length: 0\n")
+    body = "".join(part.format(i=i, key=key) for i, key in enumerate(["d%2F1.csv", "d%2F2.csv", "d%2Fnone"]))
+    status, headers, data = request(port, "POST", "/batch/storage/v1", body=(body + "\n--==b==--").encode(),
+                                    headers={"Content-Type": 'multipart/mixed; boundary="==b=="'})
+    boundary = headers["Content-Type"].split("=", 1)[1]
+    answers = data.decode().split(boundary)[1:-1]
+    assert status == 200 and [a.split("HTTP/1.1 ")[1][:3] for a in answers] == ["204", "204", "404"]
+    assert not (root / "bkt" / "d").exists()
