@@ -57,8 +57,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _write(self, response: Response) -> None:
         data = response.encoded()
         self.send_response(response.code)
-        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Type", response.content_type)
         self.send_header("Content-Length", str(len(data)))
+        for name, value in response.headers.items():
+            self.send_header(name, value)
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
