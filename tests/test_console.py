@@ -236,6 +236,24 @@ def test_a_tuning_job_shows_its_trials_and_charts(serve, browser, api_home, mini
     wait_for(lambda: not job_resources(docker_api, "console_study"), what="the study's containers to go")
 
 
+def test_the_jobs_table_pages_and_sorts(serve, browser):
+    for n in range(12):
+        seed(f"paged_{n:02d}", minutes_ago=n)  # paged_00 is the newest
+    browser.get(serve() + "/")
+    from selenium.webdriver.support.ui import Select
+
+    wait_for(lambda: len(rows(browser)) == 12, timeout=WAIT, what="the first page of 20")
+    Select(browser.find_element("id", "page-size")).select_by_visible_text("10")
+    wait_for(lambda: list(rows(browser)) == [f"paged_{n:02d}" for n in range(10)], timeout=WAIT, what="10 rows")
+    browser.find_element("id", "next-page").click()
+    wait_for(lambda: list(rows(browser)) == ["paged_10", "paged_11"], timeout=WAIT, what="the older page")
+    browser.find_element("id", "prev-page").click()
+    wait_for(lambda: len(rows(browser)) == 10, timeout=WAIT, what="the newer page again")
+    browser.find_element("css selector", 'th[data-sort="createTime"]').click()  # newest first, then oldest
+    browser.find_element("css selector", 'th[data-sort="createTime"]').click()
+    wait_for(lambda: list(rows(browser))[:2] == ["paged_09", "paged_08"], timeout=WAIT, what="oldest first")
+
+
 def test_a_long_log_is_paged_and_the_severity_filter_applies(serve, browser):
     seed("long_log")
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -377,7 +377,8 @@ const tuning = {
 // ((timestamp="T" AND insertId>"I") OR timestamp>"T"). insertId is stable, so nothing repeats.
 
 const logs = {
-  jobId: "", generation: 0, first: null, last: null, tasks: new Set(), busy: false, timer: null, olderLeft: false,
+  jobId: "", generation: 0, first: null, last: null, tasks: new Set(), busy: false, olderLeft: false,
+  complete: false,  // the job had ended before a poll that found nothing new: its log is whole
 
   filter() {
     let text = `resource.type="ml_job" AND resource.labels.job_id="${this.jobId}"`;
@@ -395,6 +396,7 @@ const logs = {
     this.generation += 1;
     this.first = this.last = null;
     this.olderLeft = false;
+    this.complete = false;
     $("log").replaceChildren();
     $("log-earlier").hidden = true;
     $("log-follow").checked = true;
@@ -425,9 +427,10 @@ const logs = {
   },
 
   async poll() {
-    if (this.busy || !this.jobId || document.hidden) return;
+    if (this.busy || !this.jobId || this.complete || document.hidden) return;
     if (!$("log-follow").checked && this.last) return;  // reading earlier lines: hold still
     const generation = this.generation;
+    const ended = Boolean(jobPage.job && TERMINAL.has(jobPage.job.state));
     this.busy = true;
     try {
       for (let page = 0; page < 10; page += 1) {  // catch up at most 10 pages a second
@@ -439,6 +442,7 @@ const logs = {
         const answer = await api.entries(this.body(filter, false));
         if (generation !== this.generation) return;
         this.append(answer.entries || []);
+        if (ended && !(answer.entries || []).length) this.complete = true;
         if (!answer.nextPageToken) break;
       }
       $("log-status").textContent = "";
