@@ -379,6 +379,7 @@ const tuning = {
 const logs = {
   jobId: "", generation: 0, first: null, last: null, tasks: new Set(), busy: false, olderLeft: false,
   complete: false,  // the job had ended before a poll that found nothing new: its log is whole
+  notBefore: 0,     // the next poll's earliest time: a server slow to answer (a huge log) is asked less often
 
   filter() {
     let text = `resource.type="ml_job" AND resource.labels.job_id="${this.jobId}"`;
@@ -427,10 +428,11 @@ const logs = {
   },
 
   async poll() {
-    if (this.busy || !this.jobId || this.complete || document.hidden) return;
+    if (this.busy || !this.jobId || this.complete || document.hidden || Date.now() < this.notBefore) return;
     if (!$("log-follow").checked && this.last) return;  // reading earlier lines: hold still
     const generation = this.generation;
     const ended = Boolean(jobPage.job && TERMINAL.has(jobPage.job.state));
+    const began = Date.now();
     this.busy = true;
     try {
       for (let page = 0; page < 10; page += 1) {  // catch up at most 10 pages a second
@@ -450,6 +452,7 @@ const logs = {
       $("log-status").textContent = error.message;
     } finally {
       if (generation === this.generation) this.busy = false;
+      this.notBefore = Date.now() + 2 * (Date.now() - began);
     }
   },
 
@@ -478,10 +481,12 @@ const logs = {
   row(entry) {
     const labels = entry.resource && entry.resource.labels || {};
     const severity = entry.severity || "DEFAULT";
+    const trial = entry.labels && entry.labels["ml.googleapis.com/trial_id"];
     const time = entry.timestamp ? entry.timestamp.replace("T", " ").replace(/\.(\d{3})\d*Z$/, ".$1") : "";
     return el("div", {class: `line sev-${severity.toLowerCase()}`},
       el("span", {class: "time", text: time}), el("span", {class: "sev", text: severity}),
       el("span", {class: "task", text: labels.task_name || ""}),
+      trial ? el("span", {class: "trial", text: `trial ${trial}`}) : "",
       el("span", {class: "msg", text: (entry.jsonPayload && entry.jsonPayload.message) || entry.textPayload || ""}));
   },
 
