@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import urllib.request
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -14,7 +16,9 @@ import pytest
 
 from aiptrain.api.access import load_tokens
 from aiptrain.api.app import App, Request
+from aiptrain.api.server import make_server
 from aiptrain.client import Client
+from aiptrain.model import Job, TrainingInput
 from aiptrain.settings import Settings
 from conftest import IN_CI, REPO, job_resources, wait_for
 import test_rest_api
@@ -282,3 +286,51 @@ def messages(driver) -> list[str]:
         return [line.text for line in driver.find_elements("css selector", "#log .line .msg")]
     except Exception:  # noqa: BLE001 - re-rendered while read
         return []
+
+
+# -- TensorBoard (the optional extra; in the test extra) ---------------------------------------------
+
+@pytest.fixture
+def app_server(api_home):
+    """(url, app) of a server on a free loopback port; the app closed (its TensorBoards stopped) after."""
+    app = App(Settings())
+    server = make_server(app, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", app
+    server.shutdown()
+    server.server_close()
+    thread.join()
+    app.close()
+
+
+def test_the_tensorboard_button_starts_tensorboard_on_the_job_dir(app_server, browser, tmp_path):
+    url, app = app_server
+    job_dir = tmp_path / "out"
+    job_dir.mkdir()
+    with Client() as client:
+        client.store.create(Job(job_id="with_board", training_input=TrainingInput(job_dir=str(job_dir))))
+
+    browser.get(f"{url}/#/jobs/with_board")
+    find(browser, "#tensorboard-button").click()
+    link = find(browser, "#tensorboard-link", "Open TensorBoard", timeout=WAIT * 2)
+    board = link.get_attribute("href")
+    assert board.startswith("http://127.0.0.1:") and str(job_dir) in link.get_attribute("title")
+    with urllib.request.urlopen(board, timeout=30) as page:
+        assert page.status == 200 and b"TensorBoard" in page.read()
+    # Asked again, the same TensorBoard answers; closing the server stops it.
+    again = app.handle(Request("POST", f"/v1/projects/{PROJECT}/jobs/with_board:tensorboard", body=b"{}"))
+    assert again.code == 200 and again.body["url"] == board
+    processes = [b.process for b in app._jobs._tensorboards._boards.values()]
+    app.close()
+    assert processes and all(process.poll() is not None for process in processes)
+
+
+def test_tensorboard_is_refused_with_tokens_and_without_a_job_dir(api_home, tokens_file):
+    seed("no_dir")
+    path = f"/v1/projects/{PROJECT}/jobs/no_dir:tensorboard"
+    open_app, token_app = App(Settings()), App(Settings(), load_tokens(tokens_file))
+    answer = open_app.handle(Request("POST", path, body=b"{}"))
+    assert answer.code == 400 and "has no jobDir" in answer.body["error"]["message"]
+    answer = token_app.handle(Request("POST", path, body=b"{}", headers={"authorization": f"Bearer {WRITER_A}"}))
+    assert answer.code == 400 and "without --tokens" in answer.body["error"]["message"]

@@ -154,6 +154,10 @@ class App:
             log.exception("%s %s failed", request.method, request.path)
             return error_response(500, "Internal error: see the server's log.")
 
+    def close(self) -> None:
+        """Stop what requests started and outlive them (the console's TensorBoards)."""
+        self._jobs.close()
+
     def _console(self, path: str) -> Response:
         """A file of the browser console: no data of any job, so no token (the console sends the
         caller's token with each API request it makes)."""
@@ -179,6 +183,7 @@ class App:
                     "getIamPolicy": {"GET": jobs.get_iam_policy, "POST": jobs.get_iam_policy},
                     "setIamPolicy": {"POST": jobs.set_iam_policy},
                     "testIamPermissions": {"POST": jobs.test_iam_permissions},
+                    "tensorboard": {"POST": jobs.tensorboard},  # aiptrain's own, for the console
                 }
                 if verb not in table:
                     raise ApiError(404, f"Method [{verb}] not found on jobs.")

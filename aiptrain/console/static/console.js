@@ -64,6 +64,9 @@ const api = {
   },
   get(project, jobId) { return this.call("GET", `${this.jobs(project)}/${encodeURIComponent(jobId)}`); },
   cancel(project, jobId) { return this.call("POST", `${this.jobs(project)}/${encodeURIComponent(jobId)}:cancel`, {}); },
+  tensorboard(project, jobId) {
+    return this.call("POST", `${this.jobs(project)}/${encodeURIComponent(jobId)}:tensorboard`, {});
+  },
   entries(body) { return this.call("POST", "/v2/entries:list", body); },
 };
 
@@ -250,6 +253,8 @@ const jobPage = {
     $("job-title").textContent = jobId;
     $("job-state").replaceChildren();
     $("tuning").hidden = true;
+    $("tensorboard-link").hidden = true;
+    this.tensorboardOpen = false;
     logs.start(jobId);
     this.load();
   },
@@ -272,6 +277,7 @@ const jobPage = {
   render(job) {
     $("job-state").replaceChildren(stateBadge(job.state));
     $("job-cancel").hidden = TERMINAL.has(job.state) || job.state === "CANCELLING";
+    $("tensorboard-button").hidden = !(job.trainingInput && job.trainingInput.jobDir);
     $("job-message").hidden = !job.errorMessage;
     $("job-message").textContent = job.errorMessage || "";
     const input = job.trainingInput || {};
@@ -298,10 +304,35 @@ const jobPage = {
     if (input.hyperparameters) tuning.render(job);
   },
 
+  // TensorBoard on the job's output, started by the server; asked again every minute while this
+  // page shows the job, since the server stops a TensorBoard nobody asked for in 10 minutes.
+  async tensorboard() {
+    const button = $("tensorboard-button");
+    button.disabled = true;
+    button.textContent = "Starting TensorBoard…";
+    try {
+      const answer = await api.tensorboard(state.project, this.jobId);
+      $("tensorboard-link").href = answer.url;
+      $("tensorboard-link").title = `TensorBoard on ${answer.logdir}`;
+      $("tensorboard-link").hidden = false;
+      this.tensorboardOpen = true;
+      showError("job-error", null);
+    } catch (error) {
+      showError("job-error", error);
+    } finally {
+      button.disabled = false;
+      button.textContent = "TensorBoard";
+    }
+  },
+
   setUp() {
     $("job-cancel").addEventListener("click", async () => {
       if (await cancelJob(this.jobId, (error) => showError("job-error", error))) this.load();
     });
+    $("tensorboard-button").addEventListener("click", () => this.tensorboard());
+    setInterval(() => {
+      if (state.view === "job" && this.tensorboardOpen) api.tensorboard(state.project, this.jobId).catch(() => {});
+    }, 60000);
   },
 };
 
