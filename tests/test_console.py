@@ -160,6 +160,10 @@ def test_a_token_server_refuses_the_api_without_a_token_and_the_console_asks_for
     browser.get(url + "/")
     find(browser, "#token-dialog", "needs a token")
     assert rows(browser) == {}
+    browser.find_element("css selector", '#token-dialog button[value="cancel"]').click()
+    find(browser, "#jobs-error", "missing required authentication credential")
+    browser.find_element("id", "token-button").click()
+    find(browser, "#token-dialog", "needs a token")
     browser.find_element("id", "token-input").send_keys(WRITER_A)
     browser.find_element("id", "token-save").click()
     wait_for(lambda: rows(browser) == {"token_job": "SUCCEEDED"}, timeout=WAIT, what="the job after the token")

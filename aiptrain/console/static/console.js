@@ -36,6 +36,7 @@ class ApiError extends Error {
 
 const api = {
   token: localStorage.getItem("aiptrain.token") || "",
+  declined: false,  // the token dialog was closed without a token: auto-refresh does not reopen it
 
   async call(method, path, body) {
     const headers = {};
@@ -51,7 +52,7 @@ const api = {
     try { answer = await response.json(); } catch (error) { /* an empty or non-JSON answer */ }
     if (!response.ok) {
       const message = (answer.error && answer.error.message) || `HTTP ${response.status}`;
-      if (response.status === 401) askForToken(message);
+      if (response.status === 401 && !this.declined) askForToken(message);
       throw new ApiError(response.status, message);
     }
     return answer;
@@ -82,7 +83,8 @@ function askForToken(message) {
 function setUpToken() {
   $("token-button").addEventListener("click", () => askForToken(""));
   $("token-dialog").addEventListener("close", () => {
-    if ($("token-dialog").returnValue !== "save") return;
+    api.declined = $("token-dialog").returnValue !== "save";
+    if (api.declined) return;
     api.token = $("token-input").value.trim();
     if (api.token) localStorage.setItem("aiptrain.token", api.token);
     else localStorage.removeItem("aiptrain.token");
