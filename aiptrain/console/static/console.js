@@ -462,7 +462,7 @@ const logs = {
 
   async poll() {
     if (this.busy || !this.jobId || this.complete || document.hidden || Date.now() < this.notBefore) return;
-    if (!$("log-follow").checked && this.last) return;  // reading earlier lines: hold still
+    if (!$("log-follow").checked) return;  // reading earlier lines: hold still
     const generation = this.generation;
     const ended = Boolean(jobPage.job && TERMINAL.has(jobPage.job.state));
     const began = Date.now();
@@ -496,7 +496,13 @@ const logs = {
       + `timestamp<"${timestamp}")`;
     $("log-follow").checked = false;
     const generation = this.generation;
-    const answer = await api.entries(this.body(filter, true));
+    let answer;
+    try {
+      answer = await api.entries(this.body(filter, true));
+    } catch (error) {
+      $("log-status").textContent = error.message;
+      return;
+    }
     if (generation !== this.generation) return;
     const entries = (answer.entries || []).reverse();
     this.olderLeft = Boolean(answer.nextPageToken);
@@ -516,11 +522,13 @@ const logs = {
     const severity = entry.severity || "DEFAULT";
     const trial = entry.labels && entry.labels["ml.googleapis.com/trial_id"];
     const time = entry.timestamp ? entry.timestamp.replace("T", " ").replace(/\.(\d{3})\d*Z$/, ".$1") : "";
-    return el("div", {class: `line sev-${severity.toLowerCase()}`},
+    const row = el("div", {class: `line sev-${severity.toLowerCase()}`},
       el("span", {class: "time", text: time}), el("span", {class: "sev", text: severity}),
       el("span", {class: "task", text: labels.task_name || ""}),
       trial ? el("span", {class: "trial", text: `trial ${trial}`}) : "",
       el("span", {class: "msg", text: (entry.jsonPayload && entry.jsonPayload.message) || entry.textPayload || ""}));
+    row.entry = entry;  // the first row's entry is where Load earlier continues from
+    return row;
   },
 
   append(entries) {
@@ -537,7 +545,7 @@ const logs = {
     this.last = entries[entries.length - 1];
     let dropped = 0;
     while (log.childElementCount > LOG_MAX_ROWS) { log.firstElementChild.remove(); dropped += 1; }
-    if (dropped) { this.olderLeft = true; this.first = null; }
+    if (dropped) { this.olderLeft = true; this.first = log.firstElementChild.entry; }
     $("log-earlier").hidden = !this.olderLeft || !this.first;
     if ($("log-follow").checked) log.scrollTop = log.scrollHeight;
     if (newTask) this.renderTasks();
