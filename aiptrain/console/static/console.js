@@ -121,6 +121,11 @@ function duration(ms) {
   return hours ? `${hours} h ${minutes} min` : minutes ? `${minutes} min ${seconds} s` : `${seconds} s`;
 }
 
+// An objective as people read it: 0.39499999999999996 as 0.395 (the exact value is in the cell's title).
+function number(value) {
+  return typeof value === "number" ? String(+value.toPrecision(6)) : "";
+}
+
 function labelChips(labels) {
   return el("span", {class: "labels"},
     ...Object.entries(labels || {}).map(([key, value]) => el("span", {class: "chip", text: `${key}: ${value}`})));
@@ -375,7 +380,7 @@ const tuning = {
     $("tuning").hidden = false;
     $("tuning-summary").textContent = `${output.completedTrialCount || 0} of ${spec.maxTrials || "?"} trials done, `
       + `${maximize ? "maximizing" : "minimizing"} ${output.hyperparameterMetricTag || spec.hyperparameterMetricTag
-        || "the metric"}${best ? `; best: trial ${best.trialId} (${objective(best)})` : ""}`;
+        || "the metric"}${best ? `; best: trial ${best.trialId} (${number(objective(best))})` : ""}`;
 
     const names = (spec.params || []).map((p) => p.parameterName);
     const head = el("tr", {}, ...["Trial", "State", ...names, "Objective", "Step", "Ended"].map(
@@ -383,7 +388,7 @@ const tuning = {
     const rows = trials.map((trial) => el("tr", {class: trial === best ? "best" : "", "data-trial": trial.trialId},
       el("td", {text: trial.trialId}), el("td", {}, stateBadge(trial.state)),
       ...names.map((name) => el("td", {text: (trial.hyperparameters || {})[name] ?? ""})),
-      el("td", {text: objective(trial) ?? ""}),
+      el("td", {text: number(objective(trial)), title: String(objective(trial) ?? "")}),
       el("td", {text: (trial.finalMetric && trial.finalMetric.trainingStep) || ""}),
       el("td", {text: when(trial.endTime)})));
     $("trials-table").tHead.replaceChildren(head);
