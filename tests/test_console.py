@@ -145,6 +145,7 @@ def rows(driver) -> dict[str, str]:
 def screenshot(driver, name: str, most_height: int = 1800) -> None:
     """docs/images/console-NAME.png: the whole page, up to `most_height` pixels, at the window's width."""
     width = driver.get_window_size()["width"]
+    driver.set_window_size(width, 600)  # a taller window than the page would be measured as the page
     height = driver.execute_script("return document.documentElement.scrollHeight")
     driver.set_window_size(width, min(max(height, 600), most_height))
     IMAGES.mkdir(parents=True, exist_ok=True)
