@@ -30,7 +30,8 @@ def asset(path: str, default_project: str) -> tuple[bytes, str] | None:
     """(bytes, content type) of the console file a request path names; None when there is none.
     `/` is the page, with the server's default project filled in."""
     name = "index.html" if path == "/" else path.removeprefix("/console/")
-    if not _NAME.fullmatch(name) or name.rsplit(".", 1)[0] == "" or "." + name.rsplit(".", 1)[1] not in TYPES:
+    suffix = "." + name.rsplit(".", 1)[-1]
+    if not _NAME.fullmatch(name) or suffix not in TYPES:  # no path steps, no hidden or odd files
         return None
     file = resources.files(__package__) / "static" / name
     if not file.is_file():
@@ -38,4 +39,4 @@ def asset(path: str, default_project: str) -> tuple[bytes, str] | None:
     data = file.read_bytes()
     if name == "index.html":
         data = data.replace(_PROJECT_MARK.encode(), html.escape(default_project, quote=True).encode())
-    return data, TYPES["." + name.rsplit(".", 1)[1]]
+    return data, TYPES[suffix]
