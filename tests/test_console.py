@@ -61,7 +61,8 @@ def test_the_page_names_the_default_project_and_needs_no_token_but_the_api_does(
     page = app.handle(Request("GET", "/"))
     assert page.code == 200 and f'content="{PROJECT}"' in page.data.decode()
     assert app.handle(Request("GET", f"/v1/projects/{PROJECT}/jobs")).code == 401
-    assert app.handle(Request("POST", "/", body=b"{}")).data is None  # only GET serves the console
+    assert app.handle(Request("POST", "/", body=b"{}")).data is None  # only GET (and HEAD) serve the console
+    assert app.handle(Request("HEAD", "/console/console.css")).code == 200
 
 
 def test_the_cli_does_not_import_the_console():

@@ -127,7 +127,7 @@ class App:
             if len(request.body) > MAX_BODY_BYTES:
                 raise ApiError(413, f"The request body is larger than {MAX_BODY_BYTES} bytes.")
             params = _query(request.query)
-            if request.method == "GET" and is_console_path(request.path):
+            if request.method in ("GET", "HEAD") and is_console_path(request.path):
                 return self._console(request.path)
             handler, args = self._route(request.method, _segments(request.path))
             grant = self.access.caller(request.headers.get("authorization"))

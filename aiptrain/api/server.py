@@ -88,7 +88,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
         return self.app.handle(request)
 
-    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
+    do_GET = do_HEAD = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - BaseHTTPRequestHandler's signature
         log.info("%s %s", self.client_address[0], format % args)
