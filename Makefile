@@ -7,7 +7,7 @@ RUNTIMES ?= 2.11 minimal
 ALL_RUNTIMES := 2.11 2.10 2.9 2.8 2.7 2.6 2.5 2.4 2.3 2.2 2.1 minimal
 TEST_RUNTIMES ?= 2.1 2.3 2.5
 
-.PHONY: install images images-all lint docs test test-slow test-multinode test-runtimes unit chaos bench clean
+.PHONY: install images images-all lint docs browser test test-slow test-multinode test-runtimes unit chaos bench clean
 
 install: $(BIN)/aiptrain
 
@@ -38,7 +38,11 @@ lint: install
 docs: install
 	$(BIN)/mkdocs build
 
-test: images lint docs
+# Debian's chromium and chromium-driver for the console's browser tests (installed when root).
+browser:
+	scripts/install-chromium.sh
+
+test: images lint docs browser
 	$(BIN)/pytest -q -m "not slow and not multinode and not runtimes"
 
 # The scale tests (100 concurrent jobs): minutes on a 2-core machine.

@@ -47,13 +47,19 @@ class Request:
     client: str = ""  # the peer's address, for the log
 
 
+JSON_TYPE = "application/json; charset=UTF-8"
+
+
 @dataclass(frozen=True)
 class Response:
     code: int
     body: dict
+    data: bytes | None = None  # a console file's bytes, sent as they are instead of `body`
+    content_type: str = JSON_TYPE
+    headers: dict[str, str] = field(default_factory=dict)
 
     def encoded(self) -> bytes:
-        return json.dumps(self.body, indent=2).encode() + b"\n"
+        return self.data if self.data is not None else json.dumps(self.body, indent=2).encode() + b"\n"
 
 
 @dataclass
@@ -121,6 +127,8 @@ class App:
             if len(request.body) > MAX_BODY_BYTES:
                 raise ApiError(413, f"The request body is larger than {MAX_BODY_BYTES} bytes.")
             params = _query(request.query)
+            if request.method in ("GET", "HEAD") and is_console_path(request.path):
+                return self._console(request.path)
             handler, args = self._route(request.method, _segments(request.path))
             grant = self.access.caller(request.headers.get("authorization"))
             answer = handler(Call(request, grant, self.access, params), *args)
@@ -146,6 +154,21 @@ class App:
             log.exception("%s %s failed", request.method, request.path)
             return error_response(500, "Internal error: see the server's log.")
 
+    def close(self) -> None:
+        """Stop what requests started and outlive them (the console's TensorBoards)."""
+        self._jobs.close()
+
+    def _console(self, path: str) -> Response:
+        """A file of the browser console: no data of any job, so no token (the console sends the
+        caller's token with each API request it makes)."""
+        from aiptrain import console
+
+        found = console.asset(path, self.settings.default_project)
+        if found is None:
+            raise ApiError(404, f"Not found: the console has no file [{path}].")
+        data, content_type = found
+        return Response(200, {}, data=data, content_type=content_type, headers=console.HEADERS)
+
     def _route(self, method: str, segments: list[str]) -> tuple[Handler, tuple]:
         """The handler of (method, path) and its path arguments; ApiError(404/400) otherwise."""
         jobs, entries = self._jobs, self._entries
@@ -160,6 +183,7 @@ class App:
                     "getIamPolicy": {"GET": jobs.get_iam_policy, "POST": jobs.get_iam_policy},
                     "setIamPolicy": {"POST": jobs.set_iam_policy},
                     "testIamPermissions": {"POST": jobs.test_iam_permissions},
+                    "tensorboard": {"POST": jobs.tensorboard},  # aiptrain's own, for the console
                 }
                 if verb not in table:
                     raise ApiError(404, f"Method [{verb}] not found on jobs.")
@@ -167,6 +191,10 @@ class App:
             case ["v2", "entries:list"]:
                 return _pick(method, {"POST": entries.list}), ()
         raise ApiError(404, "Not found: this server answers ml v1 projects.jobs and logging v2 entries:list.")
+
+
+def is_console_path(path: str) -> bool:
+    return path == "/" or path.startswith("/console/")
 
 
 def _pick(method: str, handlers: dict[str, Handler]) -> Handler:

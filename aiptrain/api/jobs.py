@@ -46,6 +46,7 @@ class JobMethods:
 
         self.settings = settings
         self._builds = RuntimeBuilds(self._build_runtime)
+        self._tensorboards = None  # aiptrain.api.tensorboards.TensorBoards, made at the first request
 
     def _build_runtime(self, runtime) -> None:
         from aiptrain import runtimes
@@ -190,6 +191,31 @@ class JobMethods:
                                "and RUNNING jobs can be cancelled.", "FAILED_PRECONDITION")
             client.cancel(job_id, timeout=0)  # the service answers at once; the job ends CANCELLED soon
         return {}
+
+    def tensorboard(self, call: Call, project: str, job_id: str) -> dict:
+        """aiptrain's own method: TensorBoard on the job's output, for the console's button."""
+        from aiptrain.api import tensorboards
+        from aiptrain.storage import gcs_root_for
+
+        call.accept()
+        call.authorize(project, write=False)
+        call.json_body()
+        if not call.access.open:
+            raise ApiError(400, "TensorBoard is started only by a server on loopback without --tokens (it has no "
+                           "authentication of its own): run `tensorboard --logdir JOB_DIR` where you need it.",
+                           "FAILED_PRECONDITION")
+        with self._client() as client:
+            job = self._visible(client, project, job_id)
+        logdir = tensorboards.logdir_of(job.training_input.job_dir,
+                                        gcs_root_for(self.settings.gcs_mode, self.settings.gcs_root)[0])
+        if self._tensorboards is None:
+            self._tensorboards = tensorboards.TensorBoards()
+        port = self._tensorboards.open(job_id, logdir)
+        return {"url": f"http://127.0.0.1:{port}/", "logdir": str(logdir)}
+
+    def close(self) -> None:
+        if self._tensorboards is not None:
+            self._tensorboards.close()
 
     def get_iam_policy(self, call: Call, project: str, job_id: str) -> dict:
         call.accept("options.requestedPolicyVersion")

@@ -57,8 +57,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _write(self, response: Response) -> None:
         data = response.encoded()
         self.send_response(response.code)
-        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Type", response.content_type)
         self.send_header("Content-Length", str(len(data)))
+        for name, value in response.headers.items():
+            self.send_header(name, value)
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
@@ -86,7 +88,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
         return self.app.handle(request)
 
-    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
+    do_GET = do_HEAD = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - BaseHTTPRequestHandler's signature
         log.info("%s %s", self.client_address[0], format % args)

@@ -31,7 +31,8 @@ def serve(host: str, port: int, tokens_file: str | None) -> None:
     from aiptrain.api.server import make_server
 
     access = load_tokens(tokens_file) if tokens_file else Access()
-    server = make_server(App(access=access), host, port)
+    app = App(access=access)
+    server = make_server(app, host, port)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     api_log = logging.getLogger("aiptrain.api")
@@ -43,12 +44,13 @@ def serve(host: str, port: int, tokens_file: str | None) -> None:
     shown = f"[{address}]" if ":" in address else address
     who = "tokens from " + tokens_file if tokens_file else "no tokens (loopback only)"
     click.echo(f"Serving the ml v1 API and Cloud Logging entries.list on http://{shown}:{bound_port} "
-               f"({who}); Ctrl-C stops.", err=True)
+               f"({who}), the console at http://{shown}:{bound_port}/; Ctrl-C stops.", err=True)
     signal.signal(signal.SIGTERM, _stop)  # a service manager's stop: as Ctrl-C, the port is released
     try:
         server.serve_forever()
     finally:
         server.server_close()
+        app.close()
 
 
 def _stop(signum, frame) -> None:
