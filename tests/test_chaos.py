@@ -430,7 +430,11 @@ def test_security_checks(tally, home, minimal_runtime, tmp_path):
             mounts = {m["target"]: m for m in container["mounts"]}
             held &= not container.get("privileged") and not container["user"].startswith("0")
             held &= mounts["/opt/aiptrain/packages"]["read_only"]
-            held &= not any("docker.sock" in m["source"] or Path(m["source"]).is_relative_to(home)
+            # Of the home, replicas see only the storage endpoint's public CA bundle, read-only.
+            trust = home / "storage-endpoint" / "trust.pem"
+            held &= not any("docker.sock" in m["source"]
+                            or (Path(m["source"]).is_relative_to(home) and not (Path(m["source"]) == trust
+                                                                                 and m["read_only"]))
                             for m in container["mounts"] if not m["source"].startswith("<"))
         if not held:
             notes.append(f"plan: {plan.returncode} {plan.stderr[-300:]} {containers[:1]}")
