@@ -28,7 +28,7 @@ from aiptrain.settings import Settings
 from aiptrain.store import JobStore, duplicate_job
 from aiptrain.submission import Submission, Submitter, dry_run_tfjob, prepare, tfjob_export
 from aiptrain.tfjob import Export
-from aiptrain.validation import validate_labels
+from aiptrain.validation import check_label_count, validate_labels
 
 SUBMIT_FLAG_NAMES = frozenset(f.name for f in dataclasses.fields(SubmitFlags))
 
@@ -235,6 +235,7 @@ class Client:
             new.update(update or {})
             for key in remove:
                 new.pop(key, None)
+            check_label_count(new)
             return new
 
         job, changed = self.store.update_labels(job_id, change)

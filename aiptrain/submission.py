@@ -156,6 +156,8 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
             f"{SERVICE_MIN_WAIT_SECONDS}s: AI Platform would refuse it; aiptrain applies it as given."
         )
     replicas = replicas_for(ti)
+    if ti.hyperparameters:
+        _check_parallel_trials(ti.hyperparameters, len(replicas), settings)
 
     package_path = validate_package_path(flags.package_path) if flags.package_path else None
     local_packages, remote_packages = _split_packages(flags.packages)
@@ -205,6 +207,20 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
         pids_limit=settings.replica_pids_limit,
         backend=flags.backend or settings.backend,
     )
+
+
+def _check_parallel_trials(spec, replicas_per_trial: int, settings: Settings) -> None:
+    """A study that would run more trials at once than this machine runs replicas is refused
+    (the service bounds them by quota): otherwise it would start them all, alone, at once."""
+    parallel = min(spec.parallel_limit, spec.trials_limit)
+    allowed, why = admission.parallel_trials_allowed(replicas_per_trial, os.cpu_count() or 1,
+                                                     settings.max_running_replicas)
+    if allowed is not None and parallel > allowed:
+        raise ValidationError(
+            f"trainingInput.hyperparameters.maxParallelTrials [{spec.parallel_limit}] runs {parallel} trials of "
+            f"{replicas_per_trial} replica(s) at once, more than this machine runs ({allowed} trial(s) at most: {why}): "
+            f"lower maxParallelTrials to {allowed} or less."
+        )
 
 
 def _gcs_mode(urls: list[str | None], settings: Settings) -> tuple[Path | None, str | None]:
