@@ -8,6 +8,7 @@ import time
 
 from aiptrain.backends import Backend, ReplicaStatus
 from aiptrain.errors import JobNotFound
+from aiptrain.jobtable import DamagedRecord
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State
 from aiptrain.ownership import JobLock, remove_if_unowned
@@ -54,7 +55,11 @@ def remove_stale_locks(settings: Settings, store: JobStore) -> int:
     at the wrong moment, or by older versions); return how many went."""
     removed = 0
     for path in sorted(settings.locks_dir.glob("*.lock")):
-        job = store.get(path.stem)
+        try:
+            job = store.get(path.stem)
+        except DamagedRecord as exc:
+            store.skip_damaged(path.stem, exc.problem)
+            continue
         if (job is None or job.state.is_terminal) and remove_if_unowned(path):
             removed += 1
     return removed

@@ -21,6 +21,7 @@ from datetime import timedelta
 from aiptrain import admission
 from aiptrain.backends import Backend, ReplicaObservation, ReplicaStatus, open_backend
 from aiptrain.errors import AiptrainError
+from aiptrain.jobtable import DamagedRecord
 from aiptrain.lifecycle import Decision, awaited_at_end, decide, failure_message, replica_label
 from aiptrain.logs import (CLOSING_LINES, SERVICE, JobLogWriter, last_times_by_task, parse_engine_time, record_line,
                            records_of_task, severity_of)
@@ -197,7 +198,10 @@ class Supervisor:
         for job_id in self.store.admission_job_ids():
             if job_id == self.job_id:
                 break
-            reconcile(job_id, self.settings, self.store, open_backend(self.settings, self.store.backend_of(job_id)))
+            try:
+                reconcile(job_id, self.settings, self.store, open_backend(self.settings, self.store.backend_of(job_id)))
+            except DamagedRecord:  # nothing can drive a job whose record cannot be read: wait on the others
+                continue
 
     def run_job(self) -> State:
         job = self.store.get(self.job_id)

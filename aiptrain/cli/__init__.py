@@ -108,9 +108,14 @@ def main(argv: list[str] | None = None) -> None:
 
         if os.environ.get("AIPTRAIN_DEBUG"):
             traceback.print_exc()
-        click.echo(f"ERROR: aiptrain failed unexpectedly: {type(exc).__name__}: {exc} "
-                   "(set AIPTRAIN_DEBUG=1 for the traceback)", err=True)
-        code = EXIT_INTERNAL
+        store_error = _store_error(exc)
+        if store_error is not None:
+            click.echo(f"ERROR: {_printable(str(store_error))}", err=True)
+            code = store_error.exit_code
+        else:
+            click.echo(f"ERROR: aiptrain failed unexpectedly: {type(exc).__name__}: {exc} "
+                       "(set AIPTRAIN_DEBUG=1 for the traceback)", err=True)
+            code = EXIT_INTERNAL
     sys.exit(code if isinstance(code, int) else 0)
 
 
@@ -131,6 +136,19 @@ def configure_logging(verbosity: str) -> None:
     handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.CRITICAL + 1 if verbosity == "none" else verbosity.upper())
+
+
+def _store_error(exc: Exception) -> AiptrainError | None:
+    """The job store failing in the middle of a command (a page found damaged, the disk full):
+    one line naming the file and what to do, rather than a bug report. Opening it is checked
+    where it is opened (aiptrain.jobtable)."""
+    sqlite3 = sys.modules.get("sqlite3")
+    if sqlite3 is None or not isinstance(exc, sqlite3.DatabaseError):
+        return None
+    from aiptrain.jobtable import store_problem
+    from aiptrain.settings import Settings
+
+    return store_problem(Settings().store_path, exc)
 
 
 def _printable(message: str) -> str:
