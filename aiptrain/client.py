@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Iterator
 from aiptrain import jobs, listing, logs, runtimes
 from aiptrain.backends import Backend, open_backend
 from aiptrain.config import SubmitFlags
-from aiptrain.errors import ValidationError
+from aiptrain.errors import EnvironmentNotReady, ValidationError
 from aiptrain.model import Job
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore, duplicate_job
@@ -95,6 +95,9 @@ class Client:
                build_progress: Callable[[str], None] | None = None) -> Job:
         """Run a prepared submission; `report` hears each step. A runtime image the engine lacks
         is built first (`build_progress` hears that build) unless AIPTRAIN_AUTO_BUILD=0."""
+        full = self.settings.out_of_space()
+        if full:  # refused before the store, the log or the bucket is touched
+            raise EnvironmentNotReady(full)
         if self.store.exists(submission.job.job_id):
             raise duplicate_job(submission.job.job_id)
         if submission.runtime and self.settings.auto_build:

@@ -12,6 +12,7 @@ later failures are recorded on the job, not undone.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -427,6 +428,16 @@ def tfjob_export(job: Job, package_uris: list[str], settings: Settings) -> Expor
     return export
 
 
+def _undo_all(steps: list[Callable[[], object] | None]) -> None:
+    """Undo a refused submission, every step tried even when one fails (a full disk, say), so the
+    error shown is the one that refused it, and whatever can go goes."""
+    for step in filter(None, steps):
+        try:
+            step()
+        except Exception as exc:
+            log.info("Undoing the submission left something behind: %s", exc)
+
+
 class Submitter:
     """Carries one submission from validated flags to running replicas."""
 
@@ -583,14 +594,14 @@ class Submitter:
                 launch_plan = plan(job, submission.replicas, inputs)
             return launch_plan, inputs
         except BaseException:
-            if staged is not None:
-                staged.discard()
-            for created in filter(None, created_dirs):
-                shutil.rmtree(created, ignore_errors=True)
-            shutil.rmtree(work_dir, ignore_errors=True)
-            self.settings.job_log_path(job.job_id).unlink(missing_ok=True)
-            _project_path(self.settings, job.job_id).unlink(missing_ok=True)
-            self.store.delete(job.job_id)
+            _undo_all([
+                staged.discard if staged is not None else None,
+                *(functools.partial(shutil.rmtree, created, ignore_errors=True) for created in filter(None, created_dirs)),
+                functools.partial(shutil.rmtree, work_dir, ignore_errors=True),
+                functools.partial(self.settings.job_log_path(job.job_id).unlink, missing_ok=True),
+                functools.partial(_project_path(self.settings, job.job_id).unlink, missing_ok=True),
+                functools.partial(self.store.delete, job.job_id),
+            ])
             raise
 
     def _install_once(self, submission: Submission, inputs: PlanInputs) -> str:

@@ -108,10 +108,10 @@ def main(argv: list[str] | None = None) -> None:
 
         if os.environ.get("AIPTRAIN_DEBUG"):
             traceback.print_exc()
-        store_error = _store_error(exc)
-        if store_error is not None:
-            click.echo(f"ERROR: {_printable(str(store_error))}", err=True)
-            code = store_error.exit_code
+        environment = _environment_error(exc)
+        if environment is not None:
+            click.echo(f"ERROR: {_printable(str(environment))}", err=True)
+            code = environment.exit_code
         else:
             click.echo(f"ERROR: aiptrain failed unexpectedly: {type(exc).__name__}: {exc} "
                        "(set AIPTRAIN_DEBUG=1 for the traceback)", err=True)
@@ -138,10 +138,17 @@ def configure_logging(verbosity: str) -> None:
     logger.setLevel(logging.CRITICAL + 1 if verbosity == "none" else verbosity.upper())
 
 
-def _store_error(exc: Exception) -> AiptrainError | None:
-    """The job store failing in the middle of a command (a page found damaged, the disk full):
-    one line naming the file and what to do, rather than a bug report. Opening it is checked
-    where it is opened (aiptrain.jobtable)."""
+def _environment_error(exc: Exception) -> AiptrainError | None:
+    """A full disk, or the job store failing in the middle of a command (a page found damaged):
+    one line naming the file and what to do, exit 3, rather than a bug report. Opening the
+    store is checked where it is opened (aiptrain.jobtable)."""
+    import errno
+
+    from aiptrain.errors import EnvironmentNotReady
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = f" writing [{exc.filename}]" if exc.filename else ""
+        return EnvironmentNotReady(f"The disk is full{where} ({exc.strerror}): free space on it, then try again.")
     sqlite3 = sys.modules.get("sqlite3")
     if sqlite3 is None or not isinstance(exc, sqlite3.DatabaseError):
         return None
@@ -158,9 +165,14 @@ def _printable(message: str) -> str:
 
 
 def _show_click_error(exc: click.ClickException) -> None:
-    """The problem first, on one line (as gcloud's `ERROR: ...`), then the usage hint."""
-    click.echo(f"ERROR: {_printable(exc.format_message())}", err=True)
+    """One line, as gcloud's `ERROR: ...`: the problem, then the command's usage and where its help
+    is. A group run without a command shows its help instead (click's NoArgsIsHelpError)."""
     ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+        click.echo(ctx.get_help(), err=True)
+        return
+    message = _printable(" ".join(exc.format_message().split()))
     if isinstance(exc, click.UsageError) and ctx is not None:
-        click.echo(ctx.get_usage(), err=True)
-        click.echo(f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.", err=True)
+        usage = " ".join(ctx.get_usage().split())
+        message = f"{message.rstrip('.')}. {usage} (`{ctx.command_path} {ctx.help_option_names[0]}` for help)."
+    click.echo(f"ERROR: {message}", err=True)
