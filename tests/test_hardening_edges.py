@@ -304,6 +304,39 @@ def test_a_finished_job_leaves_no_lock_work_dir_or_empty_supervisor_log(cli, hom
     assert job_resources(docker_api, job_id) == []
 
 
+@pytest.mark.docker
+def test_a_submit_killed_before_the_launch_leaves_no_empty_supervisor_log(cli, home, docker_api):
+    """The supervisor submit starts ahead of the launch opens its log; when submit dies, it exits
+    having said nothing, and the job is failed by the next command: no empty log stays behind."""
+    from aiptrain.model import Job
+    from aiptrain.settings import Settings
+    from aiptrain.store import JobStore
+    from aiptrain.supervisor import Standby
+    from conftest import wait_for
+
+    settings = Settings()
+    settings.ensure_dirs()
+    job_id = f"killed_{uuid.uuid4().hex[:8]}"
+    with JobStore(settings.store_path) as store:
+        store.create(Job.model_validate({"jobId": job_id}))
+    lock = JobLock.try_acquire(settings.job_lock_path(job_id))
+    standby = Standby(job_id, lock, settings)
+    assert settings.supervisor_log_path(job_id).exists()
+    os.close(standby._write_end)  # submit is killed: its end of the pipe closes, and its hold on the lock
+    lock.release()
+
+    def supervisor_gone() -> bool:  # it holds the lock it inherited until it exits
+        free = JobLock.try_acquire(settings.job_lock_path(job_id))
+        if free is not None:
+            free.release()
+        return free is not None
+
+    wait_for(supervisor_gone, what="the standby supervisor to exit")
+    assert yaml.safe_load(cli("jobs", "describe", job_id, check_code=0).stdout)["state"] == "FAILED"
+    assert sorted(p.name for p in (home / "logs").iterdir()) == [f"{job_id}.jsonl"]
+    assert not any((home / "locks").iterdir())
+
+
 # -- evaluators finish their last evaluation -------------------------------------------------------
 
 
