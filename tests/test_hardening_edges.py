@@ -231,7 +231,8 @@ def test_error_lines_escape_control_characters_and_lead_with_the_problem(cli, ho
     assert result.stderr == "ERROR: Job [job\\x1b]0;pwned\\x07\\nid] not found; `aiptrain jobs list` shows the jobs that exist.\n"
     usage = cli("jobs", "submit", "training")
     assert usage.returncode == 2
-    assert usage.stderr.splitlines()[0] == "ERROR: Missing argument 'JOB'."
+    assert usage.stderr.startswith("ERROR: Missing argument 'JOB'. Usage: aiptrain jobs submit training ")
+    assert len(usage.stderr.splitlines()) == 1  # the usage and the way to the help on the same line
 
 
 NASTY_TRAINER = '''
