@@ -206,6 +206,8 @@ class JobTable:
             expression, values = _sql_sort_key(key.key)
             order.append(f"{expression} {'DESC' if key.descending else 'ASC'}")
             params += values
+        if any(key not in COLUMNS for key in [c.key for c in query.conditions] + [k.key for k in query.order]):
+            self._report_damaged_labels()
         keys = _listed_keys(fields)
         sql = f"SELECT job_id, {'resource' if keys is None else ', '.join(LISTED[key] for key in keys)} FROM jobs"
         if where:
@@ -219,6 +221,12 @@ class JobTable:
             if not limit or len(found) >= query.limit or len(rows) < limit[0]:
                 return found[:query.limit] if limit else found
             skipped = len(rows) - len(found)
+
+    def _report_damaged_labels(self) -> None:
+        """Jobs whose labels column is damaged: SQL on labels reads them as having none, so say so."""
+        rows = self._db.execute("SELECT job_id FROM jobs WHERE labels IS NOT NULL AND NOT json_valid(labels)")
+        for (job_id,) in rows.fetchall():
+            self.skip_damaged(job_id, "its labels are not JSON")
 
     def _row_resource(self, keys: tuple[str, ...] | None, row: tuple) -> dict | None:
         """The resource of one row; None (and a warning) when it is damaged."""

@@ -99,7 +99,11 @@ def test_a_damaged_row_is_reported_once_and_left_out_of_a_listing(run, damaged):
     (["--filter", "state=SUCCEEDED", "--limit", "3"], ["job_a", "job_c", "job_e"]),  # SQL, LIMIT past the bad rows
 ])
 def test_filters_sorts_and_limits_skip_damaged_rows(run, damaged, args, expected):
-    assert listed(run, *args)[0] == expected
+    found, err = listed(run, *args)
+    assert found == expected
+    assert all("is damaged" in line for line in err.splitlines()), err
+    if "labels." in " ".join(args):  # read from the labels column in SQL: its damage is said too
+        assert any("[job_c]" in line for line in warnings(err))
 
 
 def test_table_columns_and_labels_read_without_resources(run, damaged):
