@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from conftest import SAMPLE_TRAINER
+
 from aiptrain.admission import parallel_trials_allowed
 from aiptrain.errors import ValidationError
 from aiptrain.filtering import MAX_NESTING, parse
@@ -230,3 +232,14 @@ def test_click_usage_errors_are_one_line_with_the_way_out(run, argv, problem):
     assert code == 2 and out == ""
     line = one_error_line(err)
     assert problem in line and "-h` for help" in line and "Usage: aiptrain" in line
+
+
+@pytest.mark.parametrize("argv, shown", [
+    (["jobs", "describe", "x\ny"], r"Job [x\ny] not found"),
+    (["runtimes", "remove", "a\nb"], r"Runtime version [a\nb] is not mapped"),
+    (["jobs", "submit", "training", "j", "--package-path", str(SAMPLE_TRAINER), "--module-name", "trainer.task",
+      "--runtime-version", "a\nb", "--dry-run"], r"Unknown --runtime-version [a\nb]"),
+])
+def test_every_error_stays_on_one_line_whatever_value_it_echoes(run, argv, shown):
+    code, _, err = run(*argv)
+    assert code == 2 and shown in one_error_line(err)

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         argv, global_flags = normalize(sys.argv[1:] if argv is None else list(argv))
     except GcloudUsageError as exc:
-        click.echo(f"ERROR: (aiptrain) {exc}", err=True)
+        click.echo(f"ERROR: (aiptrain) {_printable(str(exc))}", err=True)
         sys.exit(EXIT_USAGE)
     configure_logging(global_flags.verbosity)
     for line in global_flags.without_local_effect():
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
             click.echo(f"ERROR: {_printable(str(environment))}", err=True)
             code = environment.exit_code
         else:
-            click.echo(f"ERROR: aiptrain failed unexpectedly: {type(exc).__name__}: {exc} "
+            click.echo(f"ERROR: aiptrain failed unexpectedly: {_printable(f'{type(exc).__name__}: {exc}')} "
                        "(set AIPTRAIN_DEBUG=1 for the traceback)", err=True)
             code = EXIT_INTERNAL
     sys.exit(code if isinstance(code, int) else 0)
@@ -159,9 +159,11 @@ def _environment_error(exc: Exception) -> AiptrainError | None:
 
 
 def _printable(message: str) -> str:
+    """An error message as one line of plain text: a value echoed in it (a newline in a label, an
+    escape sequence in a job ID) can neither break the line nor drive the terminal."""
     from aiptrain.logs import printable
 
-    return printable(message)
+    return printable(message.strip(), one_line=True)
 
 
 def _show_click_error(exc: click.ClickException) -> None:
