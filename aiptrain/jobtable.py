@@ -60,6 +60,8 @@ LISTED = {**COLUMNS, "labels": "labels"}
 # The states of aiptrain.model.State that are not TERMINAL_STATES, spelled out here so that this
 # module need not import the model; named rather than "not terminal" so the state index finds them.
 ACTIVE = ("STATE_UNSPECIFIED", "QUEUED", "PREPARING", "RUNNING", "CANCELLING")
+# The labels column is a copy of the resource's labels, written again by any change of them.
+LABELS_REWRITTEN = "an `aiptrain jobs update` that changes its labels writes the column again"
 _SQL_OPERATORS = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
@@ -114,12 +116,13 @@ class JobTable:
                 self._db.close()
             raise store_problem(path, exc) from None
 
-    def skip_damaged(self, job_id: str, problem: str) -> None:
-        """Say once, in one line, that a job's record is damaged and is left out."""
+    def skip_damaged(self, job_id: str, problem: str,
+                     consequence: str = "it is left out; `aiptrain jobs describe` on it says what to do") -> None:
+        """Say once, in one line, that a job's record is damaged, and what that does here."""
         if job_id not in self._warned:
             self._warned.add(job_id)
             self._warn(f"The record of job [{job_id}] in the job store [{self.path}] is damaged ({problem}): "
-                       "it is left out; `aiptrain jobs describe` on it says what to do.")
+                       f"{consequence}.")
 
     def _ensure_schema(self) -> None:
         """WAL mode, the tables and the added columns, set up once per database file. Every CLI
@@ -226,7 +229,8 @@ class JobTable:
         """Jobs whose labels column is damaged: SQL on labels reads them as having none, so say so."""
         rows = self._db.execute("SELECT job_id FROM jobs WHERE labels IS NOT NULL AND NOT json_valid(labels)")
         for (job_id,) in rows.fetchall():
-            self.skip_damaged(job_id, "its labels are not JSON")
+            self.skip_damaged(job_id, "its labels column is not JSON", "filters and sorts read it as having no labels; "
+                              f"{LABELS_REWRITTEN}")
 
     def _row_resource(self, keys: tuple[str, ...] | None, row: tuple) -> dict | None:
         """The resource of one row; None (and a warning) when it is damaged."""
@@ -239,7 +243,11 @@ class JobTable:
                 return resource
             return _listed_resource(keys, values)
         except (ValueError, TypeError) as exc:
-            self.skip_damaged(job_id, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            problem = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            if keys is None:
+                self.skip_damaged(job_id, problem)
+            else:  # the labels column, the only JSON among the columns listed
+                self.skip_damaged(job_id, f"its labels column: {problem}", f"it is left out; {LABELS_REWRITTEN}")
             return None
 
 
