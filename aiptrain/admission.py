@@ -84,6 +84,21 @@ def needed_by(job: Job) -> int:
     return replicas_needed(len(replicas_for(job.training_input)), parallel)
 
 
+def parallel_trials_allowed(replicas_per_trial: int, cpus: int, override: int | None) -> tuple[int | None, str]:
+    """How many trials of a study may run at once on this machine (None: no bound), and why: as
+    many as fit under the cap on running replicas (one at least, as a job larger than the cap runs
+    alone). Free memory is left out: it changes from one moment to the next, and admission waits
+    for it anyway; a study that can never run its parallel trials at once is refused at submit."""
+    if override == 0:
+        return None, "AIPTRAIN_MAX_RUNNING_REPLICAS=0: no cap"
+    if override is not None:
+        cap, why = override, f"AIPTRAIN_MAX_RUNNING_REPLICAS={override}"
+    else:
+        cap = max(1, cpus) * REPLICAS_PER_CORE
+        why = f"{REPLICAS_PER_CORE} per core on {cpus} cores; set AIPTRAIN_MAX_RUNNING_REPLICAS to change it"
+    return max(1, cap // max(1, replicas_per_trial)), why
+
+
 def decide(job_id: str, queue: Sequence[Queued], used: int, cap: Capacity) -> Verdict:
     """May `job_id` (in `queue`, the waiting jobs oldest first) start now, with `used` replicas
     of admitted jobs running? Only the oldest may, and only if it fits or nothing runs."""

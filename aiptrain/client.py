@@ -22,13 +22,13 @@ from typing import Callable, Iterable, Iterator
 from aiptrain import jobs, listing, logs, runtimes
 from aiptrain.backends import Backend, open_backend
 from aiptrain.config import SubmitFlags
-from aiptrain.errors import ValidationError
+from aiptrain.errors import EnvironmentNotReady, ValidationError
 from aiptrain.model import Job
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore, duplicate_job
 from aiptrain.submission import Submission, Submitter, dry_run_tfjob, prepare, tfjob_export
 from aiptrain.tfjob import Export
-from aiptrain.validation import validate_labels
+from aiptrain.validation import check_label_count, validate_labels
 
 SUBMIT_FLAG_NAMES = frozenset(f.name for f in dataclasses.fields(SubmitFlags))
 
@@ -95,6 +95,9 @@ class Client:
                build_progress: Callable[[str], None] | None = None) -> Job:
         """Run a prepared submission; `report` hears each step. A runtime image the engine lacks
         is built first (`build_progress` hears that build) unless AIPTRAIN_AUTO_BUILD=0."""
+        full = self.settings.out_of_space()
+        if full:  # refused before the store, the log or the bucket is touched
+            raise EnvironmentNotReady(full)
         if self.store.exists(submission.job.job_id):
             raise duplicate_job(submission.job.job_id)
         if submission.runtime and self.settings.auto_build:
@@ -235,6 +238,7 @@ class Client:
             new.update(update or {})
             for key in remove:
                 new.pop(key, None)
+            check_label_count(new)
             return new
 
         job, changed = self.store.update_labels(job_id, change)

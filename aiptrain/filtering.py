@@ -24,6 +24,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable, Sequence, TypeVar, Union
 
 from aiptrain.errors import ValidationError
+from aiptrain.logs import printable
 
 T = TypeVar("T")
 OPERATORS = ("!=", "<=", ">=", "!~", ":", "=", "<", ">", "~")
@@ -67,9 +68,15 @@ _TOKEN = re.compile(r"""\s*(?:(?P<paren>[()])|(?P<word>(?:"(?:[^"\\]|\\.)*"|'[^'
 _TERM = re.compile(r"(?P<key>[A-Za-z_][\w.\[\]-]*?)(?P<op>!=|<=|>=|!~|:|=|<|>|~)(?P<rest>.*)", re.DOTALL)
 
 
+MAX_NESTING = 100  # parentheses and NOTs inside each other: far beyond any real filter, far below Python's stack
+_SHOWN_CHARACTERS = 80  # of an expression echoed in an error
+
+
 class FilterSyntaxError(ValidationError):
     def __init__(self, expression: str, problem: str):
-        super().__init__(f"--filter [{expression}]: {problem}; see `gcloud topic filters` for the syntax.")
+        shown = expression if len(expression) <= _SHOWN_CHARACTERS else expression[:_SHOWN_CHARACTERS] + "..."
+        super().__init__(f"--filter [{printable(shown, one_line=True)}]: {problem}; see `gcloud topic filters` "
+                         "for the syntax.")
 
 
 def _tokens(text: str) -> list[str]:
@@ -95,6 +102,13 @@ class _Parser:
         self.text = text
         self.tokens = _tokens(text)
         self.index = 0
+        self.depth = 0  # of parentheses and NOTs open around the current token
+
+    def nested(self) -> None:
+        """Enter one more level of nesting; refused past MAX_NESTING (the parser recurses on each)."""
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise self.error(f"parentheses and NOTs are nested more than {MAX_NESTING} deep: write a flatter expression")
 
     def error(self, problem: str) -> FilterSyntaxError:
         return FilterSyntaxError(self.text, problem)
@@ -134,19 +148,27 @@ class _Parser:
         token = self.peek()
         if token == "NOT":
             self.take()
-            return Not(self.negation())
+            return self.negated()
         if token and token.startswith("-") and len(token) > 1 and not token[1].isdigit():
             self.tokens[self.index] = token[1:]
-            return Not(self.negation())
+            return self.negated()
         return self.primary()
+
+    def negated(self) -> Expr:
+        self.nested()
+        operand = self.negation()
+        self.depth -= 1
+        return Not(operand)
 
     def primary(self) -> Expr:
         token = self.take()
         if token == "(":
+            self.nested()
             expr = self.disjunction()
             if self.peek() != ")":
                 raise self.error("a `(` is not closed")
             self.take()
+            self.depth -= 1
             return expr
         if token in (")", "AND", "OR"):
             raise self.error(f"unexpected [{token}]")

@@ -4,10 +4,12 @@ reconciling it if nobody drives it any more, and cancel it."""
 from __future__ import annotations
 
 import shutil
+import sys
 import time
 
 from aiptrain.backends import Backend, ReplicaStatus
 from aiptrain.errors import JobNotFound
+from aiptrain.jobtable import DamagedRecord
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State
 from aiptrain.ownership import JobLock, remove_if_unowned
@@ -27,6 +29,8 @@ def reconcile(job_id: str, settings: Settings, store: JobStore, backend: Backend
     lock = JobLock.try_acquire(settings.job_lock_path(job_id))
     if lock is None:
         return  # its submitter or supervisor is alive
+    from aiptrain import supervisor  # only for a job nobody drives: rare
+
     try:
         job = store.get(job_id)
         if job is None or job.state.is_terminal:
@@ -40,10 +44,12 @@ def reconcile(job_id: str, settings: Settings, store: JobStore, backend: Backend
             with JobLogWriter(settings.job_log_path(job_id)) as job_log:
                 job_log.service(message, "ERROR")
             store.transition(job_id, State.FAILED, [State.QUEUED, State.PREPARING], error_message=message)
+            supervisor.remove_empty_log(settings, job_id)  # the standby supervisor of the submit that died
             lock.remove()
             return
-        from aiptrain import supervisor
-
+        full = settings.out_of_space()
+        if full:  # its supervisor could not record its progress: say why it shows an old state
+            print(f"WARNING: Job [{job_id}] may show an outdated state: {full}", file=sys.stderr, flush=True)
         supervisor.spawn(job_id, lock, settings)
     finally:
         lock.release()
@@ -54,7 +60,11 @@ def remove_stale_locks(settings: Settings, store: JobStore) -> int:
     at the wrong moment, or by older versions); return how many went."""
     removed = 0
     for path in sorted(settings.locks_dir.glob("*.lock")):
-        job = store.get(path.stem)
+        try:
+            job = store.get(path.stem)
+        except DamagedRecord as exc:
+            store.skip_damaged(path.stem, exc.problem)
+            continue
         if (job is None or job.state.is_terminal) and remove_if_unowned(path):
             removed += 1
     return removed

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
+from aiptrain.errors import EnvironmentNotReady
 from aiptrain.filtering import COLUMNS, Condition, Query, listed_only
 
 SCHEMA = """
@@ -58,15 +60,69 @@ LISTED = {**COLUMNS, "labels": "labels"}
 # The states of aiptrain.model.State that are not TERMINAL_STATES, spelled out here so that this
 # module need not import the model; named rather than "not terminal" so the state index finds them.
 ACTIVE = ("STATE_UNSPECIFIED", "QUEUED", "PREPARING", "RUNNING", "CANCELLING")
+# The labels column is a copy of the resource's labels, written again by any change of them.
+LABELS_REWRITTEN = "an `aiptrain jobs update` that changes its labels writes the column again"
 _SQL_OPERATORS = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
+class StoreUnusable(EnvironmentNotReady):
+    """The job store's file cannot be used: damaged, unreadable, or on a full disk."""
+
+
+class DamagedRecord(EnvironmentNotReady):
+    """One job's row in the store cannot be read; the other jobs can."""
+
+    def __init__(self, job_id: str, path: Path, problem: str):
+        self.job_id, self.problem = job_id, problem
+        super().__init__(
+            f"The record of job [{job_id}] in the job store [{path}] is damaged ({problem}); the other jobs are "
+            f"unaffected: restore the store from a backup, or forget the job with "
+            f"`sqlite3 {path} \"DELETE FROM jobs WHERE job_id = '{job_id}'\"`."
+        )
+
+
+def store_problem(path: Path, exc: Exception) -> StoreUnusable:
+    """One line naming the store file, what is wrong with it and what to do."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in text:
+        fix = "another aiptrain process holds it too long; try again"
+    elif isinstance(exc, sqlite3.OperationalError) and ("full" in text or "disk" in text):
+        fix = "free space on its disk, then try again"
+    elif isinstance(exc, sqlite3.OperationalError) or isinstance(exc, OSError):
+        fix = "check that the file and its directory exist and are readable and writable (AIPTRAIN_HOME)"
+    else:  # "file is not a database", "database disk image is malformed"
+        fix = (f"move it aside (`mv {path} {path}.damaged`) to start with an empty store, or restore it "
+               "from a backup")
+    return StoreUnusable(f"The job store [{path}] cannot be used ({text}): {fix}.")
+
+
+def warn_on_stderr(message: str) -> None:
+    print(f"WARNING: {message}", file=sys.stderr, flush=True)
+
+
 class JobTable:
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._ensure_schema()
+    def __init__(self, path: Path, warn: Callable[[str], None] = warn_on_stderr):
+        self.path = path
+        self._warn = warn
+        self._warned: set[str] = set()  # jobs whose damaged record was reported already
+        self._db = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._ensure_schema()
+        except (sqlite3.DatabaseError, OSError) as exc:
+            if self._db is not None:
+                self._db.close()
+            raise store_problem(path, exc) from None
+
+    def skip_damaged(self, job_id: str, problem: str,
+                     consequence: str = "it is left out; `aiptrain jobs describe` on it says what to do") -> None:
+        """Say once, in one line, that a job's record is damaged, and what that does here."""
+        if job_id not in self._warned:
+            self._warned.add(job_id)
+            self._warn(f"The record of job [{job_id}] in the job store [{self.path}] is damaged ({problem}): "
+                       f"{consequence}.")
 
     def _ensure_schema(self) -> None:
         """WAL mode, the tables and the added columns, set up once per database file. Every CLI
@@ -104,7 +160,8 @@ class JobTable:
             self._db.execute(f"UPDATE jobs SET {name} = {ADDED_COLUMNS[name]}")
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
 
     def __enter__(self) -> "JobTable":
         return self
@@ -152,18 +209,46 @@ class JobTable:
             expression, values = _sql_sort_key(key.key)
             order.append(f"{expression} {'DESC' if key.descending else 'ASC'}")
             params += values
+        if any(key not in COLUMNS for key in [c.key for c in query.conditions] + [k.key for k in query.order]):
+            self._report_damaged_labels()
         keys = _listed_keys(fields)
-        sql = f"SELECT {'resource' if keys is None else ', '.join(LISTED[key] for key in keys)} FROM jobs"
+        sql = f"SELECT job_id, {'resource' if keys is None else ', '.join(LISTED[key] for key in keys)} FROM jobs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY " + ", ".join([*order, "create_time DESC", "job_id"])  # ties: newest first, as unsorted
-        if query.limit:
-            sql += " LIMIT ?"
-            params.append(query.limit)
-        rows = self._db.execute(sql, params).fetchall()
-        if keys is None:
-            return [json.loads(resource) for (resource,) in rows]
-        return [_listed_resource(keys, row) for row in rows]
+        skipped = 0  # damaged rows are left out: the limit then reaches as many rows further
+        while True:
+            limit = [query.limit + skipped] if query.limit else []
+            rows = self._db.execute(sql + (" LIMIT ?" if limit else ""), [*params, *limit]).fetchall()
+            found = [r for r in (self._row_resource(keys, row) for row in rows) if r is not None]
+            if not limit or len(found) >= query.limit or len(rows) < limit[0]:
+                return found[:query.limit] if limit else found
+            skipped = len(rows) - len(found)
+
+    def _report_damaged_labels(self) -> None:
+        """Jobs whose labels column is damaged: SQL on labels reads them as having none, so say so."""
+        rows = self._db.execute("SELECT job_id FROM jobs WHERE labels IS NOT NULL AND NOT json_valid(labels)")
+        for (job_id,) in rows.fetchall():
+            self.skip_damaged(job_id, "its labels column is not JSON", "filters and sorts read it as having no labels; "
+                              f"{LABELS_REWRITTEN}")
+
+    def _row_resource(self, keys: tuple[str, ...] | None, row: tuple) -> dict | None:
+        """The resource of one row; None (and a warning) when it is damaged."""
+        job_id, *values = row
+        try:
+            if keys is None:
+                resource = json.loads(values[0])
+                if not isinstance(resource, dict):
+                    raise ValueError("not a JSON object")
+                return resource
+            return _listed_resource(keys, values)
+        except (ValueError, TypeError) as exc:
+            problem = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            if keys is None:
+                self.skip_damaged(job_id, problem)
+            else:  # the labels column, the only JSON among the columns listed
+                self.skip_damaged(job_id, f"its labels column: {problem}", f"it is left out; {LABELS_REWRITTEN}")
+            return None
 
 
 def _listed_keys(fields: Iterable[str] | None) -> tuple[str, ...] | None:
@@ -174,10 +259,12 @@ def _listed_keys(fields: Iterable[str] | None) -> tuple[str, ...] | None:
     return tuple(key for key in LISTED if any(f == key or f.startswith(f"{key}.") for f in fields))
 
 
-def _listed_resource(keys: tuple[str, ...], row: tuple) -> dict:
+def _listed_resource(keys: tuple[str, ...], row: Iterable) -> dict:
     resource = {key: value for key, value in zip(keys, row) if value is not None}
     if "labels" in resource:
         resource["labels"] = json.loads(resource["labels"])
+        if not isinstance(resource["labels"], dict):
+            raise ValueError("labels are not a JSON object")
     return resource
 
 
@@ -195,7 +282,8 @@ def _label_path(key: str) -> str:
 def _sql_sort_key(key: str) -> tuple[str, list]:
     if key in COLUMNS:
         return COLUMNS[key], []
-    return "json_extract(labels, ?)", [_label_path(key)]
+    # A damaged labels column has no labels, rather than failing the query of every job.
+    return "CASE WHEN json_valid(labels) THEN json_extract(labels, ?) END", [_label_path(key)]
 
 
 def _sql_condition(condition: Condition) -> tuple[str, list]:

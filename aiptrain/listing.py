@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 from aiptrain import filtering
-from aiptrain.jobtable import JobTable
+from aiptrain.jobtable import DamagedRecord, JobTable
 from aiptrain.ownership import JobLock
 from aiptrain.settings import Settings
 
@@ -42,7 +42,10 @@ def list_resources(settings: Settings, reconcile: Callable[[str], None], filter:
         with JobTable(settings.store_path) as table:
             return list_resources(settings, reconcile, filter, sort_by, limit, fields, table)
     for job_id in undriven(settings, table):
-        reconcile(job_id)
+        try:
+            reconcile(job_id)
+        except DamagedRecord as exc:  # said once, and that job only is left as it is
+            table.skip_damaged(job_id, exc.problem)
     query = filtering.plan_query(expression, keys, limit)
     if query.complete:
         return table.resources(query, fields)

@@ -9,6 +9,7 @@ message, separated by tabs.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -145,10 +146,14 @@ _quote = json.encoder.encode_basestring_ascii  # what json.dumps does to a strin
 class JobLogWriter:
     """Appends records to a job's log file; safe to share between threads."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, keep_going: bool = False):
+        """`keep_going`: lines that do not fit on a full disk are dropped and counted (`lost`)
+        instead of raising, so the job's supervisor goes on driving the job."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._lock = threading.Lock()
+        self._keep_going = keep_going
+        self.lost = 0  # lines dropped because the disk was full
 
     def write(self, task: str, severity: str, message: str, stamp: str | None = None, trial: str = "") -> None:
         self.write_lines([record_line(stamp or now_stamp(), task, severity, message, trial)])
@@ -158,8 +163,16 @@ class JobLogWriter:
         replica's burst of output costs one system call."""
         data = "".join(lines).encode()
         with self._lock:
-            while data:
-                data = data[os.write(self._fd, data):]
+            written = 0
+            try:
+                while written < len(data):
+                    written += os.write(self._fd, data[written:])
+            except OSError as exc:
+                if written:  # no half record: readers would take the next one as its end
+                    os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+                if not (self._keep_going and exc.errno in (errno.ENOSPC, errno.EDQUOT)):
+                    raise
+                self.lost += len(lines)
 
     def service(self, message: str, severity: str = "INFO", trial: str = "") -> None:
         self.write(SERVICE, severity, message, trial=trial)

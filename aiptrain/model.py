@@ -160,6 +160,11 @@ class Algorithm(str, enum.Enum):
 DEFAULT_METRIC_TAG = "training/hptuning/metric"
 MAX_DISCRETE_VALUES = 1000
 MAX_GRID_POINTS = 100_000  # aiptrain's own bound: the grid is enumerated in memory
+# aiptrain's own bounds (the service publishes none): every trial is kept in the job's resource
+# (trainingOutput.trials), and every parallel trial is a set of containers on this machine, which
+# admission bounds further by what the machine runs at once (aiptrain.admission.parallel_trials_allowed).
+MAX_TRIALS = 1000
+MAX_PARALLEL_TRIALS = 100
 GRID_TYPES = (ParameterType.INTEGER, ParameterType.CATEGORICAL, ParameterType.DISCRETE)
 _FLAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
@@ -310,10 +315,13 @@ class HyperparameterSpec(Resource):
             if problem:
                 raise FieldError(where, problem)
             names.add(param.parameter_name)
-        for field, least in (("max_trials", 1), ("max_parallel_trials", 1), ("max_failed_trials", 0)):
+        for field, least, most in (("max_trials", 1, MAX_TRIALS), ("max_parallel_trials", 1, MAX_PARALLEL_TRIALS),
+                                   ("max_failed_trials", 0, MAX_TRIALS)):
             value = getattr(self, field)
             if value is not None and value < least:
                 raise FieldError(to_camel(field), f"must be at least {least}")
+            if value is not None and value > most:
+                raise FieldError(to_camel(field), f"is {value}; aiptrain runs at most {most}: give a smaller number")
         if self.search is Algorithm.GRID_SEARCH and self.grid_size > MAX_GRID_POINTS:
             raise FieldError(
                 "params", f"the grid has {self.grid_size} points; GRID_SEARCH takes at most "

@@ -51,19 +51,21 @@ class BuiltPackage:
     sha256: str
 
 
-def _packaging_failed(output: str, generated: bool) -> ValidationError:
-    if generated:
-        hint = "Try manually writing a setup.py file at your package root and rerunning the command."
-    else:
-        hint = (
-            "Try manually building your Python code by running:\n  $ python setup.py sdist\n"
-            "and providing the output via the `--packages` flag (for example, "
-            "`--packages dist/package.tar.gz,dist/package2.whl)`"
-        )
+def _packaging_failed(output: str, package_root: Path, generated: bool) -> ValidationError:
+    """gcloud's message on one line: the line of the build's output that names the error, then
+    the way out; the whole output goes to the log (`--verbosity info`)."""
     lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
     problem = next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "")
+    logging.getLogger(__name__).info("The package's build printed:\n%s", output.strip())
+    if generated:
+        hint = "Try manually writing a setup.py file at your package root and rerunning the command"
+    else:
+        hint = (f"Try manually building your Python code by running `python setup.py sdist` in [{package_root}] "
+                "and providing the output via the `--packages` flag (for example, "
+                "`--packages dist/package.tar.gz,dist/package2.whl`)")
     return ValidationError(
-        f"Packaging of user Python code failed: {problem}\nFull message:\n\n{output.strip()}\n\n{hint}"
+        f"Packaging of user Python code failed: {problem.rstrip('.')}. {hint} "
+        "(`--verbosity info` shows the build's full output)."
     )
 
 
@@ -87,7 +89,7 @@ def build_sdist(package_path: Path, out_dir: Path) -> BuiltPackage:
         )
         built = sorted(dist_dir.glob("*")) if dist_dir.is_dir() else []
         if result.returncode != 0 or not built:
-            raise _packaging_failed(result.stdout + result.stderr, generated=not user_setup.is_file())
+            raise _packaging_failed(result.stdout + result.stderr, package_root, generated=not user_setup.is_file())
         target = out_dir / built[0].name
         shutil.move(built[0], target)
     return BuiltPackage(target, sha256_of(target))

@@ -22,6 +22,7 @@ from aiptrain import wheelhouse
 from aiptrain.dependencies import Image
 from aiptrain.errors import EnvironmentNotReady, ValidationError
 from aiptrain.runtime_catalog import RUNTIMES, SOURCE_URL, Runtime, image_repository, runtime
+from aiptrain.validation import validate_image_reference, validate_runtime_version_name
 
 __all__ = ["RUNTIMES", "SOURCE_URL", "Runtime", "image_repository", "runtime", "lookup", "build_image"]
 
@@ -50,6 +51,8 @@ def lookup(version: str, home: Path, given_as: str = "--runtime-version") -> Run
 
 def add_mapping(version: str, image: str, home: Path) -> dict:
     """Map `version` to `image` (which must be on the engine); returns the stored entry."""
+    validate_runtime_version_name(version)
+    validate_image_reference(image)
     if not image_exists(image):
         raise EnvironmentNotReady(
             f"Image [{image}] is not on this Docker engine: pull, load or build it first, then run this again."

@@ -20,6 +20,9 @@ DEFAULT_SUBNET_POOL = "198.18.0.0/15"
 # Processes and threads one replica may have: generous for TensorFlow's thread pools and data
 # loaders, but a fork bomb in a trainer stops there instead of taking the host.
 DEFAULT_REPLICA_PIDS_LIMIT = 4096
+# Free space submit asks of the home's disk: a job's row, log and packages must fit, and a
+# supervisor that cannot write them would leave the job in a state it cannot record.
+MIN_FREE_BYTES = 16 << 20
 # What runs replicas (`--backend`, AIPTRAIN_BACKEND): one Docker engine, or a Docker Swarm.
 BACKEND_NAMES = ("docker", "swarm")
 
@@ -172,3 +175,21 @@ class Settings:
     def ensure_dirs(self) -> None:
         for path in (self.home, self.logs_dir, self.locks_dir, self.cache_dir):
             path.mkdir(parents=True, exist_ok=True)
+
+    def free_bytes(self) -> int:
+        """Bytes free to aiptrain on the disk of its home (of the nearest directory that exists)."""
+        path = self.home
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        stats = os.statvfs(path)
+        return stats.f_bavail * stats.f_frsize
+
+    def out_of_space(self) -> str | None:
+        """What to tell the user when the home's disk has less than MIN_FREE_BYTES free: a job's
+        store row, log and packages would be left half-written there. None when there is room."""
+        free = self.free_bytes()
+        if free >= MIN_FREE_BYTES:
+            return None
+        return (f"The disk of aiptrain's home [{self.home}] has {free // 1024} KiB free, less than the "
+                f"{MIN_FREE_BYTES >> 20} MiB jobs need to record their state and logs: free space on it "
+                "(`aiptrain cache prune` frees aiptrain's cache), or set AIPTRAIN_HOME to a directory on another disk.")

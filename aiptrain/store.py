@@ -16,7 +16,7 @@ from typing import Callable, Iterable
 
 from aiptrain.admission import Queued, Verdict
 from aiptrain.errors import JobExists
-from aiptrain.jobtable import JobTable, labels_column
+from aiptrain.jobtable import DamagedRecord, JobTable, labels_column
 from aiptrain.model import Job, State, TrainingOutput, rfc3339, utc_now
 
 
@@ -45,12 +45,28 @@ class JobStore(JobTable):
         return job
 
     def get(self, job_id: str) -> Job | None:
+        """The job, None if there is none; DamagedRecord (exit 3) if its row cannot be read."""
         row = self._db.execute("SELECT resource FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-        return Job.model_validate_json(row[0]) if row else None
+        return self._parsed(job_id, row[0]) if row else None
 
     def list(self) -> list[Job]:
-        rows = self._db.execute("SELECT resource FROM jobs ORDER BY create_time DESC, job_id").fetchall()
-        return [Job.model_validate_json(resource) for (resource,) in rows]
+        """Every job, newest first; a damaged row is reported once and left out."""
+        rows = self._db.execute("SELECT job_id, resource FROM jobs ORDER BY create_time DESC, job_id").fetchall()
+        jobs = []
+        for job_id, resource in rows:
+            try:
+                jobs.append(self._parsed(job_id, resource))
+            except DamagedRecord as exc:
+                self.skip_damaged(job_id, exc.problem)
+        return jobs
+
+    def _parsed(self, job_id: str, resource) -> Job:
+        try:
+            return Job.model_validate_json(resource)
+        except ValueError as exc:  # pydantic's ValidationError included
+            errors = getattr(exc, "errors", None)
+            problem = errors()[0]["msg"] if callable(errors) and errors() else str(exc).splitlines()[0]
+            raise DamagedRecord(job_id, self.path, problem) from None
 
     def update_labels(self, job_id: str, change) -> tuple[Job | None, bool]:
         """Replace the job's labels with `change(labels)` in one compare-and-set; (the job, whether
@@ -59,7 +75,7 @@ class JobStore(JobTable):
             row = self._db.execute("SELECT resource FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
             if row is None:
                 return None, False
-            job = Job.model_validate_json(row[0])
+            job = self._parsed(job_id, row[0])
             labels = change(dict(job.labels or {}))
             if labels == (job.labels or {}):
                 return job, False
@@ -129,7 +145,7 @@ class JobStore(JobTable):
         row = self._db.execute("SELECT state, resource FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         if row is None or row[0] not in allowed:
             return None
-        job = Job.model_validate_json(row[1])
+        job = self._parsed(job_id, row[1])
         now = utc_now()
         update: dict = {"state": to_state}
         if to_state is State.RUNNING and job.start_time is None:

@@ -12,6 +12,7 @@ later failures are recorded on the job, not undone.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -160,6 +161,8 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
             f"{SERVICE_MIN_WAIT_SECONDS}s: AI Platform would refuse it; aiptrain applies it as given."
         )
     replicas = replicas_for(ti)
+    if ti.hyperparameters:
+        _check_parallel_trials(ti.hyperparameters, len(replicas), settings)
 
     package_path = validate_package_path(flags.package_path) if flags.package_path else None
     local_packages, remote_packages = _split_packages(flags.packages)
@@ -212,6 +215,20 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
         backend=backend,
         serves_gcs=serves_gcs,
     )
+
+
+def _check_parallel_trials(spec, replicas_per_trial: int, settings: Settings) -> None:
+    """A study that would run more trials at once than this machine runs replicas is refused
+    (the service bounds them by quota): otherwise it would start them all, alone, at once."""
+    parallel = min(spec.parallel_limit, spec.trials_limit)
+    allowed, why = admission.parallel_trials_allowed(replicas_per_trial, os.cpu_count() or 1,
+                                                     settings.max_running_replicas)
+    if allowed is not None and parallel > allowed:
+        raise ValidationError(
+            f"trainingInput.hyperparameters.maxParallelTrials [{spec.parallel_limit}] runs {parallel} trials of "
+            f"{replicas_per_trial} replica(s) at once, more than this machine runs ({allowed} trial(s) at most: {why}): "
+            f"lower maxParallelTrials to {allowed} or less."
+        )
 
 
 def _gcs_mode(urls: list[str | None], settings: Settings) -> tuple[Path | None, str | None]:
@@ -440,6 +457,16 @@ def tfjob_export(job: Job, package_uris: list[str], settings: Settings) -> Expor
     return export
 
 
+def _undo_all(steps: list[Callable[[], object] | None]) -> None:
+    """Undo a refused submission, every step tried even when one fails (a full disk, say), so the
+    error shown is the one that refused it, and whatever can go goes."""
+    for step in filter(None, steps):
+        try:
+            step()
+        except Exception as exc:
+            log.info("Undoing the submission left something behind: %s", exc)
+
+
 class Submitter:
     """Carries one submission from validated flags to running replicas."""
 
@@ -598,14 +625,14 @@ class Submitter:
                 launch_plan = plan(job, submission.replicas, inputs)
             return launch_plan, inputs
         except BaseException:
-            if staged is not None:
-                staged.discard()
-            for created in filter(None, created_dirs):
-                shutil.rmtree(created, ignore_errors=True)
-            shutil.rmtree(work_dir, ignore_errors=True)
-            self.settings.job_log_path(job.job_id).unlink(missing_ok=True)
-            _project_path(self.settings, job.job_id).unlink(missing_ok=True)
-            self.store.delete(job.job_id)
+            _undo_all([
+                staged.discard if staged is not None else None,
+                *(functools.partial(shutil.rmtree, created, ignore_errors=True) for created in filter(None, created_dirs)),
+                functools.partial(shutil.rmtree, work_dir, ignore_errors=True),
+                functools.partial(self.settings.job_log_path(job.job_id).unlink, missing_ok=True),
+                functools.partial(_project_path(self.settings, job.job_id).unlink, missing_ok=True),
+                functools.partial(self.store.delete, job.job_id),
+            ])
             raise
 
     def _install_once(self, submission: Submission, inputs: PlanInputs) -> str:

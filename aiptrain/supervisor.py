@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -21,6 +22,7 @@ from datetime import timedelta
 from aiptrain import admission
 from aiptrain.backends import Backend, ReplicaObservation, ReplicaStatus, open_backend
 from aiptrain.errors import AiptrainError
+from aiptrain.jobtable import DamagedRecord
 from aiptrain.lifecycle import Decision, awaited_at_end, decide, failure_message, replica_label
 from aiptrain.logs import (CLOSING_LINES, SERVICE, JobLogWriter, last_times_by_task, parse_engine_time, record_line,
                            records_of_task, severity_of)
@@ -108,7 +110,7 @@ class Supervisor:
         self.store = store
         self.backend = backend
         self.log_path = settings.job_log_path(job_id)
-        self.writer = JobLogWriter(self.log_path)
+        self.writer = JobLogWriter(self.log_path, keep_going=True)  # a full disk loses lines, not the job
         self.followers = LogFollowers(backend, self.writer, last_times_by_task(self.log_path))
         self.changed = threading.Event()  # set by the engine's events: a replica started or stopped
 
@@ -197,7 +199,10 @@ class Supervisor:
         for job_id in self.store.admission_job_ids():
             if job_id == self.job_id:
                 break
-            reconcile(job_id, self.settings, self.store, open_backend(self.settings, self.store.backend_of(job_id)))
+            try:
+                reconcile(job_id, self.settings, self.store, open_backend(self.settings, self.store.backend_of(job_id)))
+            except DamagedRecord:  # nothing can drive a job whose record cannot be read: wait on the others
+                continue
 
     def run_job(self) -> State:
         job = self.store.get(self.job_id)
@@ -341,6 +346,9 @@ class Supervisor:
         except AiptrainError as exc:  # e.g. a network the engine keeps: the job ended as decided all the same
             self.writer.service(f"Tearing down left something behind: {exc}", "WARNING")
         error = self.error_message(decision, failed_trial)
+        if self.writer.lost:
+            self.writer.service(f"{self.writer.lost} line(s) of this job's log were lost: the disk of "
+                                f"[{self.log_path.parent}] was full.", "WARNING")
         if not self.said_how_it_ended():
             if decision.state is State.SUCCEEDED:
                 self.writer.service("Job completed successfully.")
@@ -493,15 +501,17 @@ def main(argv: list[str]) -> int:
     try:
         supervisor.run()
         return 0
-    except Exception:
-        traceback.print_exc()
-        # Do not leave the job in limbo: tear down and record why.
-        try:
-            supervisor.backend.remove(job_id)
-        except Exception:
-            traceback.print_exc()
+    except Exception as exc:
+        _tried(traceback.print_exc)  # on a full disk even this may not fit
+        if isinstance(exc, (OSError, sqlite3.DatabaseError)) and settings.out_of_space():
+            # The disk is full, not the job broken: nothing can be recorded now, so the job is left
+            # as it is (replicas, verdict) for a successor, which any command reading the job
+            # starts, saying the disk is full, and which ends it as decided once there is room.
+            return 3
         reason = traceback.format_exc().strip().splitlines()[-1]
-        supervisor.writer.write(SERVICE, "ERROR", f"aiptrain's supervisor failed: {reason}")
+        # Do not leave the job in limbo: tear down and record why.
+        _tried(supervisor.backend.remove, job_id)
+        _tried(supervisor.writer.write, SERVICE, "ERROR", f"aiptrain's supervisor failed: {reason}")
         shutil.rmtree(settings.job_work_dir(job_id), ignore_errors=True)
         store.transition(job_id, State.FAILED, ACTIVE, error_message=f"aiptrain's supervisor failed: {reason}")
         return 4
@@ -509,17 +519,35 @@ def main(argv: list[str]) -> int:
         leave(job_id, lock, settings, store)
 
 
+def _tried(step, *args) -> None:
+    """A step of the crash handler: one that fails does not keep the others from running."""
+    try:
+        step(*args)
+    except Exception:
+        pass
+
+
 def leave(job_id: str, lock: JobLock, settings: Settings, store: JobStore) -> None:
-    """Let go of the job: a job that ended needs neither its lock file nor an empty
-    supervisor log (a crash's traceback is kept)."""
+    """Let go of the job: an empty supervisor log is never kept (a crash's traceback is), and a
+    job that ended needs no lock file either. The log goes while the lock is held: no successor
+    has opened it yet."""
+    remove_empty_log(settings, job_id)
     job = store.get(job_id)
     if job is None or not job.state.is_terminal:
         lock.release()  # another command reconciles it
         return
     lock.remove()
+
+
+def remove_empty_log(settings: Settings, job_id: str) -> None:
+    """A supervisor's log opens when it starts; one that had nothing to say leaves nothing behind
+    (one released by a submit that then died, say). Call with the job's lock held."""
     supervisor_log = settings.supervisor_log_path(job_id)
-    if supervisor_log.is_file() and supervisor_log.stat().st_size == 0:
-        supervisor_log.unlink(missing_ok=True)
+    try:
+        if supervisor_log.stat().st_size == 0:
+            supervisor_log.unlink()
+    except FileNotFoundError:
+        pass
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@ JOB_ID_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 MODULE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 LABEL_KEY_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 LABEL_VALUE_PATTERN = re.compile(r"[a-z0-9_-]{0,63}")
+MAX_LABELS = 64  # the service's limit on labels per resource
+# google.protobuf.Duration's range (about 10,000 years), which the REST API's durations are:
+# the service cannot be given more, and a timedelta of it still fits (a bigger one overflows).
+MAX_DURATION_SECONDS = 315_576_000_000
 
 
 def validate_job_id(job_id: str) -> str:
@@ -57,25 +61,47 @@ def validate_package_path(path: str) -> Path:
 
 
 def validate_labels(labels: dict[str, str]) -> dict[str, str]:
+    """The service's label rules: at most 64; keys of 1 to 63 characters starting with a lowercase
+    letter, values of up to 63; only lowercase letters, digits, `-` and `_` (so no blank or newline)."""
+    check_label_count(labels)
     for key, value in labels.items():
+        shown_key = printable(key, one_line=True)
         if not LABEL_KEY_PATTERN.fullmatch(key):
             raise ValidationError(
-                f"Invalid label key [{key}]: keys start with a lowercase letter and use only "
-                "lowercase letters, digits, `-` and `_`."
+                f"Invalid label key [{shown_key}]: keys have 1 to 63 characters, start with a lowercase letter and "
+                "use only lowercase letters, digits, `-` and `_`."
             )
         if not LABEL_VALUE_PATTERN.fullmatch(value):
             raise ValidationError(
-                f"Invalid label value [{value}] for [{key}]: use only lowercase letters, digits, `-` and `_`."
+                f"Invalid label value [{printable(value, one_line=True)}] for [{shown_key}]: values have at most 63 "
+                "characters and use only lowercase letters, digits, `-` and `_`."
             )
     return labels
 
 
+def check_label_count(labels: dict[str, str]) -> None:
+    if len(labels) > MAX_LABELS:
+        raise ValidationError(
+            f"{len(labels)} labels given: a job has at most {MAX_LABELS}; drop {len(labels) - MAX_LABELS} of them."
+        )
+
+
 def parse_duration_seconds(value: str, field: str) -> float:
-    """Durations as the REST API writes them: '7200s', '1.5s'."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)s", value.strip())
+    """Durations as the REST API writes them: '7200s', '1.5s' (at most nine fractional digits,
+    at most MAX_DURATION_SECONDS, as google.protobuf.Duration)."""
+    shown = printable(str(value), one_line=True)
+    match = re.fullmatch(r"(\d+(?:\.\d{1,9})?)s", value.strip())
     if not match:
-        raise ValidationError(f"Invalid {field} [{value}]: write a duration in seconds such as `7200s`.")
-    return float(match.group(1))
+        raise ValidationError(
+            f"Invalid {field} [{shown}]: write a duration in seconds such as `7200s` (at most nine fractional digits)."
+        )
+    seconds = float(match.group(1))
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValidationError(
+            f"Invalid {field} [{shown}]: at most {MAX_DURATION_SECONDS}s (about 10,000 years), as the service's "
+            "durations: give a shorter one."
+        )
+    return seconds
 
 
 def scheduling_seconds(job, field: str) -> float | None:
@@ -87,3 +113,39 @@ def scheduling_seconds(job, field: str) -> float | None:
         return None
     first, *rest = field.split("_")
     return parse_duration_seconds(value, f"scheduling.{first}{''.join(part.title() for part in rest)}")
+
+
+RUNTIME_VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# Docker's image reference grammar (distribution/reference): [domain[:port]/]path[:tag][@digest],
+# where the first part is a domain only if it has a `.` or a `:` or is `localhost`.
+_DOMAIN = re.compile(r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*"
+                     r"(?::[0-9]+)?")
+_PATH = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+                   r"(?::\w[\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
+
+
+def _is_image_reference(image: str) -> bool:
+    first, _, rest = image.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return _DOMAIN.fullmatch(first) is not None and _PATH.fullmatch(rest) is not None
+    return _PATH.fullmatch(image) is not None
+
+
+def validate_runtime_version_name(version: str) -> str:
+    """A name `runtimes add` maps: it becomes a --runtime-version value and a key of runtimes.json."""
+    if RUNTIME_VERSION_PATTERN.fullmatch(version or ""):
+        return version
+    raise ValidationError(
+        f"Invalid runtime version [{printable(version, one_line=True)}]: use 1 to 64 letters, digits, `.`, `-` "
+        "or `_`, starting with a letter or digit, such as `2.11` or `team-tf`."
+    )
+
+
+def validate_image_reference(image: str) -> str:
+    """An image name as Docker parses it (`repository[:tag][@digest]`, the repository in lowercase)."""
+    if image and len(image) <= 255 and _is_image_reference(image):
+        return image
+    raise ValidationError(
+        f"Invalid image name [{printable(image, one_line=True)}]: write it as Docker does, e.g. "
+        "`registry.example.com/team/trainer:1.0` (repository in lowercase; tag of letters, digits, `.`, `-`, `_`)."
+    )

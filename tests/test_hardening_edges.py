@@ -140,9 +140,8 @@ def test_a_rejected_submit_leaves_no_lock_file(cli, home, tmp_path):
     result = cli("jobs", "submit", "training", "rejected", "--package-path", str(root / "trainer"),
                  "--module-name", "trainer.task", "--region", "us-central1", "--runtime-version", "minimal")
     assert result.returncode == 2, result.stderr
-    assert result.stderr.splitlines()[0] == (
-        "ERROR: Packaging of user Python code failed: error: setup.py is broken"
-    )
+    assert result.stderr.startswith("ERROR: Packaging of user Python code failed: error: setup.py is broken. Try ")
+    assert len(result.stderr.splitlines()) == 1, result.stderr  # one line; --verbosity info shows the build's output
     assert not any((home / "locks").iterdir())
     assert not (home / "work").exists() or not any((home / "work").iterdir())
 
@@ -232,7 +231,8 @@ def test_error_lines_escape_control_characters_and_lead_with_the_problem(cli, ho
     assert result.stderr == "ERROR: Job [job\\x1b]0;pwned\\x07\\nid] not found; `aiptrain jobs list` shows the jobs that exist.\n"
     usage = cli("jobs", "submit", "training")
     assert usage.returncode == 2
-    assert usage.stderr.splitlines()[0] == "ERROR: Missing argument 'JOB'."
+    assert usage.stderr.startswith("ERROR: Missing argument 'JOB'. Usage: aiptrain jobs submit training ")
+    assert len(usage.stderr.splitlines()) == 1  # the usage and the way to the help on the same line
 
 
 NASTY_TRAINER = '''
@@ -303,6 +303,39 @@ def test_a_finished_job_leaves_no_lock_work_dir_or_empty_supervisor_log(cli, hom
     assert not any((home / "locks").iterdir())
     assert not any((home / "work").iterdir())
     assert job_resources(docker_api, job_id) == []
+
+
+@pytest.mark.docker
+def test_a_submit_killed_before_the_launch_leaves_no_empty_supervisor_log(cli, home, docker_api):
+    """The supervisor submit starts ahead of the launch opens its log; when submit dies, it exits
+    having said nothing, and the job is failed by the next command: no empty log stays behind."""
+    from aiptrain.model import Job
+    from aiptrain.settings import Settings
+    from aiptrain.store import JobStore
+    from aiptrain.supervisor import Standby
+    from conftest import wait_for
+
+    settings = Settings()
+    settings.ensure_dirs()
+    job_id = f"killed_{uuid.uuid4().hex[:8]}"
+    with JobStore(settings.store_path) as store:
+        store.create(Job.model_validate({"jobId": job_id}))
+    lock = JobLock.try_acquire(settings.job_lock_path(job_id))
+    standby = Standby(job_id, lock, settings)
+    assert settings.supervisor_log_path(job_id).exists()
+    os.close(standby._write_end)  # submit is killed: its end of the pipe closes, and its hold on the lock
+    lock.release()
+
+    def supervisor_gone() -> bool:  # it holds the lock it inherited until it exits
+        free = JobLock.try_acquire(settings.job_lock_path(job_id))
+        if free is not None:
+            free.release()
+        return free is not None
+
+    wait_for(supervisor_gone, what="the standby supervisor to exit")
+    assert yaml.safe_load(cli("jobs", "describe", job_id, check_code=0).stdout)["state"] == "FAILED"
+    assert sorted(p.name for p in (home / "logs").iterdir()) == [f"{job_id}.jsonl"]
+    assert not any((home / "locks").iterdir())
 
 
 # -- evaluators finish their last evaluation -------------------------------------------------------

@@ -72,6 +72,10 @@ INVALID = [
     ({"maxTrials": 0, "params": [LR]}, f"{WHERE}.maxTrials", "must be at least 1"),
     ({"maxParallelTrials": "0", "params": [LR]}, f"{WHERE}.maxParallelTrials", "must be at least 1"),
     ({"maxFailedTrials": -1, "params": [LR]}, f"{WHERE}.maxFailedTrials", "must be at least 0"),
+    # 5,000 trials at once was accepted: 5,000 containers (issue 21.10)
+    ({"maxTrials": 5000, "params": [LR]}, f"{WHERE}.maxTrials", "is 5000; aiptrain runs at most 1000"),
+    ({"maxParallelTrials": 5000, "params": [LR]}, f"{WHERE}.maxParallelTrials", "is 5000; aiptrain runs at most 100"),
+    ({"maxFailedTrials": 5000, "params": [LR]}, f"{WHERE}.maxFailedTrials", "aiptrain runs at most 1000"),
     ({"maxTrials": "many", "params": [LR]}, f"{WHERE}.maxTrials", "valid integer"),
     ({"algorithm": "GRID_SEARCH", "params": [UNITS, LR]}, f"{WHERE}.params[1] (learning_rate)",
      "GRID_SEARCH takes INTEGER, CATEGORICAL or DISCRETE"),

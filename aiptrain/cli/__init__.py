@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         argv, global_flags = normalize(sys.argv[1:] if argv is None else list(argv))
     except GcloudUsageError as exc:
-        click.echo(f"ERROR: (aiptrain) {exc}", err=True)
+        click.echo(f"ERROR: (aiptrain) {_printable(str(exc))}", err=True)
         sys.exit(EXIT_USAGE)
     configure_logging(global_flags.verbosity)
     for line in global_flags.without_local_effect():
@@ -108,9 +108,14 @@ def main(argv: list[str] | None = None) -> None:
 
         if os.environ.get("AIPTRAIN_DEBUG"):
             traceback.print_exc()
-        click.echo(f"ERROR: aiptrain failed unexpectedly: {type(exc).__name__}: {exc} "
-                   "(set AIPTRAIN_DEBUG=1 for the traceback)", err=True)
-        code = EXIT_INTERNAL
+        environment = _environment_error(exc)
+        if environment is not None:
+            click.echo(f"ERROR: {_printable(str(environment))}", err=True)
+            code = environment.exit_code
+        else:
+            click.echo(f"ERROR: aiptrain failed unexpectedly: {_printable(f'{type(exc).__name__}: {exc}')} "
+                       "(set AIPTRAIN_DEBUG=1 for the traceback)", err=True)
+            code = EXIT_INTERNAL
     sys.exit(code if isinstance(code, int) else 0)
 
 
@@ -133,16 +138,43 @@ def configure_logging(verbosity: str) -> None:
     logger.setLevel(logging.CRITICAL + 1 if verbosity == "none" else verbosity.upper())
 
 
+def _environment_error(exc: Exception) -> AiptrainError | None:
+    """A full disk, or the job store failing in the middle of a command (a page found damaged):
+    one line naming the file and what to do, exit 3, rather than a bug report. Opening the
+    store is checked where it is opened (aiptrain.jobtable)."""
+    import errno
+
+    from aiptrain.errors import EnvironmentNotReady
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = f" writing [{exc.filename}]" if exc.filename else ""
+        return EnvironmentNotReady(f"The disk is full{where} ({exc.strerror}): free space on it, then try again.")
+    sqlite3 = sys.modules.get("sqlite3")
+    if sqlite3 is None or not isinstance(exc, sqlite3.DatabaseError):
+        return None
+    from aiptrain.jobtable import store_problem
+    from aiptrain.settings import Settings
+
+    return store_problem(Settings().store_path, exc)
+
+
 def _printable(message: str) -> str:
+    """An error message as one line of plain text: a value echoed in it (a newline in a label, an
+    escape sequence in a job ID) can neither break the line nor drive the terminal."""
     from aiptrain.logs import printable
 
-    return printable(message)
+    return printable(message.strip(), one_line=True)
 
 
 def _show_click_error(exc: click.ClickException) -> None:
-    """The problem first, on one line (as gcloud's `ERROR: ...`), then the usage hint."""
-    click.echo(f"ERROR: {_printable(exc.format_message())}", err=True)
+    """One line, as gcloud's `ERROR: ...`: the problem, then the command's usage and where its help
+    is. A group run without a command shows its help instead (click's NoArgsIsHelpError)."""
     ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+        click.echo(ctx.get_help(), err=True)
+        return
+    message = _printable(" ".join(exc.format_message().split()))
     if isinstance(exc, click.UsageError) and ctx is not None:
-        click.echo(ctx.get_usage(), err=True)
-        click.echo(f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help.", err=True)
+        usage = " ".join(ctx.get_usage().split())
+        message = f"{message.rstrip('.')}. {usage} (`{ctx.command_path} {ctx.help_option_names[0]}` for help)."
+    click.echo(f"ERROR: {message}", err=True)

@@ -58,18 +58,43 @@ def install(directory: Path | None, force: bool) -> None:
     if target.exists() and not force and MARKER not in target.read_text(errors="replace"):
         raise click.UsageError(f"[{target}] exists and is not aiptrain's shim: choose another DIRECTORY or pass --force.")
     package_root = str(Path(aiptrain.__file__).resolve().parent.parent)
-    directory.mkdir(parents=True, exist_ok=True)
-    target.write_text(shim_script(sys.executable, package_root))
-    target.chmod(0o755)
-    click.echo(f"Wrote [{target}]: `gcloud ai-platform|ml-engine ...` now runs aiptrain.", err=True)
+    scripts = {target: (shim_script(sys.executable, package_root),
+                        "`gcloud ai-platform|ml-engine ...` now runs aiptrain.")}
     gsutil = directory / "gsutil"
     if not gsutil.exists() or MARKER in gsutil.read_text(errors="replace") or force:
-        gsutil.write_text(shim_script(sys.executable, package_root, "aiptrain.cli.gsutil"))
-        gsutil.chmod(0o755)
-        click.echo(f"Wrote [{gsutil}]: `gsutil` works on gs:// paths kept on this machine.", err=True)
+        scripts[gsutil] = (shim_script(sys.executable, package_root, "aiptrain.cli.gsutil"),
+                           "`gsutil` works on gs:// paths kept on this machine.")
+    _write_scripts(directory, {path: text for path, (text, _) in scripts.items()})
+    for path, (_, what) in scripts.items():
+        click.echo(f"Wrote [{path}]: {what}", err=True)
     path_dirs = [Path(p).resolve() for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     if not path_dirs or path_dirs[0] != directory:
         click.echo(f'Put it first on your PATH to use it:\n  export PATH="{directory}:$PATH"', err=True)
+
+
+def _write_scripts(directory: Path, scripts: dict[Path, str]) -> None:
+    """Write the executables all or none: each beside its target first, then renamed over it.
+    A directory that cannot be written is the environment's problem (exit 3), said in one line."""
+    from aiptrain.errors import EnvironmentNotReady
+
+    partials = {path: path.with_name(f".{path.name}.partial") for path in scripts}
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for path, text in scripts.items():
+            partials[path].write_text(text)
+            partials[path].chmod(0o755)
+        for path, partial in partials.items():
+            partial.replace(path)
+    except OSError as exc:
+        for partial in partials.values():
+            try:
+                partial.unlink(missing_ok=True)
+            except OSError:
+                pass
+        raise EnvironmentNotReady(
+            f"Cannot write the shim into [{directory}]: {exc.strerror or exc}; choose a directory you can write "
+            "(`aiptrain gcloud-shim install DIRECTORY`) or make this one writable."
+        ) from None
 
 
 # -- gcloud properties -------------------------------------------------------------------------
