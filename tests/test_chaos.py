@@ -263,7 +263,9 @@ def test_fuzzed_job_ids_and_labels(tally, home, capsys):
 
     from aiptrain.cli import main
     from aiptrain.errors import ValidationError
-    from aiptrain.validation import JOB_ID_PATTERN, validate_job_id, validate_labels
+    from aiptrain.validation import (
+        JOB_ID_PATTERN, LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN, validate_job_id, validate_labels,
+    )
 
     controls = [chr(c) for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))]
     failures: list[str] = []
@@ -280,8 +282,12 @@ def test_fuzzed_job_ids_and_labels(tally, home, capsys):
             held &= not JOB_ID_PATTERN.fullmatch(job_id) and one_line_without_controls(str(exc))
         try:
             validate_labels(labels)
-        except ValidationError:
-            pass
+            held &= all(LABEL_KEY_PATTERN.fullmatch(k) and LABEL_VALUE_PATTERN.fullmatch(v) for k, v in labels.items())
+        except ValidationError as exc:
+            refused_rightly = not all(
+                LABEL_KEY_PATTERN.fullmatch(k) and LABEL_VALUE_PATTERN.fullmatch(v) for k, v in labels.items()
+            )
+            held &= refused_rightly and one_line_without_controls(str(exc))
         # The CLI echoes what it refuses on one line, escaped.
         with pytest.raises(SystemExit) as exited:
             main(["jobs", "describe", "--", job_id])
