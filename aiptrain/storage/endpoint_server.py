@@ -145,21 +145,11 @@ class Tree:
 
     def _open_dir(self, parts: list[str], create: bool = False) -> int:
         """A descriptor of the directory ROOT/parts..., made when `create`; ENOENT/ENOTDIR otherwise."""
-        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        root = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            for part in parts:
-                if create:
-                    try:
-                        os.mkdir(part, 0o755, dir_fd=fd)
-                    except FileExistsError:
-                        pass
-                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-                os.close(fd)
-                fd = child
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+            return self._open_dir_at(root, parts, create)
+        finally:
+            os.close(root)
 
     def bucket_exists(self, bucket: str) -> bool:
         try:
@@ -202,6 +192,7 @@ class Tree:
 
     @staticmethod
     def _open_dir_at(fd: int, parts: list[str], create: bool = False) -> int:
+        """A descriptor of the directory fd/parts..., walked one part at a time through no link."""
         current = os.dup(fd)
         try:
             for part in parts:
