@@ -3,20 +3,40 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
+import stat
 from pathlib import Path
 
+from aiptrain import safe_files
 from aiptrain.errors import ValidationError
 from aiptrain.storage import bucket_name, check_gcs_uri, object_name
 
 
 def feed_file(digest, path: Path):
-    """Update a hashlib object with a file's bytes, a megabyte at a time; return it."""
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
+    """Update a hashlib object with a file's bytes, a megabyte at a time; return it. Only a
+    regular file, never through a link at its name, never blocking (a FIFO is refused)."""
+    fd = _open_regular(path)
+    try:
+        for block in iter(lambda: os.read(fd, 1 << 20), b""):
             digest.update(block)
+    finally:
+        os.close(fd)
     return digest
+
+
+def _open_regular(path: Path, dir_fd: int | None = None) -> int:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):
+            raise ValidationError(f"[{path}] is not a regular file (a link or a special file): not read.") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValidationError(f"[{path}] is not a regular file (a link or a special file): not read.")
+    return fd
 
 
 def md5_base64(path: Path) -> str:
@@ -29,11 +49,22 @@ def md5_base64(path: Path) -> str:
 
 def link_or_copy(source: Path, target: Path) -> None:
     """A hard link when both are on one file system (no bytes copied), else a copy. Safe for
-    staged files and objects: they are never modified in place."""
+    staged files and objects: they are never modified in place. Only a regular file is taken,
+    never through a link at its name."""
     try:
-        os.link(source, target)
+        os.link(source, target, follow_symlinks=False)
     except OSError:
-        shutil.copyfile(source, target)
+        copy_regular(source, target)
+        return
+    if not stat.S_ISREG(os.lstat(target).st_mode):  # linked the link or FIFO itself: not a package
+        os.unlink(target)
+        raise ValidationError(f"[{source}] is not a regular file (a link or a special file): not taken.")
+
+
+def copy_regular(source: Path, target: Path, source_dir_fd: int | None = None) -> None:
+    fd = _open_regular(source, source_dir_fd)
+    with os.fdopen(fd, "rb") as reader, open(target, "wb") as writer:
+        shutil.copyfileobj(reader, writer, 1 << 20)
 
 
 REPLICA_IDS = (65534, 65534)  # nobody: the replicas' user (and the storage endpoint's) when aiptrain runs as root
@@ -66,11 +97,22 @@ class LocalBucket:
         self.keep = self.root  # emptied directories are removed up to this one, not it
 
     def _object_path(self, path: str) -> Path:
-        """The file for an object path; an object path can never leave the bucket root."""
-        candidate = (self.root / path.lstrip("/")).resolve()
-        if candidate != self.root and not candidate.is_relative_to(self.root):
+        """The file for an object path; an object path can never leave the bucket root. Named,
+        not resolved: what is inside a bucket may be a trainer's, so every operation below walks
+        to it from the root through no link (aiptrain.safe_files)."""
+        relative = os.path.normpath(path.lstrip("/"))
+        if relative == ".":
+            return self.root
+        if relative == ".." or relative.startswith("../"):
             raise ValidationError(f"Object path [{path}] escapes the bucket [{self.url}]; use a path inside it.")
-        return candidate
+        return self.root / relative
+
+    @contextlib.contextmanager
+    def _parent(self, target: Path, create: bool = False):
+        """(descriptor of the target's directory, reached through no link, and its name)."""
+        relative = target.parent.relative_to(self.root)
+        with safe_files.open_dir(self.root, relative, create=create) as fd:
+            yield fd, target.name
 
     def uri(self, path: str) -> str:
         return f"file://{self._object_path(path)}"
@@ -79,44 +121,81 @@ class LocalBucket:
         return f"[{self.uri(path)}] does not exist: check the path."
 
     def exists(self, path: str) -> bool:
-        return self._object_path(path).is_file()
+        target = self._object_path(path)
+        try:
+            with self._parent(target) as (fd, name):
+                return stat.S_ISREG(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+        except (OSError, ValidationError):
+            return False
 
     def upload(self, source: Path, path: str) -> str:
         target = self._object_path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # Write beside the target and rename, so a reader never sees half an object.
-        partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
-        shutil.copyfile(source, partial)
-        os.replace(partial, target)
+        with self._parent(target, create=True) as (fd, name):
+            # Written beside the target and renamed, so a reader never sees half an object; the
+            # name is new (O_EXCL), so nothing a trainer put there is written through.
+            partial = f".{name}.partial-{os.getpid()}"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(partial, dir_fd=fd)
+            out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd)
+            with open(source, "rb") as reader, os.fdopen(out, "wb") as writer:
+                shutil.copyfileobj(reader, writer, 1 << 20)
+            os.replace(partial, name, src_dir_fd=fd, dst_dir_fd=fd)
         return self.uri(path)
 
     def copy(self, source: str, path: str, md5: str) -> str | None:
         original = self._object_path(source)
-        if not original.is_file() or md5_base64(original) != md5:
+        if not self.exists(source) or self._md5(original) != md5:
             return None
         target = self._object_path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
-        partial.unlink(missing_ok=True)
-        link_or_copy(original, partial)
-        os.replace(partial, target)
+        with self._parent(original) as (source_fd, source_name), self._parent(target, create=True) as (fd, name):
+            partial = f".{name}.partial-{os.getpid()}"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(partial, dir_fd=fd)
+            os.link(source_name, partial, src_dir_fd=source_fd, dst_dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISREG(os.stat(partial, dir_fd=fd, follow_symlinks=False).st_mode):
+                os.unlink(partial, dir_fd=fd)  # replaced since the check: not an object
+                return None
+            os.replace(partial, name, src_dir_fd=fd, dst_dir_fd=fd)
         return self.uri(path)
+
+    def _md5(self, target: Path) -> str | None:
+        import base64
+        import hashlib
+
+        digest = hashlib.md5(usedforsecurity=False)
+        try:
+            with self._parent(target) as (fd, name):
+                reader = _open_regular(Path(name), fd)
+                try:
+                    for block in iter(lambda: os.read(reader, 1 << 20), b""):
+                        digest.update(block)
+                finally:
+                    os.close(reader)
+        except (OSError, ValidationError):
+            return None
+        return base64.b64encode(digest.digest()).decode()
 
     def download(self, path: str, destination: Path) -> None:
         source = self._object_path(path)
-        if not source.is_file():
+        if not self.exists(path):
             raise ValidationError(self._missing(path))
         destination.parent.mkdir(parents=True, exist_ok=True)
-        link_or_copy(source, destination)
+        with self._parent(source) as (fd, name):
+            copy_regular(Path(name), destination, fd)
 
     def delete_prefix(self, prefix: str) -> None:
         target = self._object_path(prefix)
         if target == self.root:
             raise ValidationError("Refusing to delete a whole bucket.")
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
+        try:
+            with self._parent(target) as (fd, name):
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode):
+                    shutil.rmtree(target)  # refuses a link at the top, follows none inside
+                else:
+                    os.unlink(name, dir_fd=fd)  # a file, or a link itself, never what it names
+        except FileNotFoundError:
+            pass
         # Drop parent directories the object left empty, up to the bucket root (`keep`).
         for parent in target.parents:
             if parent == self.keep or not parent.is_relative_to(self.keep):
