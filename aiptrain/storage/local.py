@@ -107,11 +107,24 @@ class LocalBucket:
             raise ValidationError(f"Object path [{path}] escapes the bucket [{self.url}]; use a path inside it.")
         return self.root / relative
 
+    def object_file(self, path: str) -> Path:
+        """The file that holds the object at `path` (which may not exist yet), for callers that
+        work on paths: refused when links inside the bucket lead out of it."""
+        target = self._object_path(path).resolve()
+        if target != self.root and not target.is_relative_to(self.root):
+            raise ValidationError(f"Object path [{path}] escapes the bucket [{self.url}]; use a path inside it.")
+        return target
+
     @contextlib.contextmanager
     def _parent(self, target: Path, create: bool = False):
-        """(descriptor of the target's directory, reached through no link, and its name)."""
-        relative = target.parent.relative_to(self.root)
-        with safe_files.open_dir(self.root, relative, create=create) as fd:
+        """(descriptor of the target's directory, reached through no link from `keep`, and its
+        name); with `create`, missing directories (the bucket's own too) are made."""
+        if create:
+            self.keep.mkdir(parents=True, exist_ok=True)
+        if not target.parent.is_relative_to(self.keep):  # the bucket's own directory is a link out
+            raise safe_files.UnsafePath(f"[{self.url}] is a link out of {self.keep}: remove it.")
+        relative = target.parent.relative_to(self.keep)
+        with safe_files.open_dir(self.keep, relative, create=create) as fd:
             yield fd, target.name
 
     def uri(self, path: str) -> str:
@@ -225,7 +238,6 @@ class LocalGcsBucket(LocalBucket):
         check_gcs_uri(self.uri(path), kept_locally=True)
         return super()._object_path(self._name(path))
 
-    object_file = _object_path  # the file that holds the object at a path (which may not exist yet)
 
     def upload(self, source: Path, path: str) -> str:
         uri = super().upload(source, path)
