@@ -43,7 +43,7 @@ browser:
 	scripts/install-chromium.sh
 
 test: images lint docs browser
-	$(BIN)/pytest -q -m "not slow and not multinode and not runtimes"
+	$(BIN)/pytest -q --durations=25 -m "not slow and not multinode and not runtimes"
 
 # The scale tests (100 concurrent jobs): minutes on a 2-core machine.
 test-slow: images
