@@ -9,6 +9,7 @@ the final state: the state is written last, so readers that see it have every li
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sqlite3
@@ -32,6 +33,8 @@ from aiptrain.settings import Settings
 from aiptrain.store import JobStore
 from aiptrain.topology import replicas_for
 from aiptrain.validation import scheduling_seconds
+
+log = logging.getLogger(__name__)
 
 ACTIVE = (State.QUEUED, State.PREPARING, State.RUNNING, State.CANCELLING)
 LOG_TAIL_LINES = 20
@@ -368,7 +371,16 @@ class Supervisor:
     def record(self, state: State, error: str | None) -> State:
         shutil.rmtree(self.settings.job_work_dir(self.job_id), ignore_errors=True)
         job = self.store.transition(self.job_id, state, ACTIVE, error_message=error)
+        self.release_shared()
         return job.state if job else state
+
+    def release_shared(self) -> None:
+        """The last active job of the installation takes down what its jobs share (the storage
+        endpoint); a failure there never changes how the job ended."""
+        try:
+            self.backend.release_shared(lambda: bool(self.store.active_job_ids()))
+        except Exception as exc:  # noqa: BLE001 - logged; the next job's end or launch tries again
+            log.warning("Could not release what the installation's jobs share: %s", exc)
 
     def error_message(self, decision: Decision, failed_trial: str = "") -> str | None:
         if decision.state is State.CANCELLED:

@@ -89,7 +89,10 @@ def _shared_engine_resources_go_with_their_homes(tmp_path):
     ours = str(tmp_path)
     for container in containers:
         if (container["Labels"].get("aiptrain.home") or "").startswith(ours):
-            api.remove_container(container["Id"], force=True)
+            try:
+                api.remove_container(container["Id"], force=True)
+            except docker.errors.APIError:  # gone, or being removed by the last job's supervisor
+                pass
     for network in networks:
         if (network["Labels"].get("aiptrain.home") or "").startswith(ours):
             try:

@@ -12,7 +12,7 @@ import importlib
 import threading
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterator, NamedTuple, Protocol
+from typing import Callable, Iterator, NamedTuple, Protocol
 
 from aiptrain.planning import ContainerSpec, LaunchPlan
 from aiptrain.settings import BACKEND_NAMES, Settings
@@ -91,6 +91,11 @@ class Backend(Protocol):
     def remove(self, job_id: str, trial_id: str | None = None) -> None:
         """Remove the containers and networks of the job (of one trial only, when given);
         nothing if there are none."""
+
+    def release_shared(self, still_needed: Callable[[], bool]) -> None:
+        """Remove what the installation's jobs share (the storage endpoint) unless
+        `still_needed()` says a job still is active, asked under the lock a launch takes to
+        start them; the next launch starts them again."""
 
     def wait_for_changes(self, job_id: str, stop: threading.Event, changed: threading.Event) -> None:
         """Set `changed` whenever a replica starts or stops, until `stop` is set."""

@@ -30,7 +30,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import ClassVar, Iterator
+from typing import Callable, ClassVar, Iterator
 
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
@@ -329,6 +329,24 @@ class DockerBackend:
                 self._wait_listening(endpoint.name)
                 return gateway
         raise EnvironmentNotReady(f"The storage endpoint {endpoint.name} keeps changing: try again.")
+
+    def release_shared(self, still_needed: Callable[[], bool]) -> None:
+        """The storage endpoint never outlives the installation's jobs: removed when the last
+        active one ends (the next launch starts it again, about half a second). Under the lock
+        a launch starts it with, so a job recorded before its launch keeps it."""
+        from docker.errors import APIError, NotFound
+
+        from aiptrain.storage.endpoint import LABEL_ROLE, ROLE
+
+        if not self._installation or not self._home:
+            return
+        owner = f"{LABEL_INSTALLATION}={self._installation}"
+        with self._home_lock("storage-endpoint"):
+            if still_needed():
+                return
+            for container in self.api.containers(all=True, filters={"label": [owner, f"{LABEL_ROLE}={ROLE}"]}):
+                with contextlib.suppress(NotFound, APIError):
+                    self.api.remove_container(container["Id"], force=True)
 
     @staticmethod
     def _endpoint_current(info: dict, code: str, gateway: str) -> bool:

@@ -50,7 +50,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import ClassVar, Iterator
+from typing import Callable, ClassVar, Iterator
 
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.backends.docker import (DockerBackend, _body_blocks, _frame_blocks, labelled_observation, read_log_lines,
@@ -410,6 +410,9 @@ class SwarmBackend(DockerBackend):
                 time.sleep(0.2)
 
         self._each(stop_one, container_ids)
+
+    def release_shared(self, still_needed: Callable[[], bool]) -> None:
+        """Nothing: swarm jobs share no storage endpoint yet (gs:// paths are bind-mounted there)."""
 
     def remove(self, job_id: str, trial_id: str | None = None) -> None:
         """Tasks stopped, services removed, then what this node still keeps of their containers
