@@ -3,10 +3,11 @@ standing in for 2.1-2.4 on Python 3.9), with gs:// kept on the host (AIPTRAIN_GC
 served to every replica by the installation's storage endpoint (docs/guide/storage.md): an
 Estimator `train_and_evaluate` on STANDARD_1 (chief, 4 workers, 3 parameter servers) on runtime
 2.3 checkpointing to a gs:// model_dir; a Keras trainer on runtime 2.1 reading CSVs from gs://
-paths it builds from --bucket and writing checkpoints, events and a SavedModel to gs://; and
-google-cloud-storage, gsutil and gcloud storage of the 2.3 image (older clients than 2.11's)
-used from trainers. What they write is plain files under $AIPTRAIN_HOME/gcs. They need images
-beyond `make images`: `make test-runtimes` builds them and runs these."""
+paths it builds from --bucket and writing checkpoints, events and a SavedModel to gs://; an
+XGBoost trainer uploading its model with google-cloud-storage on runtime 2.5 (TensorFlow 2.5.0's
+image); a scikit-learn trainer running gsutil and gcloud storage on runtime 2.3 (the trainers of
+test_gcs_endpoint.py, there on 2.11). What they write is plain files under $AIPTRAIN_HOME/gcs.
+They need images beyond `make images`: `make test-runtimes` builds them and runs these."""
 
 from __future__ import annotations
 
@@ -91,16 +92,18 @@ def test_a_keras_trainer_on_runtime_2_1_reads_and_writes_gs_paths_it_builds(cli,
     assert job_resources(docker_api, "keras_2_1") == []
 
 
-def test_google_cloud_storage_of_the_runtime_2_3_image_uploads_a_model(cli, gcs_home, tmp_path, docker_api):
-    require_image(docker_api, runtime_image("2.3"))
-    result = submit(cli, f"xgb_2_3_{uuid.uuid4().hex[:6]}", package(tmp_path, "xgb_gs", task=XGBOOST), "2.3",
+def test_an_xgboost_trainer_on_runtime_2_5_uploads_its_model_with_google_cloud_storage(
+    cli, gcs_home, tmp_path, docker_api
+):
+    require_image(docker_api, runtime_image("2.5"))
+    result = submit(cli, f"xgb_2_5_{uuid.uuid4().hex[:6]}", package(tmp_path, "xgb_gs", task=XGBOOST), "2.5",
                     "gs://xgb-out/run", module="trainer.task")
     assert result.returncode == 0, result.stderr[-6000:]
     model = gcs_home / "gcs" / "xgb-out" / "run" / "model.bst"
     assert model.is_file() and f"uploaded run/model.bst {model.stat().st_size}" in result.stderr
 
 
-def test_gsutil_and_gcloud_storage_work_in_a_runtime_2_3_replica(cli, gcs_home, tmp_path, docker_api):
+def test_a_scikit_learn_trainer_on_runtime_2_3_runs_gsutil_and_gcloud_storage(cli, gcs_home, tmp_path, docker_api):
     require_image(docker_api, runtime_image("2.3"))
     stage(gcs_home, tmp_path, "sk-data", {"data/train.csv": linear_rows(20)})
     result = submit(cli, f"sk_2_3_{uuid.uuid4().hex[:6]}", package(tmp_path, "sk_gs", task=SKLEARN), "2.3",
