@@ -210,7 +210,9 @@ def endpoint_as_another_user(tmp_path):
         os.chmod(os.path.join(root, "by-hand", "data"), 0o555)
         os.chmod(os.path.join(root, "by-hand"), 0o555)
         user, python = None, sys.executable
-    server_file = sys.modules[Handler.__module__].__file__
+    # A copy beside the tree: `nobody` may not be able to read the checkout (under /root, say).
+    server_file = shutil.copy(sys.modules[Handler.__module__].__file__, root + ".py")
+    os.chmod(server_file, 0o644)
     server = subprocess.Popen([python, server_file, "--root", root, "--port", str(port)], user=user,
                               stderr=subprocess.DEVNULL)
 
@@ -230,6 +232,7 @@ def endpoint_as_another_user(tmp_path):
         for path in (os.path.join(root, "by-hand"), os.path.join(root, "by-hand", "data")):
             os.chmod(path, 0o755)
         shutil.rmtree(root)
+        os.unlink(server_file)
 
 
 @pytest.mark.parametrize("name", ["model.bin", "data/model.bin", "jobs/run1/model.bin"])
