@@ -181,7 +181,7 @@ def test_a_batch_of_deletes_as_gcsfs_sends_it(endpoint):
 
 
 @pytest.fixture
-def endpoint_as_another_user(tmp_path):
+def endpoint_as_another_user():
     """The endpoint serving a tree it may write, except the bucket `by-hand`, made as another
     user (root, or read-only when these tests do not run as root) as someone staging data by
     hand would. As root the server runs as the replicas' user, `nobody`, as aiptrain runs it."""
@@ -193,46 +193,50 @@ def endpoint_as_another_user(tmp_path):
 
     from conftest import wait_for
 
-    root = tempfile.mkdtemp(prefix="aiptrain-endpoint-")
-    os.chmod(root, 0o755)
-    os.makedirs(os.path.join(root, "by-hand", "data"))
-    os.makedirs(os.path.join(root, "ours"))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    if os.geteuid() == 0:
-        for path in (root, os.path.join(root, "ours")):
-            os.chown(path, 65534, 65534)
-        user = 65534
-        # The server is standard library only: the system's Python, which `nobody` may run.
-        python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or sys.executable
-    else:
-        os.chmod(os.path.join(root, "by-hand", "data"), 0o555)
-        os.chmod(os.path.join(root, "by-hand"), 0o555)
-        user, python = None, sys.executable
-    # A copy beside the tree: `nobody` may not be able to read the checkout (under /root, say).
-    server_file = shutil.copy(sys.modules[Handler.__module__].__file__, root + ".py")
-    os.chmod(server_file, 0o644)
-    server = subprocess.Popen([python, server_file, "--root", root, "--port", str(port)], user=user,
-                              stderr=subprocess.DEVNULL)
-
-    def answering() -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return True
-        except OSError:
-            return server.poll() is not None  # exited: let the test's request show why
-
+    # Not under tmp_path: `nobody` may not pass through pytest's directories (nor read the
+    # checkout, under /root say), so the tree and a copy of the server file go to a fresh directory.
+    base = tempfile.mkdtemp(prefix="aiptrain-endpoint-")
+    root = os.path.join(base, "gcs")
+    server = None
     try:
+        os.chmod(base, 0o755)
+        os.makedirs(os.path.join(root, "by-hand", "data"))
+        os.makedirs(os.path.join(root, "ours"))
+        server_file = shutil.copy(sys.modules[Handler.__module__].__file__, os.path.join(base, "server.py"))
+        os.chmod(server_file, 0o644)
+        if os.geteuid() == 0:
+            for path in (root, os.path.join(root, "ours")):
+                os.chown(path, 65534, 65534)
+            user = 65534
+            # The server is standard library only: the system's Python, which `nobody` may run.
+            python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or sys.executable
+        else:
+            for path in (os.path.join(root, "by-hand", "data"), os.path.join(root, "by-hand")):
+                os.chmod(path, 0o555)
+            user, python = None, sys.executable
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        server = subprocess.Popen([python, server_file, "--root", root, "--port", str(port)], user=user,
+                                  stderr=subprocess.DEVNULL)
+
+        def answering() -> bool:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return True
+            except OSError:
+                return server.poll() is not None  # exited: let the test's request show why
+
         wait_for(answering, what="the endpoint to listen")
         yield root, port
     finally:
-        server.kill()
-        server.wait()
+        if server is not None:
+            server.kill()
+            server.wait()
         for path in (os.path.join(root, "by-hand"), os.path.join(root, "by-hand", "data")):
-            os.chmod(path, 0o755)
-        shutil.rmtree(root)
-        os.unlink(server_file)
+            if os.path.isdir(path):
+                os.chmod(path, 0o755)
+        shutil.rmtree(base)
 
 
 @pytest.mark.parametrize("name", ["model.bin", "data/model.bin", "jobs/run1/model.bin"])
