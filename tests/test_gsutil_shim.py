@@ -51,6 +51,20 @@ def test_mb_cp_ls_cat_rm_rb_behave_as_gsutil(gcs, tmp_path, capsys):
         run(gcs, "cat", ["gs://my-bucket/none"])
 
 
+def test_ls_l_is_the_long_listing_and_ls_gs_lists_the_buckets(gcs, tmp_path, capsys):
+    """`-l` is mb's location but ls's long listing: it never takes the URL after it."""
+    (tmp_path / "x.txt").write_text("twelve bytes")
+    run(gcs, "mb", ["-l", "us-central1", "gs://my-bucket"])
+    run(gcs, "mb", ["gs://other-bucket"])
+    run(gcs, "cp", [str(tmp_path / "x.txt"), "gs://my-bucket/d/x.txt"])
+    capsys.readouterr()
+    run(gcs, "ls", ["-l", "gs://my-bucket/d/x.txt"])
+    assert capsys.readouterr().out.split() == ["12", "gs://my-bucket/d/x.txt"]
+    for listing in ([], ["gs://"]):
+        run(gcs, "ls", listing)
+        assert capsys.readouterr().out.split() == ["gs://my-bucket/", "gs://other-bucket/"]
+
+
 def test_paths_cannot_leave_the_bucket(gcs):
     from aiptrain.errors import ValidationError
 

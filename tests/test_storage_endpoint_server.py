@@ -178,3 +178,77 @@ def test_a_batch_of_deletes_as_gcsfs_sends_it(endpoint):
     answers = data.decode().split(boundary)[1:-1]
     assert status == 200 and [a.split("HTTP/1.1 ")[1][:3] for a in answers] == ["204", "204", "404"]
     assert not (root / "bkt" / "d").exists()
+
+
+@pytest.fixture
+def endpoint_as_another_user():
+    """The endpoint serving a tree it may write, except the bucket `by-hand`, made as another
+    user (root, or read-only when these tests do not run as root) as someone staging data by
+    hand would. As root the server runs as the replicas' user, `nobody`, as aiptrain runs it."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    from conftest import wait_for
+
+    # Not under tmp_path: `nobody` may not pass through pytest's directories (nor read the
+    # checkout, under /root say), so the tree and a copy of the server file go to a fresh directory.
+    base = tempfile.mkdtemp(prefix="aiptrain-endpoint-")
+    root = os.path.join(base, "gcs")
+    server = None
+    try:
+        os.chmod(base, 0o755)
+        os.makedirs(os.path.join(root, "by-hand", "data"))
+        os.makedirs(os.path.join(root, "ours"))
+        server_file = shutil.copy(sys.modules[Handler.__module__].__file__, os.path.join(base, "server.py"))
+        os.chmod(server_file, 0o644)
+        if os.geteuid() == 0:
+            for path in (root, os.path.join(root, "ours")):
+                os.chown(path, 65534, 65534)
+            user = 65534
+            # The server is standard library only: the system's Python, which `nobody` may run.
+            python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or sys.executable
+        else:
+            for path in (os.path.join(root, "by-hand", "data"), os.path.join(root, "by-hand")):
+                os.chmod(path, 0o555)
+            user, python = None, sys.executable
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        server = subprocess.Popen([python, server_file, "--root", root, "--port", str(port)], user=user,
+                                  stderr=subprocess.DEVNULL)
+
+        def answering() -> bool:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return True
+            except OSError:
+                return server.poll() is not None  # exited: let the test's request show why
+
+        wait_for(answering, what="the endpoint to listen")
+        yield root, port
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        for path in (os.path.join(root, "by-hand"), os.path.join(root, "by-hand", "data")):
+            if os.path.isdir(path):
+                os.chmod(path, 0o755)
+        shutil.rmtree(base)
+
+
+@pytest.mark.parametrize("name", ["model.bin", "data/model.bin", "jobs/run1/model.bin"])
+def test_a_write_the_endpoint_may_not_make_is_refused_at_once_with_403_naming_the_fix(endpoint_as_another_user, name):
+    """Not a 500 (TensorFlow retries those for minutes) nor a 409 about object names."""
+    root, port = endpoint_as_another_user
+    status, _, body = request(port, "POST", f"/upload/storage/v1/b/by-hand/o?uploadType=media&name={name}",
+                              body=b"weights")
+    assert status == 403, body
+    message = json.loads(body)["error"]["message"]
+    assert "may not write here" in message and "aiptrain's gsutil" in message and "chown" in message
+    assert not os.path.exists(os.path.join(root, "by-hand", name))
+    assert os.listdir(os.path.join(root, ".aiptrain-uploads")) == []  # the partial upload went
+    status, _, body = request(port, "POST", f"/upload/storage/v1/b/ours/o?uploadType=media&name={name}", body=b"w")
+    assert status == 200, body

@@ -111,7 +111,7 @@ class LocalGcs:
         return self.url(path) if path.is_relative_to(self.root) else f"file://{path}"
 
     def ls(self, urls: list[str], long: bool, recursive: bool) -> None:
-        if not urls:
+        if not [url for url in urls if url.rstrip("/") != "gs:"]:  # `ls gs://` lists the buckets too
             for bucket in sorted(p for p in self.root.glob("*") if p.is_dir() and not p.name.startswith(".")):
                 click.echo(f"gs://{bucket.name}/")
             return
@@ -163,8 +163,12 @@ class LocalGcs:
             bucket.rmdir()
 
 
-def split_options(args: list[str], switches: str) -> tuple[set[str], list[str]]:
-    """gsutil's short switches (`-r`, `-rf`) before and among the operands."""
+MB_VALUE_OPTIONS = ("-l", "-p", "-c", "-b")  # mb's options with a value: no local meaning
+
+
+def split_options(args: list[str], switches: str, value_options: tuple[str, ...] = ()) -> tuple[set[str], list[str]]:
+    """gsutil's short switches (`-r`, `-rf`) before and among the operands; `value_options`
+    take the next argument as their value (`mb -l LOCATION`, where `ls -l` is a switch)."""
     found: set[str] = set()
     rest = []
     skip_value = False
@@ -172,7 +176,7 @@ def split_options(args: list[str], switches: str) -> tuple[set[str], list[str]]:
         if skip_value:
             skip_value = False
             continue
-        if arg in ("-l", "-p", "-c", "-b"):  # mb's options with a value: no local meaning
+        if arg in value_options:
             skip_value = True
             continue
         if arg.startswith("-") and len(arg) > 1 and not arg.startswith("--"):
@@ -183,7 +187,7 @@ def split_options(args: list[str], switches: str) -> tuple[set[str], list[str]]:
 
 
 def run(gcs: LocalGcs, command: str, args: list[str]) -> None:
-    options, operands = split_options(args, "rRnlfeapU")
+    options, operands = split_options(args, "rRnlfeapU", MB_VALUE_OPTIONS if command == "mb" else ())
     if command in ("cp", "mv"):
         if len(operands) < 2:
             raise GsutilError(f"Wrong number of arguments for \"{command}\" command.")

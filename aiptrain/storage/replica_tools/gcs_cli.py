@@ -157,6 +157,8 @@ class Storage:
             os.unlink(url)
 
     def ls(self, urls: list[str], long: bool, recursive: bool) -> None:
+        if urls and all(url.rstrip("/") == "gs:" for url in urls):
+            urls = []  # `ls gs://` lists the buckets, as with no URL
         if not urls:
             for bucket in self.client.list_buckets():
                 print(f"gs://{bucket.name}/")
@@ -231,12 +233,15 @@ class Storage:
 # -- command lines ------------------------------------------------------------------------------
 
 GSUTIL_TOP_VALUE = ("-o", "-h", "-u")
+# Options that take a value: bucket creation's only (`ls -l` is the long listing, `mb -l` a location).
 VALUE_OPTIONS = ("-l", "-p", "-c", "-b", "--location", "--project", "--default-storage-class")
+BUCKET_COMMANDS = ("mb", "create")
 
 
-def parse(args: list[str], aliases: dict[str, str]) -> tuple[set[str], dict[str, str], list[str]]:
-    """(switches, options with values, operands): short switches may be grouped (-rf); long
-    ones are mapped through `aliases` (--recursive -> r)."""
+def parse(args: list[str], aliases: dict[str, str], command: str = "mb") -> tuple[set[str], dict[str, str], list[str]]:
+    """(switches, options with values, operands) of `command`'s arguments: short switches may be
+    grouped (-rf); long ones are mapped through `aliases` (--recursive -> r)."""
+    value_options = VALUE_OPTIONS if command in BUCKET_COMMANDS else ()
     switches: set[str] = set()
     values: dict[str, str] = {}
     operands: list[str] = []
@@ -247,7 +252,7 @@ def parse(args: list[str], aliases: dict[str, str]) -> tuple[set[str], dict[str,
             operands.extend(rest)
             break
         key, has_value, value = arg.partition("=")
-        if key in VALUE_OPTIONS:
+        if key in value_options:
             values[key.lstrip("-")[0]] = value if has_value else (rest.pop(0) if rest else "")
         elif arg.startswith("--"):
             if key in aliases:
@@ -269,7 +274,7 @@ def run_gsutil(argv: list[str]) -> None:
     if not argv:
         raise CommandError("Usage: gsutil [-m] [-q] cp|mv|ls|cat|rm|mb ARGS")
     command, args = argv[0], argv[1:]
-    switches, values, operands = parse(args, {})
+    switches, values, operands = parse(args, {}, command)
     run(Storage(quiet), command, switches, values, operands)
 
 
@@ -284,11 +289,14 @@ def run_gcloud(argv: list[str]) -> None:
                            "ERROR: (gcloud)")
     argv = argv[1:]
     if argv[:2] == ["buckets", "create"]:
-        switches, values, operands = parse(argv[2:], GCLOUD_ALIASES)
+        switches, values, operands = parse(argv[2:], GCLOUD_ALIASES, "create")
         return Storage().mb(operands, values.get("l"))
+    if argv[:2] == ["buckets", "list"]:
+        return Storage().ls([], False, False)
     if not argv:
-        raise CommandError("Usage: gcloud storage cp|mv|ls|cat|rm|buckets create ARGS", "ERROR: (gcloud.storage)")
-    switches, values, operands = parse(argv[1:], GCLOUD_ALIASES)
+        raise CommandError("Usage: gcloud storage cp|mv|ls|cat|rm|buckets create|buckets list ARGS",
+                           "ERROR: (gcloud.storage)")
+    switches, values, operands = parse(argv[1:], GCLOUD_ALIASES, argv[0])
     run(Storage("q" in switches), argv[0], switches, values, operands)
 
 
