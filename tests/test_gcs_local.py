@@ -14,6 +14,7 @@ import yaml
 from aiptrain.errors import ValidationError
 from aiptrain.staging import fetch, stage
 from aiptrain.storage import (
+    bucket_name,
     check_gcs_uri,
     gcs_root_for,
     kept_locally,
@@ -67,7 +68,8 @@ def test_a_symlink_out_of_the_bucket_is_refused(tmp_path):
     "name", ["abc", "my-bucket", "my_bucket", "a.b.c", "0-numbers-9", "x" * 63, ".".join(["x" * 63] * 3)]
 )
 def test_valid_bucket_names(name):
-    validate_bucket_name(name)
+    validate_bucket_name(name)  # raises ValidationError for a name the rules refuse
+    assert bucket_name(f"gs://{name}") == name
 
 
 @pytest.mark.parametrize(
