@@ -203,6 +203,11 @@ def test_sklearn_trainer_runs_gsutil_and_gcloud_storage_through_subprocess(cli, 
     job_id = f"sk_gs_{uuid.uuid4().hex[:6]}"
     result = submit(cli, job_id, package(tmp_path, "sk_gs", task=SKLEARN), "--job-dir", "gs://sk-data/out",
                     user_args=("--bucket", "sk-data"))
+    assert_the_sklearn_trainer_used_the_tools(result, gcs_home)
+
+
+def assert_the_sklearn_trainer_used_the_tools(result, gcs_home: Path) -> None:
+    """What SKLEARN leaves when gsutil and gcloud storage worked in its replica."""
     assert result.returncode == 0, result.stderr[-6000:]
     assert "coefficient 3.0" in result.stderr
     out = gcs_home / "gcs" / "sk-data" / "out"

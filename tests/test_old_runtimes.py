@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from conftest import REPO, job_resources, require_image, runtime_image
-from test_gcs_endpoint import SKLEARN, XGBOOST, linear_rows, package, stage
+from test_gcs_endpoint import SKLEARN, XGBOOST, assert_the_sklearn_trainer_used_the_tools, linear_rows, package, stage
 
 pytestmark = [pytest.mark.docker, pytest.mark.tensorflow, pytest.mark.runtimes]
 
@@ -108,12 +108,4 @@ def test_a_scikit_learn_trainer_on_runtime_2_3_runs_gsutil_and_gcloud_storage(cl
     stage(gcs_home, tmp_path, "sk-data", {"data/train.csv": linear_rows(20)})
     result = submit(cli, f"sk_2_3_{uuid.uuid4().hex[:6]}", package(tmp_path, "sk_gs", task=SKLEARN), "2.3",
                     "gs://sk-data/out", module="trainer.task", user_args=("--bucket", "sk-data"))
-    assert result.returncode == 0, result.stderr[-6000:]
-    assert "coefficient 3.0" in result.stderr
-    out = gcs_home / "gcs" / "sk-data" / "out"
-    assert (out / "model.joblib").is_file()
-    assert sorted(p.name for p in (out / "many").iterdir()) == ["0.txt", "2.txt"]
-    assert "listed ['gs://sk-data/out/many/0.txt', 'gs://sk-data/out/many/2.txt']" in result.stderr
-    assert "cat part 2" in result.stderr
-    assert not (out / "by-gcloud").exists()
-    assert (gcs_home / "gcs" / "made-in-a-replica").is_dir()
+    assert_the_sklearn_trainer_used_the_tools(result, gcs_home)

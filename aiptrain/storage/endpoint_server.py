@@ -492,22 +492,20 @@ class Handler(BaseHTTPRequestHandler):
                     while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
                         pass  # trailers
                     return
-                remaining = size
-                while remaining:
-                    block = self.rfile.read(min(BLOCK, remaining))
-                    if not block:
-                        return
-                    remaining -= len(block)
-                    yield block
+                yield from self._exactly(size)
                 self.rfile.readline(3)
         else:
-            remaining = int(self.headers.get("Content-Length") or 0)
-            while remaining:
-                block = self.rfile.read(min(BLOCK, remaining))
-                if not block:
-                    return
-                remaining -= len(block)
-                yield block
+            yield from self._exactly(int(self.headers.get("Content-Length") or 0))
+
+    def _exactly(self, remaining: int):
+        """The next `remaining` bytes of the request body, a block at a time (fewer if the
+        client hangs up)."""
+        while remaining:
+            block = self.rfile.read(min(BLOCK, remaining))
+            if not block:
+                return
+            remaining -= len(block)
+            yield block
 
     def _small_body(self) -> bytes:
         body = b""
