@@ -21,6 +21,12 @@ EXIT_INTERNAL = 4
 EXIT_INTERRUPTED = 130
 
 
+def first_line(text: object, otherwise: str = "no details") -> str:
+    """The first line of an error's text, for a one-line message that quotes it."""
+    lines = str(text).strip().splitlines()
+    return lines[0].strip() if lines else otherwise
+
+
 class AiptrainError(Exception):
     """An error with a message meant for the user, one line naming the problem and the fix."""
 

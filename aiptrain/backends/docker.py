@@ -33,7 +33,7 @@ from datetime import datetime
 from typing import Callable, ClassVar, Iterator
 
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
-from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
+from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError, first_line
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import (
     LABEL_INSTALL_FOR,
@@ -97,7 +97,7 @@ def connect(timeout: int = 120):
 
 
 def _first_line(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return first_line(exc, type(exc).__name__)
 
 
 def engine_error(exc: Exception) -> str:

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from aiptrain.errors import ValidationError
+from aiptrain.errors import ValidationError, first_line
 from aiptrain.storage import bucket_name, object_name
 
 # Files above this size are sent as resumable uploads, in chunks of this size
@@ -156,7 +156,7 @@ class GcsBucket:
             raise ValidationError(message) from None
         except (api.Forbidden, api.Unauthorized) as exc:
             raise ValidationError(
-                f"Permission denied on bucket [{self.url}] ({exc.code}: {_first_line(exc.message)}): give the "
+                f"Permission denied on bucket [{self.url}] ({exc.code}: {first_line(exc.message)}): give the "
                 "credentials in use access to its objects, or use other credentials (GOOGLE_APPLICATION_CREDENTIALS)."
             ) from None
         except auth.DefaultCredentialsError:
@@ -167,12 +167,12 @@ class GcsBucket:
             ) from None
         except auth.RefreshError as exc:
             raise ValidationError(
-                f"Cannot authenticate for bucket [{self.url}] ({_first_line(str(exc))}): renew the credentials "
+                f"Cannot authenticate for bucket [{self.url}] ({first_line(str(exc))}): renew the credentials "
                 "(`gcloud auth application-default login`)."
             ) from None
         except api.GoogleAPICallError as exc:
             raise ValidationError(
-                f"Cloud Storage refused a request on bucket [{self.url}] ({exc.code}: {_first_line(exc.message)}): "
+                f"Cloud Storage refused a request on bucket [{self.url}] ({exc.code}: {first_line(exc.message)}): "
                 "check the bucket and try again."
             ) from None
         except (ConnectionError, auth.TransportError, *_transport_errors()) as exc:
@@ -244,13 +244,8 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 def _reason(exc: BaseException) -> str:
     """The innermost cause of a transport failure, e.g. `[Errno 111] Connection refused`."""
     *_, innermost = _causes(exc)
-    text = _first_line(str(innermost))
+    text = first_line(str(innermost))
     return text.rsplit("): ", 1)[-1].rsplit(": ", 1)[-1] if "Errno" in text else text
-
-
-def _first_line(text: str) -> str:
-    lines = str(text).strip().splitlines()
-    return lines[0].strip() if lines else "no details"
 
 
 # -- what replicas need to reach the same storage ------------------------------------------------
