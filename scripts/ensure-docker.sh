@@ -18,10 +18,18 @@ if ! command -v dockerd >/dev/null 2>&1; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null
 fi
-# A dockerd killed with its session leaves its pid file behind; a reused PID would block the start.
-if ! pgrep -x dockerd >/dev/null 2>&1; then
-  rm -f /var/run/docker.pid
+# An engine that runs but is slow to answer (a loaded machine, or one still starting) is waited
+# for, never started twice.
+if pgrep -x dockerd >/dev/null 2>&1; then
+  for _ in $(seq 1 60); do
+    docker info >/dev/null 2>&1 && exit 0
+    sleep 0.5
+  done
+  echo "dockerd is running but does not answer; see /var/log/aiptrain-dockerd.log" >&2
+  exit 3
 fi
+# A dockerd killed with its session leaves its pid file behind; a reused PID would block the start.
+rm -f /var/run/docker.pid
 echo "Starting dockerd in the background (log: /var/log/aiptrain-dockerd.log) ..." >&2
 nohup dockerd >/var/log/aiptrain-dockerd.log 2>&1 &
 echo $! >"$MARKER"
