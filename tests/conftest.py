@@ -70,6 +70,15 @@ def home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.fixture
+def gcs_home(home, monkeypatch):
+    """A home where gs:// is kept on this machine (no Google credentials, no emulator)."""
+    monkeypatch.setenv("AIPTRAIN_GCS", "local")
+    for name in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "GCE_METADATA_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
 @pytest.fixture(autouse=True)
 def _shared_engine_resources_go_with_their_homes(tmp_path):
     """What an aiptrain home shares on the engine (its storage endpoint, its lone replicas'

@@ -23,14 +23,6 @@ RUNTIME = "2.11"
 
 
 @pytest.fixture
-def gcs_home(home, monkeypatch):
-    monkeypatch.setenv("AIPTRAIN_GCS", "local")
-    for name in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "GCE_METADATA_HOST"):
-        monkeypatch.delenv(name, raising=False)
-    return home
-
-
-@pytest.fixture
 def tf_runtime(docker_api):
     require_image(docker_api, runtime_image(RUNTIME))
     return RUNTIME

@@ -25,14 +25,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.tensorflow, pytest.mark.runtimes]
 TRAINERS = REPO / "tests" / "trainers"
 
 
-@pytest.fixture
-def gcs_home(home, monkeypatch):
-    monkeypatch.setenv("AIPTRAIN_GCS", "local")
-    for name in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "GCE_METADATA_HOST"):
-        monkeypatch.delenv(name, raising=False)
-    return home
-
-
 def submit(cli, job_id, trainer, version, job_dir, *flags, user_args=(), module=None):
     package_path = trainer if not isinstance(trainer, str) else TRAINERS / trainer
     return cli("jobs", "submit", "training", job_id, "--package-path", str(package_path),

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from conftest import job_resources, require_image, runtime_image, wait_for
+from test_tuning_docker import describe, trials_of
 
 pytestmark = pytest.mark.docker
 
@@ -34,14 +35,6 @@ def study(tmp_path, cli, monkeypatch):
         return cli(*args, "--", *user_args, timeout=900, check_code=code)
 
     return submit
-
-
-def describe(cli, job_id):
-    return yaml.safe_load(cli("jobs", "describe", job_id, check_code=0).stdout)
-
-
-def trials_of(job):
-    return {t["trialId"]: t for t in job.get("trainingOutput", {}).get("trials", [])}
 
 
 @pytest.fixture
