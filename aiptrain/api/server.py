@@ -16,6 +16,9 @@ from aiptrain.errors import ValidationError
 
 log = logging.getLogger("aiptrain.api")
 
+LINGER_SECONDS = 2
+LINGER_BYTES = 16 * MAX_BODY_BYTES
+
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":
@@ -52,7 +55,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._write(error_response(code, message or self.responses.get(code, ("Error",))[0]))
 
     def _serve(self) -> None:
+        self.body_left_unread = False
         self._write(self._read_and_handle())
+        if self.body_left_unread:
+            self._discard_unread_body()
 
     def _write(self, response: Response) -> None:
         data = response.encoded()
@@ -69,7 +75,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _read_and_handle(self) -> Response:
         if self.headers.get("Transfer-Encoding"):
-            self.close_connection = True  # the body was not read: the stream cannot be reused
+            self.close_connection = self.body_left_unread = True  # the stream cannot be reused
             return error_response(400, "Chunked request bodies are not taken: send Content-Length.")
         length_text = self.headers.get("Content-Length") or "0"
         if not length_text.isdigit():
@@ -77,7 +83,7 @@ class _Handler(BaseHTTPRequestHandler):
             return error_response(400, f"Content-Length [{length_text}] is not a number.")
         length = int(length_text)
         if length > MAX_BODY_BYTES:
-            self.close_connection = True
+            self.close_connection = self.body_left_unread = True
             return error_response(413, f"The request body is larger than {MAX_BODY_BYTES} bytes.")
         body = self.rfile.read(length) if length else b""
         parts = urlsplit(self.path)
@@ -87,6 +93,19 @@ class _Handler(BaseHTTPRequestHandler):
             body=body, client=self.client_address[0],
         )
         return self.app.handle(request)
+
+    def _discard_unread_body(self) -> None:
+        """A lingering close, as nginx does: closing a socket with unread data makes the kernel send
+        a reset, and a client still sending its body then sees a broken pipe instead of our answer.
+        So stop writing, and read and drop what the client still sends, bounded in bytes and time."""
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(LINGER_SECONDS)
+            left = LINGER_BYTES
+            while left > 0 and (chunk := self.connection.recv(min(left, 65536))):
+                left -= len(chunk)
+        except OSError:
+            pass  # the client went away first: nothing more to do
 
     do_GET = do_HEAD = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
 
