@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiptrain.model import Job, ReplicaConfig, TrainingInput
@@ -561,3 +562,17 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | N
         )
     return LaunchPlan(job_id, network, tuple(containers), trial.trial_id if trial else None,
                       cluster_config(job, replicas, hostnames, trial), inputs.gcs_endpoint)
+
+
+# -- what submit leaves for the job's driver ----------------------------------------------------
+
+PLAN_INPUTS_FILE = "plan-inputs.json"  # in the job's work dir: what the job (or every trial) is planned from
+
+
+def save_plan_inputs(work_dir: Path, inputs: PlanInputs) -> None:
+    work_dir.mkdir(parents=True, exist_ok=True)
+    (work_dir / PLAN_INPUTS_FILE).write_text(json.dumps(inputs_to_dict(inputs)))
+
+
+def load_plan_inputs(work_dir: Path) -> PlanInputs:
+    return inputs_from_dict(json.loads((work_dir / PLAN_INPUTS_FILE).read_text()))

@@ -553,7 +553,7 @@ class Submitter:
         verdict = admission.request(self.store, job, self.settings.max_running_replicas)
         if tuning or not verdict.admitted:
             # What the supervisor plans from: a study's trials, or a job that starts once admitted.
-            from aiptrain.tuning import save_plan_inputs
+            from aiptrain.planning import save_plan_inputs
 
             save_plan_inputs(work_dir, inputs)
         if not verdict.admitted:

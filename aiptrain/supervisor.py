@@ -24,11 +24,12 @@ from aiptrain import admission
 from aiptrain.backends import Backend, ReplicaObservation, ReplicaStatus, open_backend
 from aiptrain.errors import AiptrainError
 from aiptrain.jobtable import DamagedRecord
-from aiptrain.lifecycle import Decision, awaited_at_end, decide, failure_message, replica_label
+from aiptrain.lifecycle import SETTLE_CHECKS, Decision, Settle, awaited_at_end, decide, failure_message, replica_label
 from aiptrain.logs import (CLOSING_LINES, SERVICE, JobLogWriter, last_times_by_task, parse_engine_time, record_line,
                            records_of_task, severity_of)
 from aiptrain.model import State, utc_now
 from aiptrain.ownership import JobLock
+from aiptrain.planning import load_plan_inputs, plan
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
 from aiptrain.topology import replicas_for
@@ -41,8 +42,6 @@ LOG_TAIL_LINES = 20
 TRACEBACK_LINES = 60
 ENGINE_PATIENCE_SECONDS = 30
 ORPHAN_CHECK_POLLS = 20  # a queued job looks for orphaned jobs ahead of it every this many polls
-# The engine lists a replica as running for 0.1 to 0.3 s after its `die` event (measured on a busy 2-core machine).
-SETTLE_CHECKS, SETTLE_SECONDS = 10, 0.05
 
 
 class LogFollowers:
@@ -180,9 +179,6 @@ class Supervisor:
 
     def start_admitted(self) -> State | None:
         """Launch an admitted job's replicas from the plan inputs its submit left."""
-        from aiptrain.planning import plan
-        from aiptrain.tuning import load_plan_inputs
-
         job = self.store.get(self.job_id)
         work_dir = self.settings.job_work_dir(self.job_id)
         inputs = load_plan_inputs(work_dir)
@@ -425,17 +421,6 @@ def start_job(job_id: str, store: JobStore, backend: Backend, launch_plan, job_l
         raise
     store.transition(job_id, State.RUNNING, [State.PREPARING])
     job_log.service("Waiting for training program to start.")
-
-
-class Settle:
-    """After an engine event, a few quick looks; otherwise the regular poll."""
-
-    def __init__(self, quick_looks: int = 0):
-        self.left = quick_looks + 1  # the first `after` counts one down
-
-    def after(self, event_seen: bool, poll_seconds: float) -> float:
-        self.left = SETTLE_CHECKS if event_seen else max(0, self.left - 1)
-        return SETTLE_SECONDS if self.left else poll_seconds
 
 
 def log_tail(lines: list[str]) -> list[str]:

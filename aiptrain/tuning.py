@@ -14,7 +14,6 @@ adopts the trials still running and never loses a finished one.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -25,14 +24,13 @@ from pathlib import Path
 from aiptrain import safe_files
 from aiptrain.backends import ReplicaStatus
 from aiptrain.errors import AiptrainError
-from aiptrain.lifecycle import Decision
+from aiptrain.lifecycle import Decision, Settle
 from aiptrain.model import HyperparameterOutput, HyperparameterSpec, Metric, State, TrainingOutput, utc_now
-from aiptrain.planning import PlanInputs, Trial, inputs_from_dict, inputs_to_dict, plan
+from aiptrain.planning import PlanInputs, Trial, load_plan_inputs, plan
 from aiptrain.topology import replicas_for
 
 log = logging.getLogger(__name__)
 
-PLAN_INPUTS_FILE = "plan-inputs.json"  # in the job's work dir: what every trial is planned from
 PRIMARY_TASK = "master-replica-0"  # whose reports are the trial's metric, as on the service
 STUDY_SEED = 0  # the same spec explores the same points: studies are reproducible
 LAUNCHED_DIR = "launched"  # in the job's work dir (never mounted): a file per trial whose launch completed
@@ -82,18 +80,6 @@ def schedule(counts: StudyCounts, max_parallel: int, max_failed: int | None) -> 
             return StudyStep(end=State.SUCCEEDED)
         return StudyStep(end=State.FAILED, reason="No trial succeeded.")
     return StudyStep()
-
-
-# -- what submit leaves for the study ---------------------------------------------------------
-
-
-def save_plan_inputs(work_dir: Path, inputs: PlanInputs) -> None:
-    work_dir.mkdir(parents=True, exist_ok=True)
-    (work_dir / PLAN_INPUTS_FILE).write_text(json.dumps(inputs_to_dict(inputs)))
-
-
-def load_plan_inputs(work_dir: Path) -> PlanInputs:
-    return inputs_from_dict(json.loads((work_dir / PLAN_INPUTS_FILE).read_text()))
 
 
 def sampler_seed(trials_known: int) -> int:
@@ -214,7 +200,6 @@ class Study:
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> State:
-        from aiptrain.supervisor import Settle
         from aiptrain.validation import scheduling_seconds
 
         settle = Settle()
