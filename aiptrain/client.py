@@ -140,23 +140,18 @@ class Client:
     # -- read ------------------------------------------------------------------------------
 
     def get(self, job_id: str) -> Job:
-        """The job, reconciled first if nobody drives it any more; JobNotFound if there is none."""
-        return jobs.get_job(job_id, self.settings, self.store, self.backend_for(job_id))
+        """The job; JobNotFound if there is none."""
+        return jobs.get_job(job_id, self.settings, self.store)
 
     def list(self, filter: str | None = None, sort_by: str | Iterable[str] | None = None,
              limit: int | None = None) -> list[Job]:
         """Jobs as `jobs list` selects them: gcloud's --filter expression and --sort-by keys
         (`~` for descending; newest first by default), sorted, then filtered, then limited."""
-        found = listing.list_resources(self.settings, self.reconcile, filter, sort_by, limit, table=self.store)
+        found = listing.list_resources(self.settings, filter, sort_by, limit, table=self.store)
         return [Job.model_validate(resource) for resource in found]
 
-    def reconcile(self, job_id: str) -> None:
-        """Take over the job if it is active and nobody drives it any more (its submitter or
-        supervisor died): supervise it again, or fail a submission that never launched."""
-        jobs.reconcile(job_id, self.settings, self.store, self.backend_for(job_id))
-
     def job_ids(self, prefix: str = "") -> list[str]:
-        """IDs starting with `prefix`, newest first, without reconciling (shell completion)."""
+        """IDs starting with `prefix`, newest first (shell completion)."""
         return self.store.job_ids(prefix)
 
     def waiting_reason(self, job_id: str) -> str | None:
@@ -179,7 +174,7 @@ class Client:
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:
         """Block until the job ends (or `timeout` seconds pass); the job as it then is."""
-        return jobs.wait_until_done(job_id, self.settings, self.store, self.backend_for(job_id), timeout)
+        return jobs.wait_until_done(job_id, self.settings, self.store, timeout)
 
     def log_batches(self, job_id: str, task_name: str | None = None, poll_seconds: float = 0.2,
                     on_poll: Callable[[Job], None] | None = None) -> Iterator[list[logs.LogRecord]]:
@@ -194,7 +189,7 @@ class Client:
         return logs.follow_blocks(self.settings.job_log_path(job_id), self._ended(job_id), poll_seconds)
 
     def _ended(self, job_id: str, on_poll: Callable[[Job], None] | None = None) -> Callable[[], bool]:
-        self.get(job_id)  # exists? reconciled.
+        self.get(job_id)  # exists? driven.
 
         def ended() -> bool:
             job = self.get(job_id)

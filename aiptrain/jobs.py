@@ -1,58 +1,20 @@
-"""What `describe`, `list`, `stream-logs` and `cancel` do below the CLI: read a job, after
-reconciling it if nobody drives it any more, and cancel it."""
+"""What `describe`, `list`, `stream-logs` and `cancel` do below the CLI: read a job over the
+store, and cancel it. Readers start no process of their own: a reader that finds a job still
+active makes sure the home's controller runs (one flock try), which is how any command recovers
+a job whose controller died."""
 
 from __future__ import annotations
 
-import shutil
-import sys
 import time
 
 from aiptrain.backends import Backend, ReplicaStatus
 from aiptrain.errors import JobNotFound
 from aiptrain.jobtable import DamagedRecord
-from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State
-from aiptrain.ownership import JobLock, remove_if_unowned
+from aiptrain.ownership import remove_if_unowned
+from aiptrain.runner import control
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
-from aiptrain.validation import JOB_ID_PATTERN
-
-
-def reconcile(job_id: str, settings: Settings, store: JobStore, backend: Backend) -> None:
-    """If the job is active but nobody drives it, take over: restart supervision for a
-    launched job or one waiting for admission, or clean up a submission that died before launch."""
-    job = store.get(job_id)
-    if job is None and JOB_ID_PATTERN.fullmatch(job_id) and settings.job_lock_path(job_id).exists():
-        remove_if_unowned(settings.job_lock_path(job_id))  # a submit killed before it recorded the job
-    if job is None or job.state.is_terminal:
-        return
-    lock = JobLock.try_acquire(settings.job_lock_path(job_id))
-    if lock is None:
-        return  # its submitter or supervisor is alive
-    from aiptrain import supervisor  # only for a job nobody drives: rare
-
-    try:
-        job = store.get(job_id)
-        if job is None or job.state.is_terminal:
-            lock.remove()  # it ended while we waited for its lock
-            return
-        waits_for_admission = job.state is State.QUEUED and store.is_enqueued(job_id)
-        if job.state in (State.QUEUED, State.PREPARING) and not waits_for_admission:
-            backend.remove(job_id)
-            shutil.rmtree(settings.job_work_dir(job_id), ignore_errors=True)
-            message = "The job's submission was interrupted before all replicas started."
-            with JobLogWriter(settings.job_log_path(job_id)) as job_log:
-                job_log.service(message, "ERROR")
-            store.transition(job_id, State.FAILED, [State.QUEUED, State.PREPARING], error_message=message)
-            supervisor.remove_empty_log(settings, job_id)  # the standby supervisor of the submit that died
-            lock.remove()
-            return
-        full = settings.out_of_space()
-        if full:  # its supervisor could not record its progress: say why it shows an old state
-            print(f"WARNING: Job [{job_id}] may show an outdated state: {full}", file=sys.stderr, flush=True)
-        supervisor.spawn(job_id, lock, settings)
-    finally:
-        lock.release()
 
 
 def remove_stale_locks(settings: Settings, store: JobStore) -> int:
@@ -70,11 +32,12 @@ def remove_stale_locks(settings: Settings, store: JobStore) -> int:
     return removed
 
 
-def get_job(job_id: str, settings: Settings, store: JobStore, backend: Backend) -> Job:
-    reconcile(job_id, settings, store, backend)
+def get_job(job_id: str, settings: Settings, store: JobStore) -> Job:
     job = store.get(job_id)
     if job is None:
         raise JobNotFound(job_id)
+    if not job.state.is_terminal:
+        control.ensure_running(settings)
     if job.state is State.QUEUED:
         queued = store.queue_position(job_id)
         if queued:
@@ -82,20 +45,18 @@ def get_job(job_id: str, settings: Settings, store: JobStore, backend: Backend) 
     return job
 
 
-def wait_until_done(
-    job_id: str, settings: Settings, store: JobStore, backend: Backend, timeout: float | None = None
-) -> Job:
+def wait_until_done(job_id: str, settings: Settings, store: JobStore, timeout: float | None = None) -> Job:
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        job = get_job(job_id, settings, store, backend)
+        job = get_job(job_id, settings, store)
         if job.state.is_terminal or (deadline is not None and time.monotonic() > deadline):
             return job
         time.sleep(0.1)
 
 
 def cancel(job_id: str, settings: Settings, store: JobStore, backend: Backend, timeout: float = 60) -> Job:
-    """Ask for cancellation and wait (up to `timeout`) until the supervisor has torn down."""
-    job = get_job(job_id, settings, store, backend)
+    """Ask for cancellation and wait (up to `timeout`) until the controller has torn down."""
+    job = get_job(job_id, settings, store)
     if job.state.is_terminal:
         return job
     cancelling = store.transition(
@@ -105,8 +66,9 @@ def cancel(job_id: str, settings: Settings, store: JobStore, backend: Backend, t
         error_message="Job cancelled by the user.",
     )
     if cancelling is not None and cancelling.state is State.CANCELLING:
-        # Stopping the replicas here, not only in the supervisor, ends the job a poll sooner:
-        # their exits wake the supervisor, which sees the cancel and tears down.
+        # Stopping the replicas here, not only in the controller, ends the job a poll sooner:
+        # their exits wake the controller, which sees the cancel and tears down.
+        control.send(settings)
         running = [o.container_id for o in backend.observe(job_id) if o.status == ReplicaStatus.RUNNING]
         backend.stop(running, settings.stop_grace_seconds)
-    return wait_until_done(job_id, settings, store, backend, timeout)
+    return wait_until_done(job_id, settings, store, timeout)

@@ -66,6 +66,7 @@ class State(str, enum.Enum):
 
 
 TERMINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
+ACTIVE_STATES = frozenset({State.QUEUED, State.PREPARING, State.RUNNING, State.CANCELLING})  # a driver's
 
 
 class ScaleTier(str, enum.Enum):

@@ -83,7 +83,7 @@ class Settings:
     max_restarts: int = field(default_factory=lambda: _env_int("AIPTRAIN_MAX_RESTARTS", 5))
     # Seconds a replica gets between SIGTERM and SIGKILL when aiptrain stops it.
     stop_grace_seconds: int = field(default_factory=lambda: _env_int("AIPTRAIN_STOP_GRACE_SECONDS", 10))
-    # How often the supervisor looks at the replicas when no Docker event woke it earlier.
+    # How often the controller looks at a job's replicas when no Docker event woke it earlier.
     poll_seconds: float = field(default_factory=lambda: _env_float("AIPTRAIN_POLL_SECONDS", 1.0))
     # gs:// paths: `remote` (Cloud Storage), `local` (kept under gcs_root), or `auto`: remote when
     # Google credentials or a storage emulator are configured, local otherwise.
@@ -122,8 +122,12 @@ class Settings:
     # Replicas that may run at once before further jobs wait in QUEUED (aiptrain.admission);
     # unset: derived from the host's cores and free memory; 0: no cap.
     max_running_replicas: int | None = field(default_factory=lambda: _env_cap("AIPTRAIN_MAX_RUNNING_REPLICAS"))
-    # How often a queued job's supervisor looks whether it may start.
+    # How often the controller looks whether a queued job may start.
     admission_poll_seconds: float = 0.5
+    # The controller exits after this many seconds with no active job (the next command starts it).
+    controller_idle_seconds: float = field(
+        default_factory=lambda: _env_float("AIPTRAIN_CONTROLLER_IDLE_SECONDS", 60.0)
+    )
 
     @property
     def installation_id(self) -> str:
@@ -161,9 +165,25 @@ class Settings:
     def job_log_path(self, job_id: str) -> Path:
         return self.logs_dir / f"{job_id}.jsonl"
 
-    def supervisor_log_path(self, job_id: str) -> Path:
-        """The supervisor's own output: empty unless it crashed."""
-        return self.logs_dir / f"{job_id}.supervisor.log"
+    @property
+    def controller_lock_path(self) -> Path:
+        """Held (flock) by the home's controller for as long as it runs (aiptrain.runner.control)."""
+        return self.home / "controller.lock"
+
+    @property
+    def controller_state_path(self) -> Path:
+        """The controller's PID, version and start time, written once it holds its lock."""
+        return self.home / "controller.json"
+
+    @property
+    def controller_wake_path(self) -> Path:
+        """A FIFO: commands write a byte to wake the controller."""
+        return self.home / "controller.wake"
+
+    @property
+    def controller_log_path(self) -> Path:
+        """The controller's own output: what it did at --verbosity info, and tracebacks."""
+        return self.logs_dir / "controller.log"
 
     def job_lock_path(self, job_id: str) -> Path:
         return self.locks_dir / f"{job_id}.lock"

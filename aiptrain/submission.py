@@ -29,6 +29,7 @@ from aiptrain.errors import ValidationError
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, TrainingInput
 from aiptrain.ownership import JobLock
+from aiptrain.runner import control
 from aiptrain.planning import (
     LABEL_INSTALL_FOR,
     LABEL_INSTALLATION,
@@ -495,30 +496,22 @@ class Submitter:
         lock = JobLock.try_acquire(self.settings.job_lock_path(job.job_id))
         if lock is None:
             raise duplicate_job(job.job_id)  # another process is submitting this very ID
-        # Connecting to Docker (importing its SDK, negotiating the API) overlaps the packaging.
+        # Connecting to Docker (importing its SDK, negotiating the API) and the controller's
+        # start-up overlap the packaging. The controller leaves the job alone while we hold its lock.
         warm_up = threading.Thread(target=self.backend.warm_up, daemon=True)
         warm_up.start()
-        standby = None
+        control.ensure_running(self.settings)
         try:
             job = self.store.create(job, backend=self.backend.name)
             if submission.project:
                 record_project(self.settings, job.job_id, submission.project)
-            from aiptrain.supervisor import Standby
-
-            standby = Standby(job.job_id, lock, self.settings)  # starts up while the job is staged and launched
             with JobLogWriter(self.settings.job_log_path(job.job_id)) as job_log:
-                self._launch(submission, job, job_log)
-            standby.go()
+                self._record(submission, job, job_log)
         except BaseException:
-            if standby is not None:
-                standby.abandon()
-            lock.remove()  # rejected, or failed at launch: nobody will drive this job
+            lock.remove()  # rejected: nobody will drive this job
             raise
-        finally:
-            lock.release()
-        from aiptrain import cache
-
-        cache.prune_if_due(self.settings)
+        lock.release()
+        control.wake(self.settings)  # the controller launches it, now or once admitted
         return self.store.get(job.job_id)
 
     def _check_resumed_study(self, job: Job) -> None:
@@ -537,33 +530,24 @@ class Submitter:
                 f"resumePreviousJobId [{previous_id}] is still {previous.state.value}: wait for it to end."
             )
 
-    def _launch(self, submission: Submission, job: Job, job_log: JobLogWriter) -> None:
-        """From a recorded job to running replicas, telling the job's log as the service would.
-        A tuning job's trials are launched by its supervisor (aiptrain.tuning), from the plan
-        inputs left in the job's work dir."""
+    def _record(self, submission: Submission, job: Job, job_log: JobLogWriter) -> None:
+        """From a recorded job to one queued for the controller, telling the job's log as the
+        service would: stage and plan, keep the plan inputs in the job's work dir, and ask for
+        admission. The controller launches it (a study's trials too) from those inputs."""
+        from aiptrain.planning import save_plan_inputs
+
         job_log.service("Validating job requirements...")
-        launch_plan, inputs = self._stage_and_plan(submission, job)
+        _, inputs = self._stage_and_plan(submission, job)
         if inputs.installed:
             packages = " ".join(f"{PACKAGES_DIR}/{name}" for name in inputs.package_files)
             job_log.service(f"Installed the packages once for every replica: {packages}")
         job_log.service("Job creation request has been successfully validated.")
         job_log.service(f"Job {job.job_id} is queued.")
-        work_dir = self.settings.job_work_dir(job.job_id)
-        tuning = bool(job.training_input.hyperparameters)
+        save_plan_inputs(self.settings.job_work_dir(job.job_id), inputs)
         verdict = admission.request(self.store, job, self.settings.max_running_replicas)
-        if tuning or not verdict.admitted:
-            # What the supervisor plans from: a study's trials, or a job that starts once admitted.
-            from aiptrain.planning import save_plan_inputs
-
-            save_plan_inputs(work_dir, inputs)
         if not verdict.admitted:
             self._step("Queued: the job starts when the machine has room for it")
             job_log.service(verdict.reason)
-            return
-        from aiptrain.supervisor import start_job
-
-        start_job(job.job_id, self.store, self.backend, None if tuning else launch_plan, job_log, work_dir,
-                  self._step)
 
     def _stage_and_plan(self, submission: Submission, job: Job) -> tuple[LaunchPlan, PlanInputs]:
         """Package, resolve dependencies, stage, fetch and plan; on any error leave no trace

@@ -132,7 +132,7 @@ class JobMethods:
         from aiptrain import listing
 
         with self._client() as client:
-            found = listing.list_resources(self.settings, client.reconcile, call.params.get("filter") or None,
+            found = listing.list_resources(self.settings, call.params.get("filter") or None,
                                            table=client.store)
             found.sort(key=lambda r: r.get("jobId", ""))
             found.sort(key=lambda r: r.get("createTime", ""), reverse=True)

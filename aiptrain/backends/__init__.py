@@ -1,6 +1,6 @@
 """Backends turn a LaunchPlan into running replicas and report on them.
 
-The supervisor, the job verbs and the CLI see this small interface only, and get a backend
+The controller, the job verbs and the CLI see this small interface only, and get a backend
 from `open_backend`, which imports the named one on first use: `docker` (one engine) and
 `swarm` (a Docker Swarm cluster) run the same LaunchPlan. A job records which backend runs it.
 """
@@ -97,8 +97,9 @@ class Backend(Protocol):
         `still_needed()` says a job still is active, asked under the lock a launch takes to
         start them; the next launch starts them again."""
 
-    def wait_for_changes(self, job_id: str, stop: threading.Event, changed: threading.Event) -> None:
-        """Set `changed` whenever a replica starts or stops, until `stop` is set."""
+    def watch(self, stop: threading.Event, on_change: Callable[[str], None]) -> None:
+        """Call `on_change(job_id)` whenever a replica of the installation starts or stops,
+        until `stop` is set (the controller runs one watcher per backend)."""
 
     def follow_logs(self, container_id: str, since_ns: int | None = None) -> Iterator[list[LogChunk]]:
         """The replica's output from `since_ns` on, following until it stops, in batches of

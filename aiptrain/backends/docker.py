@@ -659,20 +659,23 @@ class DockerBackend:
         with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
             list(pool.map(action, items))
 
-    def wait_for_changes(self, job_id: str, stop: threading.Event, changed: threading.Event) -> None:
-        """Set `changed` whenever a replica of the job starts or dies, until `stop` is set: the
-        supervisor reacts at once instead of at its next poll."""
+    def watch(self, stop: threading.Event, on_change: Callable[[str], None]) -> None:
+        """Call `on_change(job_id)` whenever a replica of this installation starts or dies, until
+        `stop` is set: the controller steps that job at once instead of at its next poll."""
         from docker.errors import DockerException
         from requests.exceptions import RequestException
 
-        filters = {"label": self._job_labels(job_id), "type": "container", "event": ["die", "start"]}
+        owner = f"{LABEL_INSTALLATION}={self._installation}" if self._installation else LABEL_JOB
+        filters = {"label": [owner], "type": "container", "event": ["die", "start"]}
         while not stop.is_set():
             try:
                 since = time.time()
-                for _ in self.api.events(since=since, until=since + 30, filters=filters, decode=True):
-                    changed.set()
+                for event in self.api.events(since=since, until=since + 30, filters=filters, decode=True):
+                    job_id = (event.get("Actor") or {}).get("Attributes", {}).get(LABEL_JOB)
+                    if job_id:
+                        on_change(job_id)
             except (DockerException, RequestException, OSError):
-                stop.wait(1)  # the engine is away; the supervisor's poll carries on meanwhile
+                stop.wait(1)  # the engine is away; the controller's poll carries on meanwhile
 
     # -- logs ----------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ class LazyGroup(click.Group):
     cls=LazyGroup,
     lazy={
         "cache": ("aiptrain.cli.cache", "cache", "Prune the cache of packages and wheelhouses."),
+        "controller": ("aiptrain.cli.controller", "controller", "Run, inspect or stop the process that drives jobs."),
         "jobs": ("aiptrain.cli.jobs", "jobs", "Submit and manage training jobs."),
         "local": ("aiptrain.cli.local", "local", "Run a trainer on this machine, without Docker."),
         "runtimes": ("aiptrain.cli.runtimes", "runtimes", "List and build runtime images."),

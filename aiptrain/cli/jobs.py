@@ -354,13 +354,7 @@ def _list_resources(filter_, sort_by, limit, fields) -> list[dict]:
     from aiptrain import listing
     from aiptrain.settings import Settings
 
-    return listing.list_resources(Settings(), _reconcile, filter_, sort_by, limit, fields)
-
-
-def _reconcile(job_id: str) -> None:
-    """Only for an active job whose submitter or supervisor died: rare, so the façade is imported then."""
-    with _client() as client:
-        client.reconcile(job_id)
+    return listing.list_resources(Settings(), filter_, sort_by, limit, fields)
 
 
 @jobs.command()

@@ -1,0 +1,153 @@
+"""Finding, starting, waking and stopping the home's controller, from any command.
+
+Imports nothing heavy: `submit`, `describe`, `list` and `cancel` call this on every run.
+
+Whoever holds `controller.lock` (flock) is the controller; the kernel lets it go when the
+process dies, so there are no PIDs to trust. A command that finds the lock free takes it and
+hands the very same open file to the controller it starts (as submit once handed a job's lock to
+its supervisor): there is no moment when two controllers could both believe they own the home.
+A controller of another aiptrain version is asked to stop and replaced.
+
+Commands wake the controller through a FIFO in the home (a byte per wake): it never blocks a
+writer, needs no socket path short enough for AF_UNIX, and a wake with no controller reading is
+simply dropped (the next controller looks at every active job when it starts).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiptrain.ownership import JobLock
+from aiptrain.settings import Settings
+
+WAKE, QUIT = b"w", b"q"
+REPLACE_PATIENCE_SECONDS = 60  # how long an outdated controller may take to finish its steps
+
+
+@dataclass(frozen=True)
+class ControllerInfo:
+    pid: int
+    version: str
+    started: str  # RFC 3339
+
+
+def code_version() -> str:
+    """What a controller must match to keep running: aiptrain's version and when its code last
+    changed (an editable install changes without a new version number)."""
+    from aiptrain import __version__
+
+    package = Path(__file__).resolve().parent.parent
+    newest = max((p.stat().st_mtime_ns for p in package.rglob("*.py")), default=0)
+    return f"{__version__}+{newest}"
+
+
+def running(settings: Settings) -> ControllerInfo | None:
+    """The home's controller, if one runs (its lock is held)."""
+    lock = JobLock.try_acquire(settings.controller_lock_path)
+    if lock is not None:
+        lock.release()
+        return None
+    try:
+        data = json.loads(settings.controller_state_path.read_text())
+        return ControllerInfo(int(data["pid"]), str(data["version"]), str(data["started"]))
+    except (OSError, ValueError, KeyError):
+        return ControllerInfo(0, "", "")  # it holds the lock and has not written its record yet
+
+
+def ensure_running(settings: Settings) -> None:
+    """Start the home's controller unless one runs; replace one of another version."""
+    settings.ensure_dirs()
+    lock = JobLock.try_acquire(settings.controller_lock_path)
+    if lock is None:
+        info = running(settings)
+        if info is None or not info.version or info.version == code_version():
+            if info is None:  # it ended between the two looks
+                ensure_running(settings)
+            return
+        lock = _replace(settings)
+        if lock is None:
+            return  # another command replaced it first
+    try:
+        start(settings, lock)
+    finally:
+        lock.release()
+
+
+def _replace(settings: Settings) -> JobLock | None:
+    """Ask an outdated controller to stop and take its lock once it has."""
+    send(settings, QUIT)
+    deadline = time.monotonic() + REPLACE_PATIENCE_SECONDS
+    while time.monotonic() < deadline:
+        lock = JobLock.try_acquire(settings.controller_lock_path)
+        if lock is not None:
+            return lock
+        info = running(settings)
+        if info is not None and info.version == code_version():
+            return None
+        time.sleep(0.05)
+    return None
+
+
+def start(settings: Settings, lock: JobLock) -> int:
+    """Start a detached controller that inherits `lock`; its PID."""
+    settings.logs_dir.mkdir(parents=True, exist_ok=True)
+    make_fifo(settings.controller_wake_path)
+    with open(settings.controller_log_path, "ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "aiptrain.runner.controller", str(lock.fd)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, pass_fds=(lock.fd,),
+            start_new_session=True,  # Ctrl-C in the terminal stops a stream, never the jobs
+            env={**os.environ, "AIPTRAIN_HOME": str(settings.home)},
+        )
+    return process.pid
+
+
+def make_fifo(path: Path) -> None:
+    try:
+        os.mkfifo(path, 0o600)
+    except FileExistsError:
+        pass
+
+
+def send(settings: Settings, word: bytes = WAKE) -> bool:
+    """A byte to the controller; False when no controller reads (the FIFO has no reader)."""
+    try:
+        fd = os.open(settings.controller_wake_path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno in (errno.ENXIO, errno.ENOENT):
+            return False
+        raise
+    try:
+        os.write(fd, word)
+    except BlockingIOError:
+        pass  # the FIFO is full of wakes already: the controller will look
+    finally:
+        os.close(fd)
+    return True
+
+
+def wake(settings: Settings) -> None:
+    """Tell the controller there is news (a job recorded, a cancel), starting it if absent."""
+    ensure_running(settings)
+    send(settings, WAKE)
+
+
+def stop(settings: Settings, timeout: float = 60) -> bool:
+    """Ask the controller to stop (it finishes the steps in hand; jobs keep running and the next
+    command's controller drives them on); True once it has."""
+    if running(settings) is None:
+        return True
+    send(settings, QUIT)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if running(settings) is None:
+            return True
+        time.sleep(0.05)
+    return False

@@ -1,0 +1,300 @@
+"""The home's controller: one long-lived process drives every job of an aiptrain home.
+
+Each wake (a command's byte on the FIFO, an engine event, a step that finished, a due time):
+adopt the active jobs nobody drives yet, then hand every due job's `JobDriver.step()` to a small
+pool of threads (a step may wait on the engine: a launch, a `docker stop`), one step in flight
+per job. A step's failure stays with its job (it fails that job, as the service would, and is
+logged with its traceback); the loop never stops for it. The state of every job is in the store
+(states, verdicts, restarts, trials) and in the engine, so a controller killed at any moment is
+followed by one whose first steps pick up where each job stood.
+
+It owns what the jobs of the home share: one engine event stream per backend, admission (the
+drivers ask aiptrain.admission in turn), the cache's pruning, and the storage endpoint, released
+when the last active job ends. It exits after `controller_idle_seconds` with nothing active
+(started detached), or runs until stopped (`aiptrain controller run`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import select
+import signal
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from aiptrain.backends import Backend, open_backend
+from aiptrain.jobtable import DamagedRecord
+from aiptrain.lifecycle import SETTLE_CHECKS, SETTLE_SECONDS
+from aiptrain.model import rfc3339, utc_now
+from aiptrain.ownership import JobLock
+from aiptrain.runner import control
+from aiptrain.runner.driver import JobDriver
+from aiptrain.settings import Settings
+from aiptrain.store import JobStore
+
+log = logging.getLogger("aiptrain.controller")
+
+STEP_WORKERS = 16  # steps in flight at once; most wait on the engine, not on a core
+ADOPT_EVERY_SECONDS = 1.0  # looks for active jobs nobody drives, besides every wake by a command
+PRUNE_EVERY_SECONDS = 3600.0
+FULL_DISK_RETRY_SECONDS = 5.0
+
+
+class PerThreadStore:
+    """The job store, one SQLite connection per thread: a connection's transaction is the
+    connection's, so two threads sharing one would write inside each other's."""
+
+    def __init__(self, settings: Settings):
+        self._settings = settings
+        self._local = threading.local()
+
+    def __getattr__(self, name: str):
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = JobStore(self._settings.store_path)
+        return getattr(store, name)
+
+
+class Controller:
+    def __init__(self, settings: Settings, lock: JobLock, idle_exit: bool = True):
+        self.settings = settings
+        self.home_lock = lock  # the home's controller lock, held while this process drives its jobs
+        self.idle_exit = idle_exit
+        self.store = PerThreadStore(settings)
+        self.drivers: dict[str, JobDriver] = {}
+        self.due: dict[str, float] = {}  # job -> monotonic time of its next step
+        self.quick_looks: dict[str, int] = {}  # job -> looks left at SETTLE_SECONDS after an engine event
+        self.in_flight: dict[str, Future] = {}
+        self.skipped: set[str] = set()  # jobs whose record cannot be read: left as they are
+        self.backends: dict[str, Backend] = {}
+        self.wake = threading.Event()
+        self.news = threading.Event()  # a command wrote to the FIFO: look for new jobs now
+        self.stopping = threading.Event()
+        self.watchers_stop = threading.Event()
+        self.lock = threading.Lock()  # guards due / quick_looks against the watcher threads
+        self.pool = ThreadPoolExecutor(max_workers=STEP_WORKERS, thread_name_prefix="step")
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        last_adopt = last_prune = float("-inf")
+        quiet_since = time.monotonic()
+        while not self.stopping.is_set():
+            now = time.monotonic()
+            if self.news.is_set() or now - last_adopt >= ADOPT_EVERY_SECONDS:
+                self.news.clear()
+                waiting = self.adopt()
+                last_adopt = now
+                if self.drivers or waiting:
+                    quiet_since = now
+            if now - last_prune >= PRUNE_EVERY_SECONDS:
+                self.prune_cache()
+                last_prune = now
+            self.dispatch(now)
+            if self.drivers or self.in_flight:
+                quiet_since = now
+            elif self.idle_exit and now - quiet_since >= self.settings.controller_idle_seconds:
+                if self.still_idle_after_letting_go():
+                    break
+                quiet_since = time.monotonic()
+            self.wake.wait(self.seconds_to_next(now))
+            self.wake.clear()
+        self.shut_down()
+
+    def adopt(self) -> bool:
+        """Drive every active job nobody drives yet. A job whose submit still holds its lock is
+        left to it (the submit wakes us when done); True while there is such a job."""
+        waiting = False
+        for job_id in self.store.active_job_ids():
+            if job_id in self.drivers or job_id in self.skipped:
+                continue
+            lock = JobLock.try_acquire(self.settings.job_lock_path(job_id))
+            if lock is None:
+                waiting = True
+                continue
+            lock.remove()  # the job is the controller's now, and the controller's lock is the home's
+            try:
+                backend = self.backend(self.store.backend_of(job_id))
+                self.drivers[job_id] = JobDriver(job_id, self.settings, self.store, backend)
+            except DamagedRecord as exc:
+                self.store.skip_damaged(job_id, exc.problem)
+                self.skipped.add(job_id)
+                continue
+            self.due[job_id] = 0.0
+            log.info("Driving job %s", job_id)
+        return waiting
+
+    def dispatch(self, now: float) -> None:
+        for job_id, driver in list(self.drivers.items()):
+            if job_id in self.in_flight or self.due.get(job_id, 0.0) > now:
+                continue
+            future = self.pool.submit(self.step, driver)
+            self.in_flight[job_id] = future
+            future.add_done_callback(lambda _, job_id=job_id: self.stepped(job_id))
+
+    def step(self, driver: JobDriver) -> float | None:
+        """One step of one job, in a pool thread; its failure stays with that job."""
+        try:
+            return driver.step()
+        except DamagedRecord as exc:
+            self.store.skip_damaged(driver.job_id, exc.problem)
+            self.skipped.add(driver.job_id)
+            return None
+        except Exception as exc:  # noqa: BLE001 - any failure of one job's step
+            full = self.settings.out_of_space()
+            log.error("Job %s: a step failed%s\n%s", driver.job_id, " (the disk is full)" if full else "",
+                      traceback.format_exc())
+            if full:  # nothing can be recorded now: try again once there is room
+                return FULL_DISK_RETRY_SECONDS
+            driver.fail(traceback.format_exception_only(exc)[-1].strip())
+            return None
+
+    def stepped(self, job_id: str) -> None:
+        """A step finished (in its pool thread): schedule the next or let the job go."""
+        future = self.in_flight.pop(job_id)
+        delay = future.result()
+        driver = self.drivers.get(job_id)
+        if delay is None or driver is None or driver.ended:
+            self.drivers.pop(job_id, None)
+            self.due.pop(job_id, None)
+            if driver is not None:
+                driver.close()
+                log.info("Job %s ended: %s", job_id, driver.final_state.value if driver.final_state else "left")
+                self.release_shared(driver.backend)
+        else:
+            with self.lock:
+                looks = self.quick_looks.get(job_id, 0)
+                if looks:
+                    self.quick_looks[job_id] = looks - 1
+                    delay = min(delay, SETTLE_SECONDS)
+                self.due[job_id] = time.monotonic() + delay
+        self.wake.set()
+
+    def changed(self, job_id: str) -> None:
+        """An engine event about one of the job's replicas (from a watcher thread): look now, and
+        a few times soon after (the engine lists a replica as running briefly after its `die`)."""
+        with self.lock:
+            if job_id in self.drivers:
+                self.due[job_id] = 0.0
+                self.quick_looks[job_id] = SETTLE_CHECKS
+        self.wake.set()
+
+    def seconds_to_next(self, now: float) -> float:
+        waiting = [due for job_id, due in self.due.items() if job_id not in self.in_flight]
+        if not waiting:
+            return ADOPT_EVERY_SECONDS
+        return min(ADOPT_EVERY_SECONDS, max(0.0, min(waiting) - now))
+
+    # -- what jobs share ------------------------------------------------------------------------
+
+    def backend(self, name: str) -> Backend:
+        """The named backend, opened once, with its engine event watcher."""
+        if name not in self.backends:
+            backend = open_backend(self.settings, name)
+            self.backends[name] = backend
+            threading.Thread(target=backend.watch, args=(self.watchers_stop, self.changed), daemon=True,
+                             name=f"watch-{name}").start()
+        return self.backends[name]
+
+    def release_shared(self, backend: Backend) -> None:
+        """The last active job of the home takes down what its jobs share (the storage endpoint);
+        a failure there never changes how the job ended."""
+        try:
+            backend.release_shared(lambda: bool(self.store.active_job_ids()))
+        except Exception as exc:  # noqa: BLE001 - logged; the next job's end or launch tries again
+            log.warning("Could not release what the home's jobs share: %s", exc)
+
+    def prune_cache(self) -> None:
+        from aiptrain import cache
+
+        self.pool.submit(cache.prune_if_due, self.settings)
+
+    # -- the end --------------------------------------------------------------------------------
+
+    def still_idle_after_letting_go(self) -> bool:
+        """Let go of the home's lock, then look once more: a job recorded before that look is
+        ours to drive (take the lock back, unless a new controller has it); one recorded after
+        it is woken for by its command, which then finds the lock free and starts a controller."""
+        self.home_lock.release()
+        if not self.store.active_job_ids():
+            return True
+        lock = JobLock.try_acquire(self.settings.controller_lock_path)
+        if lock is None:
+            return True  # a new controller took over
+        self.home_lock = lock
+        write_state(self.settings)
+        return False
+
+    def shut_down(self) -> None:
+        self.watchers_stop.set()
+        self.pool.shutdown(wait=True)  # the steps in hand finish; the next controller carries on
+        for driver in self.drivers.values():
+            driver.close()
+        self.home_lock.release()
+
+
+def write_state(settings: Settings) -> None:
+    state = {"pid": os.getpid(), "version": control.code_version(), "started": rfc3339(utc_now())}
+    temporary = settings.controller_state_path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(state))
+    temporary.replace(settings.controller_state_path)
+
+
+def read_fifo(settings: Settings, controller: Controller) -> None:
+    """Wakes (and stop requests) from commands. Opened read-write, so it never sees end-of-file
+    when the last writer closes."""
+    control.make_fifo(settings.controller_wake_path)
+    fd = os.open(settings.controller_wake_path, os.O_RDWR | os.O_NONBLOCK)
+    while not controller.stopping.is_set():
+        readable, _, _ = select.select([fd], [], [], 1.0)
+        if not readable:
+            continue
+        try:
+            data = os.read(fd, 4096)
+        except BlockingIOError:
+            continue
+        if control.QUIT in data:
+            controller.stopping.set()
+        controller.news.set()
+        controller.wake.set()
+
+
+def raise_open_files_limit() -> None:
+    """Every running job keeps its log open and a stream per replica: allow as many as the
+    system lets this process have."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 16, hard))
+
+
+def serve(settings: Settings, lock: JobLock, idle_exit: bool) -> None:
+    """Drive the home's jobs while holding its controller `lock`."""
+    write_state(settings)
+    raise_open_files_limit()
+    controller = Controller(settings, lock, idle_exit)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: (controller.stopping.set(), controller.wake.set()))
+    threading.Thread(target=read_fifo, args=(settings, controller), daemon=True, name="fifo").start()
+    log.info("Controller %s started for %s (version %s)", os.getpid(), settings.home, control.code_version())
+    try:
+        controller.run()
+    finally:
+        log.info("Controller %s stopped", os.getpid())
+
+
+def main(argv: list[str]) -> int:
+    """Started detached by aiptrain.runner.control, holding the lock it was handed."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    settings = Settings()
+    serve(settings, JobLock(int(argv[0]), settings.controller_lock_path), idle_exit=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
