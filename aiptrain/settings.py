@@ -183,7 +183,7 @@ class Settings:
     @property
     def controller_log_path(self) -> Path:
         """The controller's own output: what it did at --verbosity info, and tracebacks."""
-        return self.logs_dir / "controller.log"
+        return self.home / "controller.log"
 
     def job_lock_path(self, job_id: str) -> Path:
         return self.locks_dir / f"{job_id}.lock"

@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -25,9 +26,9 @@ from typing import Callable
 from aiptrain import admission
 from aiptrain.backends import Backend
 from aiptrain.config import SubmitFlags, build_job
-from aiptrain.errors import ValidationError
+from aiptrain.errors import EnvironmentNotReady, ValidationError
 from aiptrain.logs import JobLogWriter
-from aiptrain.model import Job, TrainingInput
+from aiptrain.model import Job, State, TrainingInput
 from aiptrain.ownership import JobLock
 from aiptrain.runner import control
 from aiptrain.planning import (
@@ -458,6 +459,11 @@ def tfjob_export(job: Job, package_uris: list[str], settings: Settings) -> Expor
     return export
 
 
+def launch_failure(error_message: str) -> str:
+    """The engine's refusal in a job's error message, without the pointer to the logs."""
+    return error_message.split("\n\nTo find out more", 1)[0]
+
+
 def _undo_all(steps: list[Callable[[], object] | None]) -> None:
     """Undo a refused submission, every step tried even when one fails (a full disk, say), so the
     error shown is the one that refused it, and whatever can go goes."""
@@ -500,9 +506,9 @@ class Submitter:
         # start-up overlap the packaging. The controller leaves the job alone while we hold its lock.
         warm_up = threading.Thread(target=self.backend.warm_up, daemon=True)
         warm_up.start()
-        control.ensure_running(self.settings)
         try:
             job = self.store.create(job, backend=self.backend.name)
+            control.ensure_running(self.settings)
             if submission.project:
                 record_project(self.settings, job.job_id, submission.project)
             with JobLogWriter(self.settings.job_log_path(job.job_id)) as job_log:
@@ -512,7 +518,21 @@ class Submitter:
             raise
         lock.release()
         control.wake(self.settings)  # the controller launches it, now or once admitted
-        return self.store.get(job.job_id)
+        return self._launched(job.job_id)
+
+    def _launched(self, job_id: str) -> Job:
+        """An admitted job once the controller has launched it: submit returns when the replicas
+        run, and a launch the engine refused is submit's error (exit 3), as when submit launched."""
+        self._step("Starting the replicas")
+        looked = time.monotonic()
+        while (job := self.store.get(job_id)).state is State.PREPARING:
+            if time.monotonic() - looked > 1:  # a controller killed meanwhile is replaced
+                control.ensure_running(self.settings)
+                looked = time.monotonic()
+            time.sleep(0.01)
+        if job.state is State.FAILED and job.error_message:
+            raise EnvironmentNotReady(launch_failure(job.error_message))
+        return job
 
     def _check_resumed_study(self, job: Job) -> None:
         spec = job.training_input.hyperparameters

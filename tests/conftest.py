@@ -67,7 +67,19 @@ def home(tmp_path, monkeypatch):
     # tests of admission set their own cap.
     monkeypatch.setenv("AIPTRAIN_MAX_RUNNING_REPLICAS", "0")
     monkeypatch.delenv("AIPTRAIN_STAGING_BUCKET", raising=False)
-    return home
+    monkeypatch.setenv("AIPTRAIN_CONTROLLER_IDLE_SECONDS", "10")  # a test's controller goes soon after it
+    yield home
+    stop_controller(home)
+
+
+def stop_controller(home: Path) -> None:
+    """The home's controller, if a test started one, stops with the test (its jobs are the test's
+    to clean up)."""
+    from aiptrain.runner import control
+    from aiptrain.settings import Settings
+
+    if (home / "controller.lock").exists():
+        control.stop(Settings(home=home), timeout=30)
 
 
 @pytest.fixture
@@ -100,7 +112,7 @@ def _shared_engine_resources_go_with_their_homes(tmp_path):
         if (container["Labels"].get("aiptrain.home") or "").startswith(ours):
             try:
                 api.remove_container(container["Id"], force=True)
-            except docker.errors.APIError:  # gone, or being removed by the last job's supervisor
+            except docker.errors.APIError:  # gone, or being removed by the last job's controller
                 pass
     for network in networks:
         if (network["Labels"].get("aiptrain.home") or "").startswith(ours):
@@ -182,16 +194,43 @@ def submit_args(tmp_path, minimal_runtime):
     return build
 
 
-def supervisor_pids(job_id: str) -> list[int]:
-    """PIDs of the supervisors of `job_id` (any home: give jobs unique IDs)."""
+def controller_pids(home: Path) -> list[int]:
+    """PIDs of the controller of `home` (at most one; a list, to be killed or waited for)."""
     pids = []
+    wanted = f"AIPTRAIN_HOME={home}".encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"aiptrain.runner.controller" not in argv:
+                continue
+            environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"aiptrain.supervisor" in argv and job_id.encode() in argv:
+        if wanted in environ:
             pids.append(int(entry.name))
     return pids
+
+
+def kill_controller(home: Path) -> int:
+    """kill -9 of the home's controller, waiting until it is gone; how many were killed."""
+    import signal
+
+    pids = controller_pids(home)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    wait_for(lambda: not controller_pids(home), timeout=30, interval=0.01, what="the controller to die")
+    return len(pids)
+
+
+def drive_to_end(driver, max_steps: int = 10_000):
+    """Step a JobDriver (aiptrain.runner.driver) as the controller would, without its waits,
+    until the job ends; the state it ended in."""
+    for _ in range(max_steps):
+        if driver.step() is None:
+            return driver.final_state
+    raise AssertionError(f"job {driver.job_id} did not end in {max_steps} steps (phase {driver.phase})")

@@ -3,15 +3,13 @@ maxWaitTime cancels one that waits too long; cancelling a queued job leaves noth
 
 from __future__ import annotations
 
-import os
-import signal
 import uuid
 
 import pytest
 import yaml
 
 from aiptrain.logs import SERVICE, read_records
-from conftest import REPO, job_resources, supervisor_pids, wait_for
+from conftest import REPO, job_resources, kill_controller, wait_for
 
 pytestmark = pytest.mark.docker
 TUNER = REPO / "tests" / "trainers" / "tuner"
@@ -86,16 +84,14 @@ def test_describe_cancel_and_max_wait_time_of_queued_jobs(cli, submit_args, clie
     assert job_resources(docker_api, "impatient") == [] and job_resources(docker_api, "running") == []
 
 
-def test_a_queued_job_whose_supervisor_died_is_taken_over_and_still_runs(cli, submit_args, client, cap_of_one,
-                                                                        docker_api):
+def test_a_queued_job_whose_controller_died_is_taken_over_and_still_runs(cli, submit_args, client, cap_of_one,
+                                                                        docker_api, home):
     running, queued = (f"{name}_{uuid.uuid4().hex[:6]}" for name in ("running", "queued"))
     cli(*submit_args(running, user_args=LONG), check_code=0)
     cli(*submit_args(queued, user_args=SHORT), check_code=0)
-    for pid in supervisor_pids(queued):  # started by this test's submit: the ID is unique
-        os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not supervisor_pids(queued), what="the supervisor to die")
+    assert kill_controller(home) == 1
 
-    described = cli("jobs", "describe", queued, check_code=0)  # reconciles: a new supervisor waits on
+    described = cli("jobs", "describe", queued, check_code=0)  # a new controller takes both jobs on
     assert "state: QUEUED" in described.stdout
     cli("jobs", "cancel", running, check_code=0)
     job = client.wait(queued, timeout=120)

@@ -3,6 +3,7 @@
 import sqlite3
 
 import pytest
+from conftest import drive_to_end
 
 import aiptrain
 import aiptrain.backends
@@ -74,6 +75,9 @@ class RecordingBackend:
     def remove(self, job_id, trial_id=None):
         self.calls.append(("remove", job_id))
 
+    def watch(self, stop, on_change):
+        self.calls.append(("watch",))
+
 
 def test_the_client_sends_each_job_to_the_backend_it_records(home, monkeypatch):
     opened = []
@@ -88,12 +92,19 @@ def test_the_client_sends_each_job_to_the_backend_it_records(home, monkeypatch):
     assert opened == ["swarm", "docker"]  # each opened once per client
 
 
-def test_an_interrupted_submission_is_cleaned_up_on_its_own_backend(home, monkeypatch):
+def test_an_interrupted_submission_is_failed_and_its_remains_removed(home):
+    """Recorded QUEUED, never queued for admission, its lock free: its submit died."""
+    from aiptrain.model import State
+    from aiptrain.runner.driver import INTERRUPTED, JobDriver
+
+    settings = Settings()
+    settings.ensure_dirs()
+    store = JobStore(settings.store_path)
+    store.create(Job(job_id="interrupted"), backend="swarm")
     backend = RecordingBackend()
-    with aiptrain.Client(backend=backend) as client:
-        client.store.create(Job(job_id="interrupted"), backend="swarm")  # QUEUED, and nobody holds its lock
-        assert client.get("interrupted").state.value == "FAILED"
-    assert backend.calls == [("remove", "interrupted")]
+    assert drive_to_end(JobDriver("interrupted", settings, store, backend)) is State.FAILED
+    assert store.get("interrupted").error_message.startswith(INTERRUPTED)
+    assert backend.calls[-1] == ("remove", "interrupted")
 
 
 def _protocol_members():
@@ -119,20 +130,25 @@ def test_every_backend_implements_the_whole_protocol_with_its_signatures(backend
             assert list(inspect.signature(getattr(backend_class, member)).parameters) == expected, member
 
 
-def test_a_queued_supervisor_takes_over_a_dead_job_ahead_on_that_jobs_own_backend(home, monkeypatch):
-    """A job admitted (PREPARING) whose submit died holds capacity: the supervisor of a job queued
-    behind it fails it on the backend that job records, so the queue moves."""
-    from aiptrain import admission
-    from aiptrain.model import State
-    from aiptrain.supervisor import Supervisor
+def test_the_controller_drives_each_job_on_the_backend_it_records(home, monkeypatch):
+    """One controller drives every job of the home: each through the backend its job records,
+    each backend opened once (with one engine event watcher)."""
+    from aiptrain.ownership import JobLock
+    from aiptrain.runner.controller import Controller
 
     settings = Settings()
     settings.ensure_dirs()
     store = JobStore(settings.store_path)
-    ahead, behind = store.create(Job(job_id="ahead"), backend="swarm"), store.create(Job(job_id="behind"))
-    assert admission.request(store, ahead, 1).admitted and not admission.request(store, behind, 1).admitted
-    opened, backend = [], RecordingBackend()
-    monkeypatch.setattr("aiptrain.supervisor.open_backend", lambda s, name: opened.append(name) or backend)
-    Supervisor("behind", settings, store, RecordingBackend()).reconcile_others()
-    assert opened == ["swarm"] and backend.calls == [("remove", "ahead")]
-    assert store.get("ahead").state is State.FAILED
+    store.create(Job(job_id="on_swarm"), backend="swarm")
+    store.create(Job(job_id="on_docker"))
+    store.create(Job(job_id="on_swarm_too"), backend="swarm")
+    opened = []
+    monkeypatch.setattr("aiptrain.runner.controller.open_backend",
+                        lambda s, name: opened.append(name) or RecordingBackend())
+    controller = Controller(settings, JobLock.try_acquire(settings.controller_lock_path))
+    assert controller.adopt() is False
+    assert sorted(opened) == ["docker", "swarm"]
+    assert {job_id: d.backend is controller.backends[store.backend_of(job_id)]
+            for job_id, d in controller.drivers.items()} == dict.fromkeys(["on_swarm", "on_docker", "on_swarm_too"], True)
+    assert not list(settings.locks_dir.glob("*.lock"))  # adopted: the controller's lock covers them
+    controller.shut_down()

@@ -8,7 +8,8 @@ with no orphan.
 
 - kill -9 of each replica type (master, worker, ps, evaluator) while the job runs: the replica
   is restarted in place and the job SUCCEEDS;
-- kill -9 of the supervisor: the next command reconciles the job, which SUCCEEDS;
+- kill -9 of the controller with jobs running, queued and mid-study: the next command starts a new
+  one, which drives them on; every job SUCCEEDS, no trial runs twice;
 - kill -9 of the CLI during submit: the job either never existed (nothing left) or ends;
 - concurrent submits of one job ID: exactly one is accepted, the others exit 2;
 - fuzzed job IDs and labels (hypothesis): accepted exactly by the rule, or one escaped line;
@@ -35,7 +36,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, job_resources, supervisor_pids
+from conftest import REPO, controller_pids, job_resources, kill_controller
 
 pytestmark = pytest.mark.chaos
 
@@ -95,7 +96,7 @@ def aiptrain(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
 
 
 def state_of(job_id: str) -> str | None:
-    """The job's state after `describe` (which reconciles an orphaned job); None if it does not exist."""
+    """The job's state after `describe` (which starts a controller if none runs); None if it does not exist."""
     result = aiptrain("jobs", "describe", job_id)
     if result.returncode != 0:
         return None
@@ -187,25 +188,46 @@ def test_kill_9_of_each_replica_type(tally, home, docker_api, minimal_runtime, t
         tally.assert_all_held(f"kill -9 {task_type}", notes)
 
 
-# -- kill -9 of the supervisor and of the CLI -----------------------------------------------------
+# -- kill -9 of the controller and of the CLI -----------------------------------------------------
 
 
-def test_kill_9_of_the_supervisor(tally, home, docker_api, minimal_runtime, tmp_path):
+def test_kill_9_of_the_controller_with_a_job_running(tally, home, docker_api, minimal_runtime, tmp_path):
     config = probe_config(tmp_path, "worker")
     notes: list[str] = []
     for _ in range(RUNS):
-        job_id = f"kill_sup_{uuid.uuid4().hex[:6]}"
+        job_id = f"kill_ctl_{uuid.uuid4().hex[:6]}"
         submitted = aiptrain(*probe_submit(job_id, config, minimal_runtime, "master=3", "worker=2"))
-        time.sleep(random.uniform(0.0, 3.0))
-        for pid in supervisor_pids(job_id):  # started by this test's submit
-            os.kill(pid, signal.SIGKILL)
+        time.sleep(random.uniform(0.0, 3.5))
+        kill_controller(home)
         state = wait_terminal(job_id)
         left = orphans(home, docker_api, [job_id])
         held = submitted.returncode == 0 and state == "SUCCEEDED"
         if not held or left:
             notes.append(f"submit {submitted.returncode} state {state} left {left}")
-        tally.record("kill -9 supervisor", held, left)
-    tally.assert_all_held("kill -9 supervisor", notes)
+        tally.record("kill -9 controller, job running", held, left)
+    tally.assert_all_held("kill -9 controller, job running", notes)
+
+
+def test_kill_9_of_the_controller_with_jobs_queued(tally, home, docker_api, minimal_runtime, tmp_path, monkeypatch):
+    """Three two-replica jobs under a cap of two replicas: one runs, two wait in the queue. The
+    controller dies at a random moment (admitting, launching, tearing down); the next command's
+    controller runs every job, in submission order, once."""
+    monkeypatch.setenv("AIPTRAIN_MAX_RUNNING_REPLICAS", "2")
+    config = probe_config(tmp_path, "worker")
+    notes: list[str] = []
+    for _ in range(RUNS):
+        job_ids = [f"kill_q{n}_{uuid.uuid4().hex[:6]}" for n in range(3)]
+        submitted = [aiptrain(*probe_submit(job_id, config, minimal_runtime, "master=1", "worker=1"))
+                     for job_id in job_ids]
+        time.sleep(random.uniform(0.0, 3.0))
+        kill_controller(home)
+        states = [wait_terminal(job_id, timeout=240) for job_id in job_ids]
+        left = orphans(home, docker_api, job_ids)
+        held = all(r.returncode == 0 for r in submitted) and states == ["SUCCEEDED"] * 3
+        if not held or left:
+            notes.append(f"submits {[r.returncode for r in submitted]} states {states} left {left}")
+        tally.record("kill -9 controller, jobs queued", held, left)
+    tally.assert_all_held("kill -9 controller, jobs queued", notes)
 
 
 def test_kill_9_of_the_cli_during_submit(tally, home, docker_api, minimal_runtime, tmp_path):
@@ -483,24 +505,25 @@ def trials_of(job_id: str) -> list[dict]:
     return (yaml.safe_load(result.stdout).get("trainingOutput") or {}).get("trials") or [] if result.returncode == 0 else []
 
 
-def kill_at_each_launch(docker_api, job_id: str, kills: int, stop: threading.Event, killed: list[int]) -> None:
-    """SIGKILL the job's supervisor the moment the engine creates a trial's replica (between its
+def kill_at_each_launch(docker_api, home: Path, job_id: str, kills: int, stop: threading.Event,
+                        killed: list[int]) -> None:
+    """SIGKILL the home's controller the moment the engine creates a trial's replica (between its
     create and its start, or just after), up to `kills` times; each time the test's next
-    command takes the study over."""
+    command starts a controller that takes the study over."""
     filters = {"label": f"aiptrain.job-id={job_id}", "type": "container", "event": "create"}
     while not stop.is_set() and len(killed) < kills:
         since = time.time()
         for _ in docker_api.events(since=since, until=since + 2, filters=filters, decode=True):
-            for pid in supervisor_pids(job_id):
+            for pid in controller_pids(home):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
             if len(killed) >= kills:
                 return
 
 
-def test_kill_9_of_the_supervisor_at_each_trial_launch(tally, home, docker_api, minimal_runtime, tmp_path,
+def test_kill_9_of_the_controller_at_each_trial_launch(tally, home, docker_api, minimal_runtime, tmp_path,
                                                        monkeypatch):
-    """A random-search study whose supervisor is killed as each trial's replica is created,
+    """A random-search study whose controller is killed as each trial's replica is created,
     taken over by the next command every time: the study ends SUCCEEDED, every trial ran once,
     and no point was measured twice."""
     monkeypatch.setenv("AIPTRAIN_POLL_SECONDS", "0.2")
@@ -510,7 +533,7 @@ def test_kill_9_of_the_supervisor_at_each_trial_launch(tally, home, docker_api, 
     for _ in range(RUNS):
         job_id = f"study_kill_{uuid.uuid4().hex[:6]}"
         stop, killed = threading.Event(), []
-        killer = threading.Thread(target=kill_at_each_launch, args=(docker_api, job_id, 4, stop, killed), daemon=True)
+        killer = threading.Thread(target=kill_at_each_launch, args=(docker_api, home, job_id, 4, stop, killed), daemon=True)
         killer.start()
         submitted = aiptrain(*study_submit(tmp_path, job_id, spec, minimal_runtime, "--sleep", "0.5"))
         deadline, state = time.monotonic() + 300, None
@@ -533,8 +556,8 @@ def test_kill_9_of_the_supervisor_at_each_trial_launch(tally, home, docker_api, 
                          f"{[(t['trialId'], t['state'], t['hyperparameters']['x']) for t in trials]} runs {runs} "
                          f"left {left}")
         print(f"{job_id}: {len(killed)} takeover(s), state {state}, {len(points)} distinct points, runs {runs}")
-        tally.record("kill -9 supervisor at trial launch", held, left)
-    tally.assert_all_held("kill -9 supervisor at trial launch", notes)
+        tally.record("kill -9 controller at trial launch", held, left)
+    tally.assert_all_held("kill -9 controller at trial launch", notes)
 
 
 def test_hostile_trainers_links_and_fifos(tally, home, docker_api, minimal_runtime, tmp_path, monkeypatch):

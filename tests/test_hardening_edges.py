@@ -295,7 +295,7 @@ def test_stream_logs_escapes_on_a_tty_and_pipes_bytes_unchanged(cli, home, docke
 
 
 @pytest.mark.docker
-def test_a_finished_job_leaves_no_lock_work_dir_or_empty_supervisor_log(cli, home, docker_api, submit_args):
+def test_a_finished_job_leaves_no_lock_work_dir_or_other_log(cli, home, docker_api, submit_args):
     job_id = f"tidy_{uuid.uuid4().hex[:8]}"
     cli(*submit_args(job_id, "--stream-logs"), check_code=0)
     assert yaml.safe_load(cli("jobs", "describe", job_id, check_code=0).stdout)["state"] == "SUCCEEDED"
@@ -306,13 +306,11 @@ def test_a_finished_job_leaves_no_lock_work_dir_or_empty_supervisor_log(cli, hom
 
 
 @pytest.mark.docker
-def test_a_submit_killed_before_the_launch_leaves_no_empty_supervisor_log(cli, home, docker_api):
-    """The supervisor submit starts ahead of the launch opens its log; when submit dies, it exits
-    having said nothing, and the job is failed by the next command: no empty log stays behind."""
+def test_a_job_whose_submit_died_before_queueing_it_is_failed_by_the_controller(cli, home, docker_api):
+    """Recorded, never queued, its lock free: the controller fails it, and nothing is left behind."""
     from aiptrain.model import Job
     from aiptrain.settings import Settings
     from aiptrain.store import JobStore
-    from aiptrain.supervisor import Standby
     from conftest import wait_for
 
     settings = Settings()
@@ -321,19 +319,10 @@ def test_a_submit_killed_before_the_launch_leaves_no_empty_supervisor_log(cli, h
     with JobStore(settings.store_path) as store:
         store.create(Job.model_validate({"jobId": job_id}))
     lock = JobLock.try_acquire(settings.job_lock_path(job_id))
-    standby = Standby(job_id, lock, settings)
-    assert settings.supervisor_log_path(job_id).exists()
-    os.close(standby._write_end)  # submit is killed: its end of the pipe closes, and its hold on the lock
-    lock.release()
-
-    def supervisor_gone() -> bool:  # it holds the lock it inherited until it exits
-        free = JobLock.try_acquire(settings.job_lock_path(job_id))
-        if free is not None:
-            free.release()
-        return free is not None
-
-    wait_for(supervisor_gone, what="the standby supervisor to exit")
-    assert yaml.safe_load(cli("jobs", "describe", job_id, check_code=0).stdout)["state"] == "FAILED"
+    lock.release()  # its submit died
+    job = wait_for(lambda: (j := yaml.safe_load(cli("jobs", "describe", job_id, check_code=0).stdout))["state"]
+                   == "FAILED" and j, timeout=30, what="the job failed")
+    assert "interrupted" in job["errorMessage"]
     assert sorted(p.name for p in (home / "logs").iterdir()) == [f"{job_id}.jsonl"]
     assert not any((home / "locks").iterdir())
 

@@ -7,6 +7,7 @@ import json
 import struct
 
 import pytest
+from conftest import drive_to_end
 from docker.errors import APIError
 
 from aiptrain.backends.docker import (
@@ -243,11 +244,11 @@ def lines_read(reader, follow: bool) -> list:
     return [chunk for batch in reader.read(follow) for chunk in batch]
 
 
-# -- item 13: one closing line, also across supervisors -----------------------------------------
+# -- item 13: one closing line, also across controllers -----------------------------------------
 
 
 class StubBackend:
-    """Enough of a backend for a supervisor whose job's replicas are gone."""
+    """Enough of a backend for a driver whose job's replicas are gone."""
 
     def __init__(self):
         self.removed = 0
@@ -255,7 +256,7 @@ class StubBackend:
     def remove(self, job_id, trial_id=None):
         self.removed += 1
 
-    def wait_for_changes(self, job_id, stop, changed):
+    def watch(self, stop, on_change):
         pass
 
     def observe(self, job_id):
@@ -271,15 +272,15 @@ class StubBackend:
          "The replica worker 1 exited with a non-zero status of 1."),
     ],
 )
-def test_a_successor_keeps_the_word_of_a_supervisor_killed_after_its_closing_line(tmp_path, closing, state, error):
-    """Killed (kill -9) between its closing line and recording the state, a supervisor leaves the
+def test_a_successor_keeps_the_word_of_a_controller_killed_after_its_closing_line(tmp_path, closing, state, error):
+    """Killed (kill -9) between its closing line and recording the state, a controller leaves the
     job RUNNING with its replicas removed and its decision in the store (kept before teardown);
     the next one records that decision, and says nothing again."""
     from aiptrain.logs import JobLogWriter, read_records
     from aiptrain.model import State
     from aiptrain.settings import Settings
     from aiptrain.store import JobStore
-    from aiptrain.supervisor import Supervisor
+    from aiptrain.runner.driver import JobDriver
 
     settings = Settings(home=tmp_path)
     settings.ensure_dirs()
@@ -295,7 +296,7 @@ def test_a_successor_keeps_the_word_of_a_supervisor_killed_after_its_closing_lin
     before = read_records(settings.job_log_path("ended"))[0]
 
     backend = StubBackend()
-    assert Supervisor("ended", settings, store, backend).run() is State[state]
+    assert drive_to_end(JobDriver("ended", settings, store, backend)) is State[state]
     job = store.get("ended")
     assert job.state is State[state]
     assert (job.error_message or "").startswith(error or "") and (error is None) == (job.error_message is None)
@@ -338,7 +339,7 @@ def test_a_network_the_engine_keeps_does_not_change_how_the_job_ended(tmp_path):
     from aiptrain.model import State
     from aiptrain.settings import Settings
     from aiptrain.store import JobStore
-    from aiptrain.supervisor import Supervisor
+    from aiptrain.runner.driver import JobDriver
 
     settings = Settings(home=tmp_path)
     settings.ensure_dirs()
@@ -348,7 +349,7 @@ def test_a_network_the_engine_keeps_does_not_change_how_the_job_ended(tmp_path):
     store.transition("kept", State.RUNNING, [State.PREPARING])
     store.record_verdict("kept", {"state": "SUCCEEDED", "error_message": None, "failed_task": None, "failed_trial": ""})
 
-    assert Supervisor("kept", settings, store, StuckNetworkBackend()).run() is State.SUCCEEDED
+    assert drive_to_end(JobDriver("kept", settings, store, StuckNetworkBackend())) is State.SUCCEEDED
     assert store.get("kept").state is State.SUCCEEDED
     lines = [(r.severity, r.message) for r in read_records(settings.job_log_path("kept"))[0]]
     assert lines[-2:] == [("WARNING", "Tearing down left something behind: Docker keeps the job's network "

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, _unavailable, job_resources, wait_for
+from conftest import REPO, _unavailable, job_resources, kill_controller, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -254,37 +254,32 @@ def test_a_five_replica_job_says_it_completed_exactly_once(tmp_path, minimal_run
         assert job_resources(docker_api, job_id) == []
 
 
-def kill_supervisor_once(home: Path, tmp_path: Path, job_id: str, moment) -> None:
-    """Submit five replicas, kill -9 the supervisor at `moment(job_id)` (a condition waited for),
+def kill_controller_once(home: Path, tmp_path: Path, job_id: str, moment) -> None:
+    """Submit five replicas, kill -9 the controller at `moment(job_id)` (a condition waited for),
     and check the job ends SUCCEEDED, says so once, and leaves nothing."""
     submit_five_replicas(home, tmp_path, job_id)
-    pid = int(subprocess.run(["pgrep", "-f", f"aiptrain.supervisor {job_id} "], capture_output=True,
-                             text=True).stdout.split()[0])
-    wait_for(lambda: moment(job_id), timeout=120, interval=0.01, what="the moment to kill the supervisor")
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass  # it had finished already
+    wait_for(lambda: moment(job_id), timeout=120, interval=0.01, what="the moment to kill the controller")
+    kill_controller(home)
     wait_for(lambda: describe(home, job_id)["state"] != "RUNNING", timeout=120, what="the end")
     assert describe(home, job_id)["state"] == "SUCCEEDED"
     assert (home / "logs" / f"{job_id}.jsonl").read_text().count("Job completed successfully.") == 1
 
 
-def test_a_supervisor_killed_after_its_closing_line_is_not_followed_by_a_second_one(
+def test_a_controller_killed_after_its_closing_line_is_not_followed_by_a_second_one(
     tmp_path, minimal_runtime, docker_api, home
 ):
-    """How the line came twice: kill -9 of a supervisor between "Job completed successfully."
+    """How the line came twice: kill -9 of a controller between "Job completed successfully."
     and recording the state; its successor decided again. When the kill lands before the state
     is recorded (usually), the successor must keep the first word; after, nothing is left to do."""
-    kill_supervisor_once(home, tmp_path, "five_killed", lambda job_id: "Job completed successfully." in (
+    kill_controller_once(home, tmp_path, "five_killed", lambda job_id: "Job completed successfully." in (
         home / "logs" / f"{job_id}.jsonl").read_text())
     assert job_resources(docker_api, "five_killed") == []
 
 
-def test_a_supervisor_killed_while_tearing_down_is_followed_by_the_same_ending(
+def test_a_controller_killed_while_tearing_down_is_followed_by_the_same_ending(
     tmp_path, minimal_runtime, docker_api, home
 ):
-    """The supervisor keeps its decision before it stops and removes the replicas: killed in the
+    """The controller keeps its decision before it stops and removes the replicas: killed in the
     middle of that, its successor finishes the same ending instead of finding the master gone
     ("disappeared") and calling a finished job failed."""
     from aiptrain.store import JobStore
@@ -296,7 +291,7 @@ def test_a_supervisor_killed_while_tearing_down_is_followed_by_the_same_ending(
         finally:
             store.close()
 
-    kill_supervisor_once(home, tmp_path, "five_torn", decided)
+    kill_controller_once(home, tmp_path, "five_torn", decided)
     assert job_resources(docker_api, "five_torn") == []
 
 

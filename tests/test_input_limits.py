@@ -55,7 +55,7 @@ def test_durations_beyond_the_services_range_are_refused(text, problem):
 
 @pytest.mark.parametrize("field", ["maxRunningTime", "maxWaitTime"])
 def test_a_huge_duration_is_refused_at_submit(run, tmp_path, field):
-    """It used to pass, and the job's supervisor died later with OverflowError, failing the job."""
+    """It used to pass, and the job's driver died later with OverflowError, failing the job."""
     package = tmp_path / "trainer"
     package.mkdir()
     (package / "__init__.py").touch()

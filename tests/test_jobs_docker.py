@@ -50,7 +50,7 @@ def test_failing_trainer_fails_the_job_with_its_log_tail(cli, submit_args, docke
     assert job_resources(docker_api, "failing") == []
 
 
-def test_async_submit_returns_and_the_supervisor_finishes_the_job(cli, submit_args, docker_api):
+def test_async_submit_returns_and_the_controller_finishes_the_job(cli, submit_args, docker_api):
     result = cli(*submit_args("async_job"), check_code=0)
     assert "Job [async_job] submitted successfully." in result.stderr
     assert "aiptrain jobs stream-logs async_job" in result.stderr
@@ -71,7 +71,7 @@ def assert_no_trace(cli, home, docker_api, tmp_path, job_id):
     assert not work.exists() or not any(work.iterdir())
     locks = home / "locks"
     assert not locks.exists() or not any(locks.iterdir())
-    logs = home / "logs"  # no job log, no supervisor log (a standby supervisor was abandoned)
+    logs = home / "logs"  # no job log
     assert not logs.exists() or not any(logs.iterdir())
 
 

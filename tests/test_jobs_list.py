@@ -171,7 +171,8 @@ def _fill(store: JobStore) -> list[dict]:
 
 
 def _hold_running(settings: Settings, resources: list[dict]) -> list[JobLock]:
-    """The RUNNING jobs' locks, as if their supervisors ran (else listing would reconcile them)."""
+    """The RUNNING jobs' locks, as if their submits were still at work (the controller that listing
+    starts leaves such jobs alone)."""
     return [JobLock.try_acquire(settings.job_lock_path(r["jobId"])) for r in resources if r["state"] == "RUNNING"]
 
 
@@ -417,15 +418,19 @@ def test_a_table_of_jobs_needs_neither_pydantic_nor_the_engine(filled, argv):
     assert result.stdout and result.stderr.splitlines()[-1] == "imported: []", result.stderr
 
 
-def test_listing_reconciles_only_the_active_jobs_nobody_drives(home):
+def test_listing_starts_the_homes_controller_only_while_jobs_are_active(home):
+    """A controller that died is replaced by the next command that sees active jobs: listing too."""
+    from aiptrain.runner import control
+
     client = Client()
-    resources = _fill(client.store)
-    running = [r["jobId"] for r in resources if r["state"] == "RUNNING"]
-    locks = _hold_running(client.settings, resources)
-    locks[0].release()  # its supervisor died
-    reconciled = []
-    found = listing.list_resources(client.settings, reconciled.append, "state:RUNNING", limit=3, fields=["jobId"])
-    assert reconciled == [running[0]] and len(found) == 3
-    for lock in locks[1:]:
-        lock.release()
+    for n in range(3):
+        client.store.create(Job(job_id=f"ended_{n}"))
+        client.store.transition(f"ended_{n}", State.SUCCEEDED, [State.QUEUED])
+    assert len(listing.list_resources(client.settings, fields=["jobId"])) == 3
+    assert control.running(client.settings) is None
+    client.store.create(Job(job_id="active"))
+    lock = JobLock.try_acquire(client.settings.job_lock_path("active"))  # its submit is still at work
+    assert len(listing.list_resources(client.settings, "state:QUEUED", fields=["jobId"])) == 1
+    assert control.running(client.settings) is not None
+    lock.release()
     client.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import job_resources, wait_for
+from conftest import controller_pids, job_resources, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -119,27 +119,30 @@ def test_max_running_time_cancels_the_job(cli, probe_args, docker_api, tmp_path)
     assert job_resources(docker_api, "too_long") == []
 
 
-def test_killed_supervisor_is_replaced_by_the_next_command(cli, probe_args, docker_api, home):
+def test_killed_controller_is_replaced_by_the_next_command(cli, probe_args, docker_api, home):
     cli(*probe_args("orphan", user_args=("--run", "chief=6")), check_code=0)
-    pids = subprocess.run(["pgrep", "-f", "aiptrain.supervisor orphan "], capture_output=True, text=True).stdout.split()
+    pids = controller_pids(home)
     assert len(pids) == 1
-    os.kill(int(pids[0]), signal.SIGKILL)
-    time.sleep(0.5)
-    assert state_of(cli, "orphan")["state"] == "RUNNING"  # describe noticed and started a new supervisor
+    os.kill(pids[0], signal.SIGKILL)
+    wait_for(lambda: not controller_pids(home), what="the controller to die")
+    assert state_of(cli, "orphan")["state"] == "RUNNING"  # describe noticed and started a new controller
+    assert len(controller_pids(home)) == 1
     wait_for(lambda: state_of(cli, "orphan")["state"] == "SUCCEEDED", timeout=60, what="SUCCEEDED")
     assert job_resources(docker_api, "orphan") == []
 
 
-def test_cli_killed_mid_submit_is_reconciled_with_nothing_orphaned(cli, probe_args, docker_api, home):
+def test_cli_killed_mid_submit_is_failed_with_nothing_orphaned(cli, probe_args, docker_api, home):
     args = probe_args("interrupted", "--scale-tier", "standard-1", user_args=("--run", "chief=120", "--run", "worker=120"))
     process = subprocess.Popen([sys.executable, "-m", "aiptrain", *args], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
-    wait_for(lambda: containers(docker_api, "interrupted") or process.poll() is not None, interval=0.02,
-             what="first replica")
+    job_log = home / "logs" / "interrupted.jsonl"  # opened once the job is recorded, before it is staged
+    wait_for(lambda: job_log.exists() or process.poll() is not None, interval=0.005, what="the job's record")
     process.kill()  # SIGKILL, as `kill -9` of the CLI
     process.wait()
-    job = state_of(cli, "interrupted")  # this command reconciles
-    if job["state"] == "RUNNING":  # the kill came after the hand-over: the supervisor owns it
+    wait_for(lambda: state_of(cli, "interrupted")["state"] in ("RUNNING", "FAILED"), timeout=60,
+             what="the controller to take the job")
+    job = state_of(cli, "interrupted")
+    if job["state"] == "RUNNING":  # the kill came after the hand-over: the controller owns it
         cli("jobs", "cancel", "interrupted", check_code=0)
     else:
         assert job["state"] == "FAILED" and "interrupted" in job["errorMessage"]

@@ -11,7 +11,7 @@ from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.logs import (CLOSING_POLL_SECONDS, JobLogWriter, LogRecord, follow, follow_blocks, format_lines,
                            format_record, last_times_by_task, read_records, record_line, records_of, records_of_task,
                            severity_of)
-from aiptrain.supervisor import LogFollowers
+from aiptrain.runner.logcopy import Drain, LogFollowers
 
 
 @pytest.mark.parametrize(
@@ -145,7 +145,7 @@ def test_follow_waits_for_a_log_that_does_not_exist_yet(tmp_path):
     assert [r.message for batch in follow(path, done, poll_seconds=0.01) for r in batch] == ["created late"]
 
 
-# -- the supervisor's copy: every line, however long the drain takes ---------------------------
+# -- the controller's copy: every line, however long the drain takes ---------------------------
 
 
 class SlowEngine:
@@ -164,7 +164,7 @@ def test_the_drain_waits_while_lines_keep_coming(tmp_path):
     path = tmp_path / "job.jsonl"
     followers = LogFollowers(SlowEngine(batches=12, pause=0.05), JobLogWriter(path), {})
     followers.sync([ReplicaObservation("master-replica-0", "master", 0, ReplicaStatus.EXITED, container_id="c")])
-    followers.join(patience=0.2)  # shorter than the whole copy, longer than any pause
+    drained(Drain(followers, None, patience=0.2))  # shorter than the whole copy, longer than any pause
     records = read_records(path)[0]
     assert [r.message for r in records] == [f"line {i} ✓" for i in range(12)]
     assert [r.severity for r in records[:2]] == ["ERROR", "INFO"]  # stderr without a level, stdout
@@ -174,12 +174,18 @@ def test_the_drain_gives_up_on_a_stream_that_stalls(tmp_path):
     path = tmp_path / "job.jsonl"
     followers = LogFollowers(SlowEngine(batches=1, pause=3600), JobLogWriter(path), {})
     followers.sync([ReplicaObservation("master-replica-0", "master", 0, ReplicaStatus.EXITED, container_id="c")])
-    # In a thread, so a drain that waits for the stalled stream fails this test instead of hanging it.
-    drain = threading.Thread(target=followers.join, kwargs={"patience": 0.1}, daemon=True)
-    drain.start()
-    drain.join(timeout=60)
-    assert not drain.is_alive(), "the drain waited on a stream that sent nothing"
+    assert drained(Drain(followers, None, patience=0.1), timeout=60), "the drain waited on a stream that sent nothing"
     assert not path.exists() or read_records(path)[0] == []
+
+
+def drained(drain: Drain, timeout: float = 600) -> bool:
+    """Look at the drain as the controller does, until it is done (or `timeout` passed)."""
+    deadline = time.monotonic() + timeout
+    while not drain.done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def test_after_a_closing_line_follow_asks_about_the_job_soon_rather_than_at_its_poll(tmp_path, monkeypatch):

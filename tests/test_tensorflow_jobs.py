@@ -104,7 +104,7 @@ def test_parameter_server_strategy_job_succeeds_and_stops_workers_and_ps(cli, ho
         )
     assert_trained(result.stderr, "chief: trained")
     assert_checkpoint(job_dir)
-    # The chief finished on its own; the workers and ps never do: the supervisor stopped them.
+    # The chief finished on its own; the workers and ps never do: the controller stopped them.
     codes = exit_codes(docker_api, job_id, since)
     assert codes["master-replica-0"] == [0], codes
     assert set(codes) == {"master-replica-0", "worker-replica-0", "worker-replica-1", "ps-replica-0"}, codes

@@ -1,11 +1,8 @@
 """Hyperparameter tuning studies on the real engine: trials as replicas, the search, failures,
-early stopping, cancel, a killed supervisor and resumed studies."""
+early stopping, cancel, a killed controller and resumed studies."""
 
 import importlib.util
 import json
-import os
-import signal
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -13,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, job_resources, wait_for
+from conftest import REPO, job_resources, kill_controller, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -127,16 +124,12 @@ def test_cancel_mid_study_stops_every_trial_and_leaves_nothing(cli, study, docke
     assert not (home / "work" / "cancel_me").exists()
 
 
-def test_a_killed_supervisor_is_replaced_and_the_study_loses_no_trial(cli, study, docker_api):
+def test_a_killed_controller_is_replaced_and_the_study_loses_no_trial(cli, study, docker_api, home):
     spec = {"maxTrials": 4, "maxParallelTrials": 2, "algorithm": "GRID_SEARCH",
             "params": [{"parameterName": "n", "type": "INTEGER", "minValue": 1, "maxValue": 4}]}
     study("orphan_study", spec, "--reports", "3", "--sleep", "1", wait=False, code=0)
     wait_for(lambda: len(trials_of(describe(cli, "orphan_study"))) >= 2, timeout=120, what="two trials")
-    pids = subprocess.run(["pgrep", "-f", "aiptrain.supervisor orphan_study "], capture_output=True,
-                          text=True).stdout.split()
-    assert pids
-    for pid in pids:
-        os.kill(int(pid), signal.SIGKILL)
+    assert kill_controller(home) == 1
     job = wait_for(lambda: (lambda j: j if j["state"] in ("SUCCEEDED", "FAILED") else None)(
         describe(cli, "orphan_study")), timeout=240, what="the study to end")
     assert job["state"] == "SUCCEEDED", job.get("errorMessage")

@@ -1,17 +1,15 @@
 """Studies on the real engine against what trainers really do (issue 16, item 5) and what a
 hostile one does (issue 21, items 1, 2, 3 and 5): the metric from TensorFlow summary events,
 trials whose only report is their last one, links and FIFOs planted where the host side (root)
-looks, and a supervisor killed between creating and starting a trial's replica."""
+looks, and a controller killed between creating and starting a trial's replica."""
 
 import os
-import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import job_resources, require_image, runtime_image, wait_for
+from conftest import job_resources, kill_controller, require_image, runtime_image, wait_for
 from test_tuning_docker import describe, trials_of
 
 pytestmark = pytest.mark.docker
@@ -123,11 +121,11 @@ def test_cancel_is_not_held_up_by_a_fifo_metric_file(cli, study, docker_api, min
     assert job_resources(docker_api, "fifo_cancel") == []
 
 
-def test_a_trial_created_but_never_started_is_started_by_the_next_supervisor(cli, study, docker_api, minimal_runtime,
+def test_a_trial_created_but_never_started_is_started_by_the_next_controller(cli, study, docker_api, minimal_runtime,
                                                                             tmp_path, home):
-    """Issue 21, item 5: the supervisor dies between creating a trial's replica and starting
+    """Issue 21, item 5: the controller dies between creating a trial's replica and starting
     it (made here exactly: the trial's replica replaced by a `Created` one and its launch not
-    recorded as done). The next supervisor does not count it as running: the trial runs, once,
+    recorded as done). The next controller does not count it as running: the trial runs, once,
     and the study ends."""
     spec = {"algorithm": "GRID_SEARCH", "maxTrials": 2, "maxParallelTrials": 1,
             "params": [{"parameterName": "attack", "type": "CATEGORICAL", "categoricalValues": ["plain"]},
@@ -135,9 +133,7 @@ def test_a_trial_created_but_never_started_is_started_by_the_next_supervisor(cli
     study("created_only", spec, "hostile", minimal_runtime, "--sleep", "300", wait=False, code=0)
     running = wait_for(lambda: docker_api.containers(filters={"label": "aiptrain.job-id=created_only",
                                                               "status": "running"}), timeout=120, what="trial 1")
-    for pid in subprocess.run(["pgrep", "-f", "aiptrain.supervisor created_only "], capture_output=True,
-                              text=True).stdout.split():
-        os.kill(int(pid), signal.SIGKILL)
+    kill_controller(home)
     info = docker_api.inspect_container(running[0]["Id"])
     docker_api.remove_container(info["Id"], force=True)
     docker_api.create_container(info["Config"]["Image"], command=["true"], labels=info["Config"]["Labels"],

@@ -97,7 +97,6 @@ def _replace(settings: Settings) -> JobLock | None:
 
 def start(settings: Settings, lock: JobLock) -> int:
     """Start a detached controller that inherits `lock`; its PID."""
-    settings.logs_dir.mkdir(parents=True, exist_ok=True)
     make_fifo(settings.controller_wake_path)
     with open(settings.controller_log_path, "ab") as out:
         process = subprocess.Popen(

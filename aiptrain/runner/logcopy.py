@@ -72,10 +72,10 @@ class LogFollowers:
 
 class Drain:
     """Waiting, without blocking, for a group's followers to copy everything: done once none
-    copies any more, or once none has copied anything for DRAIN_PATIENCE_SECONDS."""
+    copies any more, or once none has copied anything for `patience` seconds."""
 
-    def __init__(self, followers: LogFollowers, trial_id: str | None):
-        self._followers, self._trial_id = followers, trial_id
+    def __init__(self, followers: LogFollowers, trial_id: str | None, patience: float = DRAIN_PATIENCE_SECONDS):
+        self._followers, self._trial_id, self._patience = followers, trial_id, patience
         self._progress, self._stalled_since = followers.batches, time.monotonic()
 
     def done(self) -> bool:
@@ -83,4 +83,4 @@ class Drain:
             return True
         if self._followers.batches != self._progress:
             self._progress, self._stalled_since = self._followers.batches, time.monotonic()
-        return time.monotonic() - self._stalled_since >= DRAIN_PATIENCE_SECONDS
+        return time.monotonic() - self._stalled_since >= self._patience
