@@ -68,7 +68,7 @@ def cancel(job_id: str, settings: Settings, store: JobStore, backend: Backend, t
     if cancelling is not None and cancelling.state is State.CANCELLING:
         # Stopping the replicas here, not only in the controller, ends the job a poll sooner:
         # their exits wake the controller, which sees the cancel and tears down.
-        control.send(settings)
+        control.send(settings, control.WAKE, job_id)
         running = [o.container_id for o in backend.observe(job_id) if o.status == ReplicaStatus.RUNNING]
         backend.stop(running, settings.stop_grace_seconds)
     return wait_until_done(job_id, settings, store, timeout)

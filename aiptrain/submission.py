@@ -517,7 +517,7 @@ class Submitter:
             lock.remove()  # rejected: nobody will drive this job
             raise
         lock.release()
-        control.wake(self.settings)  # the controller launches it, now or once admitted
+        control.wake(self.settings, job.job_id)  # the controller launches it, now or once admitted
         return self._launched(job.job_id)
 
     def _launched(self, job_id: str) -> Job:

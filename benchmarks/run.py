@@ -268,7 +268,7 @@ class Bench:
                 self.aiptrain(home, "jobs", "cancel", job_id, timeout=120, check=False)
             except Exception:  # noqa: BLE001 - best effort; the docker sweep below follows
                 pass
-        # A job that ended has had its containers and network removed by its supervisor:
+        # A job that ended has had its containers and network removed by its controller:
         # anything of ours still labelled is a leftover, reported and removed.
         template = f'{{{{.Label "{JOB_LABEL}"}}}} {{{{.ID}}}}'
         for kind in ("container", "network"):
@@ -288,6 +288,9 @@ class Bench:
         if nets:
             docker("network", "rm", *nets, check=False)
         self.remove_torchx_apps()
+        for home in sorted(self.tmp.glob("home-*")):  # each home's controller goes with it
+            if (home / "controller.lock").exists():
+                self.aiptrain(home, "controller", "stop", timeout=120, check=False)
         if self.torchx_ran and not self.torchx_network_existed:
             docker("network", "rm", TORCHX_NETWORK, check=False)  # TorchX's network, made by this run
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -874,49 +877,136 @@ def bench_torchx(b: Bench) -> list[Row]:
     return rows
 
 
-def supervisor_memory_mb(job_id: str) -> tuple[float, float]:
-    """(VmRSS, private memory) of the job's detached supervisor (`python -m aiptrain.supervisor JOB
-    FD`). RSS counts the shared libraries (libpython, libcrypto, pydantic-core), whose pages every
-    supervisor and CLI shares; the private part is what each further running job costs."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            argv = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"aiptrain.supervisor" in argv and job_id.encode() in argv:
-            rss = int((cmdline.parent / "status").read_text().split("VmRSS:")[1].split()[0])
-            rollup = dict(line.split(":", 1) for line in (cmdline.parent / "smaps_rollup").read_text().splitlines()[1:])
-            private = sum(int(rollup[key].split()[0]) for key in ("Private_Clean", "Private_Dirty"))
-            return rss / 1024, private / 1024
-    raise BenchError(f"no supervisor process found for {job_id}")
+MEMORY_JOB_COUNTS = (1, 10, 100)  # running jobs at which figure 10 weighs the controller
+MANY_JOBS = 500  # figure 11: BASIC jobs submitted at once
+MANY_JOBS_PARALLEL = 8  # replicas running at once in figure 11, for aiptrain (its cap) and by hand
+
+
+def controller_memory_mb(home: Path) -> tuple[float, float]:
+    """(VmRSS, private memory) of the home's controller. RSS counts the shared libraries
+    (libpython, libcrypto, pydantic-core), whose pages every aiptrain process shares; the private
+    part is what the controller itself holds."""
+    pid = json.loads((home / "controller.json").read_text())["pid"]
+    proc = Path("/proc") / str(pid)
+    rss = int((proc / "status").read_text().split("VmRSS:")[1].split()[0])
+    rollup = dict(line.split(":", 1) for line in (proc / "smaps_rollup").read_text().splitlines()[1:])
+    private = sum(int(rollup[key].split()[0]) for key in ("Private_Clean", "Private_Dirty"))
+    return rss / 1024, private / 1024
 
 
 def bench_memory(b: Bench) -> list[Row]:
-    rows = []
-    for tier, replicas in (("basic", 1), ("standard-1", STANDARD_1_REPLICAS)):
-        name = tier.upper().replace("-", "_")
-        rss = Row(f"10{'ac'[len(rows) // 2]}", f"{name}: supervisor's memory (RSS) while the job runs",
-                  "VmRSS of the job's supervisor", "TorchX local_docker: no process per job", unit="MB")
-        private = Row(f"10{'bd'[len(rows) // 2]}", f"{name}: supervisor's private memory while the job runs",
-                      "Private_Clean + Private_Dirty (smaps_rollup)", "TorchX: none", unit="MB")
-        home = b.new_home()
-        for i in range(b.args.repeat):
-            job_id = b.job_id(f"mem_{tier.replace('-', '')}")
-            b.submit(home, job_id, "--scale-tier", tier, trainer_args=("--sleep", SLEEP_SECONDS))
-            first_user_lines(home / "logs" / f"{job_id}.jsonl", replicas, time.monotonic() + 300)
-            time.sleep(1)  # every log follower attached, the supervisor in its steady loop
-            for row, megabytes in zip((rss, private), supervisor_memory_mb(job_id)):
-                row.ours.append(megabytes)
-                row.base.append(0.0)
-            b.cancel(home, job_id)
-        rss.notes.append("10: each job's supervisor once its replicas print (log followers attached); TorchX's "
-                         "docker scheduler is stateless and keeps nothing running per job (0 MB). RSS includes "
-                         "shared libraries every supervisor shares; private memory is each job's own.")
-        rows += [rss, private]
-    return rows
+    """The controller's memory with 1, 10 and 100 BASIC jobs running (each replica printing, its log
+    follower attached), and what each further running job adds."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rss = {n: Row(f"10{'abc'[i]}", f"controller's memory (RSS) with {n} running job{'s' * (n > 1)}",
+                  "VmRSS of the home's controller", "TorchX local_docker: no process per job", unit="MB")
+           for i, n in enumerate(MEMORY_JOB_COUNTS)}
+    marginal = Row("10d", "private memory each further running job costs the controller",
+                   f"(private at {MEMORY_JOB_COUNTS[-1]} - private at 1) / {MEMORY_JOB_COUNTS[-1] - 1}",
+                   "TorchX: none", "<=2 MB", unit="MB")
+    home, running, private = b.new_home(), [], {}
+
+    def start(job_id: str) -> None:
+        b.submit(home, job_id, trainer_args=("--sleep", SLEEP_SECONDS))
+        first_user_lines(home / "logs" / f"{job_id}.jsonl", 1, time.monotonic() + 600)
+
+    try:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            for n in MEMORY_JOB_COUNTS:
+                more = [b.job_id("mem") for _ in range(n - len(running))]
+                for job_id in more:  # job IDs in the order submitted (b.job_id counts them)
+                    running.append(job_id)
+                list(pool.map(start, more))
+                time.sleep(2)  # every follower attached, the controller in its steady state
+                megabytes_rss, private[n] = controller_memory_mb(home)
+                rss[n].ours.append(megabytes_rss)
+                rss[n].base.append(0.0)
+    finally:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            list(pool.map(lambda job_id: b.cancel(home, job_id), running))
+    first, last = MEMORY_JOB_COUNTS[0], MEMORY_JOB_COUNTS[-1]
+    if first in private and last in private:
+        marginal.ours.append((private[last] - private[first]) / (last - first))
+        marginal.base.append(0.0)
+    rss[first].notes.append(
+        "10: one controller drives every job of a home; measured once per count, the jobs kept running from one "
+        "count to the next. TorchX's docker scheduler keeps nothing running per job (0 MB). Before the "
+        "controller, each running job had its own supervisor process: 43 MB RSS, 28 MB of it private.")
+    return [*rss.values(), marginal]
+
+
+def bench_many_jobs(b: Bench) -> list[Row]:
+    """MANY_JOBS BASIC jobs submitted at once (a trainer that exits at once) through the Python API,
+    at most MANY_JOBS_PARALLEL running: jobs per minute, against the same containers run by hand
+    MANY_JOBS_PARALLEL at a time. Every job must succeed, in the order submitted."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    row = Row("11a", f"{MANY_JOBS} BASIC jobs submitted at once, through admission",
+              f"submit all (Python API, 8 threads), then wait for all; at most {MANY_JOBS_PARALLEL} running",
+              f"docker run --rm of the same image, {MANY_JOBS_PARALLEL} at a time", unit="jobs/min")
+    memory = Row("11b", f"controller's memory (RSS) at the end of {MANY_JOBS} jobs", "VmRSS of the controller",
+                 "TorchX: no process", unit="MB")
+    home = b.new_home()
+    env = {"AIPTRAIN_HOME": str(home), "AIPTRAIN_DEFAULT_RUNTIME": "minimal",
+           "AIPTRAIN_MAX_RUNNING_REPLICAS": str(MANY_JOBS_PARALLEL)}
+    script = MANY_JOBS_SCRIPT.format(package=str(b.package.parent), count=MANY_JOBS, prefix=b.job_id("many"),
+                                     job_dirs=str(b.tmp / "job-dirs"))
+    result = subprocess.run([sys.executable, "-c", script], env={**os.environ, **env}, capture_output=True,
+                            text=True, timeout=3600)
+    if result.returncode != 0:
+        raise BenchError(f"the {MANY_JOBS}-job run failed: {result.stderr.strip()[-500:]}")
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    if report["lost"] or report["not_succeeded"] or not report["fifo"]:
+        raise BenchError(f"{MANY_JOBS} jobs: {report}")
+    row.ours.append(MANY_JOBS / report["seconds"] * 60)
+    memory.ours.append(controller_memory_mb(home)[0])
+    memory.base.append(0.0)
+
+    def by_hand(_: int) -> None:
+        docker("run", "--rm", "--label", f"{BENCH_LABEL}={b.run_id}", "--user", b.user, IMAGE, "python3", "-c",
+               "print('hello from the benchmark trainer')")
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=MANY_JOBS_PARALLEL) as pool:
+        list(pool.map(by_hand, range(MANY_JOBS)))
+    row.base.append(MANY_JOBS / (time.monotonic() - started) * 60)
+    row.notes.append(f"11: a higher ratio is better here (jobs per minute). All {MANY_JOBS} jobs SUCCEEDED, "
+                     "started in submission order, none lost; each aiptrain job is recorded, staged (the sdist "
+                     "built once and reused), planned, admitted, launched on its own network, its log copied, "
+                     "torn down and recorded.")
+    return [row, memory]
+
+
+# The 500-job run, in its own process (the Python API, as a pipeline would use it).
+MANY_JOBS_SCRIPT = textwrap.dedent(
+    """    import json, sys, time
+    from concurrent.futures import ThreadPoolExecutor
+    import aiptrain
+
+    ids = [f"{prefix}_{{n:04d}}" for n in range({count})]
+    started = time.monotonic()
+
+    def submit(job_id):
+        with aiptrain.Client() as client:
+            client.submit_training(job_id, "{package}/benchtrainer", "benchtrainer.task", "{job_dirs}/" + job_id,
+                                   region="us-central1", runtime_version="minimal")
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(submit, ids))
+    with aiptrain.Client() as client:
+        jobs = [client.wait(job_id, timeout=3600) for job_id in ids]
+    seconds = time.monotonic() - started
+    starts = [job.start_time for job in jobs if job.start_time]
+    print(json.dumps({{"seconds": seconds, "lost": {count} - len(jobs),
+                      "not_succeeded": [j.job_id for j in jobs if j.state.value != "SUCCEEDED"],
+                      "fifo": starts == sorted(starts)}}))
+    """
+)
+
 
 STORE_JOBS, SMALL_STORE_JOBS = 10_000, 10
-STORE_ACTIVE = 3  # RUNNING jobs among them, whose locks the benchmark holds as their supervisors would
+STORE_ACTIVE = 3  # RUNNING jobs among them, whose locks the benchmark holds as a submit at work would
 
 
 def fill_store(home: Path, count: int) -> list[str]:
@@ -966,7 +1056,7 @@ def bench_list(b: Bench) -> list[Row]:
     progress(f"recording {STORE_JOBS:,} jobs through the store's API")
     running = [(large, job_id) for job_id in fill_store(large, STORE_JOBS)]
     running += [(small, job_id) for job_id in fill_store(small, SMALL_STORE_JOBS)]
-    # Held by this process as a supervisor would hold them: `jobs list` leaves driven jobs alone.
+    # Held by this process as a submit at work would: the controller `jobs list` starts leaves them alone.
     locks = [JobLock.try_acquire(home / "locks" / f"{job_id}.lock") for home, job_id in running]
     click_cmd = [sys.executable, "-c", "import click"]
     described = "census_00003"  # finished, in both stores
@@ -1004,7 +1094,8 @@ BENCHMARKS = {
     "7": ("submit -> every replica in user code", bench_first_line),
     "8": ("jobs list and describe over 10,000 stored jobs", bench_list),
     "9": ("BASIC and STANDARD_1 vs TorchX", bench_torchx),
-    "10": ("supervisor memory per running job", bench_memory),
+    "10": ("controller memory with 1, 10 and 100 running jobs", bench_memory),
+    "11": (f"{MANY_JOBS} jobs through admission", bench_many_jobs),
 }
 WITHOUT_ENGINE = {"1", "8"}  # benchmarks that run no container
 

@@ -8,7 +8,7 @@ hands the very same open file to the controller it starts (as submit once handed
 its supervisor): there is no moment when two controllers could both believe they own the home.
 A controller of another aiptrain version is asked to stop and replaced.
 
-Commands wake the controller through a FIFO in the home (a byte per wake): it never blocks a
+Commands wake the controller through a FIFO in the home (a line per wake): it never blocks a
 writer, needs no socket path short enough for AF_UNIX, and a wake with no controller reading is
 simply dropped (the next controller looks at every active job when it starts).
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 from aiptrain.ownership import JobLock
 from aiptrain.settings import Settings
 
-WAKE, QUIT = b"w", b"q"
+WAKE, QUIT = b"wake", b"quit"  # one word per line; a wake may name the job it is about
 REPLACE_PATIENCE_SECONDS = 60  # how long an outdated controller may take to finish its steps
 
 
@@ -115,8 +115,9 @@ def make_fifo(path: Path) -> None:
         pass
 
 
-def send(settings: Settings, word: bytes = WAKE) -> bool:
-    """A byte to the controller; False when no controller reads (the FIFO has no reader)."""
+def send(settings: Settings, word: bytes = WAKE, job_id: str = "") -> bool:
+    """A word to the controller (about `job_id`: it looks at that job at once); False when no
+    controller reads (the FIFO has no reader)."""
     try:
         fd = os.open(settings.controller_wake_path, os.O_WRONLY | os.O_NONBLOCK)
     except OSError as exc:
@@ -124,7 +125,7 @@ def send(settings: Settings, word: bytes = WAKE) -> bool:
             return False
         raise
     try:
-        os.write(fd, word)
+        os.write(fd, word + (b" " + job_id.encode() if job_id else b"") + b"\n")  # atomic: under PIPE_BUF
     except BlockingIOError:
         pass  # the FIFO is full of wakes already: the controller will look
     finally:
@@ -132,10 +133,10 @@ def send(settings: Settings, word: bytes = WAKE) -> bool:
     return True
 
 
-def wake(settings: Settings) -> None:
-    """Tell the controller there is news (a job recorded, a cancel), starting it if absent."""
+def wake(settings: Settings, job_id: str = "") -> None:
+    """Tell the controller there is news about a job (recorded, cancelled), starting it if absent."""
     ensure_running(settings)
-    send(settings, WAKE)
+    send(settings, WAKE, job_id)
 
 
 def stop(settings: Settings, timeout: float = 60) -> bool:

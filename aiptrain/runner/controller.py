@@ -256,11 +256,15 @@ def read_fifo(settings: Settings, controller: Controller) -> None:
         if not readable:
             continue
         try:
-            data = os.read(fd, 4096)
+            data = os.read(fd, 65536)
         except BlockingIOError:
             continue
-        if control.QUIT in data:
-            controller.stopping.set()
+        for line in data.splitlines():
+            word, _, job_id = line.partition(b" ")
+            if word == control.QUIT:
+                controller.stopping.set()
+            elif job_id:
+                controller.changed(job_id.decode(errors="replace"))
         controller.news.set()
         controller.wake.set()
 

@@ -1,0 +1,220 @@
+"""JobDriver.step() against the fake backend (tests/fakes.py): every phase of a job, stepped as the
+controller steps it, in milliseconds. The engine side of the same rules runs in the *_docker tests."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from aiptrain.admission import request
+from aiptrain.errors import EnvironmentNotReady
+from aiptrain.logs import read_records
+from aiptrain.model import Job, ReplicaConfig, Scheduling, State, TrainingInput, utc_now
+from aiptrain.planning import PlanInputs, save_plan_inputs
+from aiptrain.runner.driver import INTERRUPTED, LAUNCH_STARTED, JobDriver
+from aiptrain.settings import Settings
+from aiptrain.store import JobStore
+from fakes import FakeBackend, plan_of
+
+BASIC = TrainingInput(scale_tier="BASIC", region="us-central1", python_module="trainer.task",
+                      package_uris=["gs://b/trainer.tar.gz"])
+WITH_WORKER_AND_EVALUATOR = TrainingInput(
+    scale_tier="CUSTOM", master_type="n1-standard-4", worker_type="n1-standard-4", worker_count=1,
+    evaluator_type="n1-standard-4", evaluator_count=1, region="us-central1", python_module="trainer.task",
+    package_uris=["gs://b/trainer.tar.gz"], master_config=ReplicaConfig(image_uri="example.com/t:1"))
+
+
+@pytest.fixture
+def settings(tmp_path) -> Settings:
+    settings = Settings(home=tmp_path / "home", max_restarts=2, evaluator_grace_seconds=0, poll_seconds=0.01)
+    settings.ensure_dirs()
+    return settings
+
+
+@pytest.fixture
+def store(settings):
+    with JobStore(settings.store_path) as store:
+        yield store
+
+
+def submitted(store: JobStore, settings: Settings, job_id: str = "job", training_input: TrainingInput = BASIC,
+              cap: int | None = None, **fields) -> Job:
+    """A job as submit leaves it: recorded, its plan inputs saved, asked for admission."""
+    job = store.create(Job(job_id=job_id, training_input=training_input, **fields))
+    save_plan_inputs(settings.job_work_dir(job_id), PlanInputs(runtime_image="aiptrain/runtime:minimal"))
+    request(store, job, cap)
+    return job
+
+
+def drive(driver: JobDriver, backend: FakeBackend, between=None, max_steps: int = 500) -> State | None:
+    """Step the driver as the controller would; the fake engine's clock moves between steps."""
+    for n in range(max_steps):
+        if driver.step() is None:
+            return driver.final_state
+        backend.advance()
+        if between:
+            between(n)
+    raise AssertionError(f"still {driver.phase} after {max_steps} steps")
+
+
+def service_lines(settings: Settings, job_id: str = "job") -> list[str]:
+    return [r.message for r in read_records(settings.job_log_path(job_id))[0] if r.task == "service"]
+
+
+@pytest.mark.parametrize("script, state, restarts, error", [
+    ({"master-replica-0": [0]}, State.SUCCEEDED, 0, None),
+    ({"master-replica-0": [137, 0]}, State.SUCCEEDED, 1, None),
+    ({"master-replica-0": [143, 130, 0]}, State.SUCCEEDED, 2, None),
+    ({"master-replica-0": [137, 137, 137]}, State.FAILED, 2, "exited with a non-zero status of 137"),
+    ({"master-replica-0": [1]}, State.FAILED, 0, "The replica master 0 exited with a non-zero status of 1."),
+])
+def test_a_basic_job_from_launch_to_its_end(settings, store, script, state, restarts, error):
+    submitted(store, settings)
+    backend = FakeBackend(script=script)
+    assert drive(JobDriver("job", settings, store, backend), backend) is state
+    job = store.get("job")
+    assert job.state is state and len(backend.restarted) == restarts
+    assert (error is None) == (job.error_message is None)
+    if error:
+        assert error in job.error_message
+    assert backend.removed[-1] == ("job", None) and not backend.replicas
+    assert not settings.job_work_dir("job").exists()
+    lines = service_lines(settings)
+    assert lines[0] == "Waiting for job to be provisioned." and lines[-1] in (
+        "Job completed successfully.", "Job failed.")
+    assert sum("Restarting it in place" in line for line in lines) == restarts
+
+
+def test_a_failed_worker_fails_the_job_and_the_others_are_stopped(settings, store):
+    submitted(store, settings, training_input=WITH_WORKER_AND_EVALUATOR)
+    backend = FakeBackend(script={"worker-replica-0": [1]})
+    assert drive(JobDriver("job", settings, store, backend), backend) is State.FAILED
+    assert store.get("job").error_message.startswith("The replica worker 0 exited with a non-zero status of 1.")
+    assert len(backend.stopped) == 2  # the master and the evaluator, still running
+
+
+def test_evaluators_get_their_grace_after_the_master_succeeds(settings, store):
+    settings = replace(settings, evaluator_grace_seconds=3600)
+    submitted(store, settings, training_input=WITH_WORKER_AND_EVALUATOR)
+    backend = FakeBackend(script={"master-replica-0": [0]})
+    driver = JobDriver("job", settings, store, backend)
+    for _ in range(5):
+        driver.step()
+        backend.advance()
+    assert driver.phase == "ending" and backend.replica("job", "evaluator-replica-0").status.value == "running"
+    assert backend.replica("job", "worker-replica-0").status.value == "exited"  # stopped at once
+    backend.exit("job", "evaluator-replica-0", 0)  # it scored the last checkpoint
+    assert drive(driver, backend) is State.SUCCEEDED
+    assert "waiting up to 3600 s for evaluator 0" in " ".join(service_lines(settings))
+
+
+def test_a_cancel_ends_the_job_cancelled_whatever_the_exit_codes(settings, store):
+    submitted(store, settings)
+    backend = FakeBackend()
+    driver = JobDriver("job", settings, store, backend)
+    driver.step(), driver.step(), driver.step()
+    assert store.get("job").state is State.RUNNING
+    store.transition("job", State.CANCELLING, [State.RUNNING], error_message="Job cancelled by the user.")
+    assert drive(driver, backend) is State.CANCELLED
+    assert store.get("job").error_message == "Job cancelled by the user." and backend.stopped
+
+
+def test_a_queued_job_waits_for_room_then_starts(settings, store):
+    settings = replace(settings, max_running_replicas=1)
+    submitted(store, settings, "ahead", cap=1)
+    submitted(store, settings, "behind", cap=1)
+    backend = FakeBackend(script={"master-replica-0": [0]})
+    ahead, behind = (JobDriver(job_id, settings, store, backend) for job_id in ("ahead", "behind"))
+    for _ in range(3):
+        behind.step()
+    assert behind.phase == "admission" and store.get("behind").state is State.QUEUED
+    assert store.queue_position("behind")[1].startswith("Waiting for capacity")
+    assert drive(ahead, backend) is State.SUCCEEDED
+    assert drive(behind, backend) is State.SUCCEEDED
+
+
+def test_past_max_wait_time_a_queued_job_is_cancelled(settings, store):
+    settings = replace(settings, max_running_replicas=1)
+    submitted(store, settings, "ahead", cap=1)
+    created = utc_now() - timedelta(hours=1)
+    job = Job(job_id="impatient", training_input=BASIC.model_copy(
+        update={"scheduling": Scheduling(max_wait_time="1800s")}), create_time=created)
+    submitted(store, settings, "impatient", training_input=job.training_input, cap=1, create_time=created)
+    backend = FakeBackend()
+    assert drive(JobDriver("impatient", settings, store, backend), backend) is State.CANCELLED
+    assert store.get("impatient").error_message.startswith("Job cancelled: it waited longer than")
+
+
+def test_past_max_running_time_a_running_job_is_cancelled(settings, store):
+    training_input = BASIC.model_copy(update={"scheduling": Scheduling(max_running_time="60s")})
+    submitted(store, settings, training_input=training_input)
+    backend = FakeBackend()
+    driver = JobDriver("job", settings, store, backend)
+    driver.step(), driver.step()
+    job = store.get("job")
+    store.update_resource(job.model_copy(update={"start_time": utc_now() - timedelta(minutes=5)}))
+    assert drive(driver, backend) is State.CANCELLED
+    assert "maxRunningTime (60s)" in store.get("job").error_message
+
+
+def test_a_launch_the_engine_refuses_fails_the_job_with_its_reason(settings, store):
+    submitted(store, settings)
+    backend = FakeBackend(fail={"launch": EnvironmentNotReady("Docker refused the job's replicas: no room.")})
+    assert drive(JobDriver("job", settings, store, backend), backend) is State.FAILED
+    assert store.get("job").error_message.startswith("Docker refused the job's replicas: no room.")
+
+
+def test_a_launch_cut_by_a_dead_controller_is_redone_from_scratch(settings, store):
+    """The launch-started marker: what the dead controller made goes before the launch is redone."""
+    submitted(store, settings)
+    backend = FakeBackend(script={"master-replica-0": [0]})
+    (settings.job_work_dir("job") / LAUNCH_STARTED).touch()  # the dead controller's half of a launch
+    backend.launch(plan_of("job"))
+    assert drive(JobDriver("job", settings, store, backend), backend) is State.SUCCEEDED
+    assert [c[0] for c in backend.calls if c[0] in ("remove", "launch")][:3] == ["launch", "remove", "launch"]
+    assert len(backend.launched) == 2
+
+
+def test_a_job_recorded_but_never_queued_was_interrupted(settings, store):
+    store.create(Job(job_id="job", training_input=BASIC))  # its submit died before asking for admission
+    backend = FakeBackend()
+    assert drive(JobDriver("job", settings, store, backend), backend) is State.FAILED
+    assert store.get("job").error_message.startswith(INTERRUPTED)
+
+
+def test_a_verdict_left_by_a_dead_controller_is_finished_as_decided(settings, store):
+    submitted(store, settings)
+    backend = FakeBackend()
+    driver = JobDriver("job", settings, store, backend)
+    driver.step(), driver.step()
+    store.record_verdict("job", {"state": "SUCCEEDED", "error_message": None, "failed_task": None,
+                                 "failed_trial": ""})
+    assert drive(JobDriver("job", settings, store, backend), backend) is State.SUCCEEDED  # a new controller's
+    assert service_lines(settings)[-1] == "Job completed successfully."
+
+
+def test_a_job_that_already_ended_needs_no_step(settings, store):
+    store.create(Job(job_id="job", training_input=BASIC))
+    store.transition("job", State.SUCCEEDED, [State.QUEUED])
+    backend = FakeBackend()
+    driver = JobDriver("job", settings, store, backend)
+    assert driver.step() is None and driver.final_state is None and backend.calls == []
+
+
+def test_a_study_runs_its_trials_as_groups_of_the_same_driver(settings, store):
+    training_input = TrainingInput.model_validate({
+        **BASIC.model_dump(by_alias=True, exclude_none=True),
+        "hyperparameters": {"goal": "MAXIMIZE", "hyperparameterMetricTag": "acc", "maxTrials": 3,
+                            "maxParallelTrials": 2, "algorithm": "GRID_SEARCH",
+                            "params": [{"parameterName": "n", "type": "INTEGER", "minValue": 1, "maxValue": 3}]}})
+    submitted(store, settings, training_input=training_input)
+    backend = FakeBackend(script={"1/master-replica-0": [137, 0], "2/master-replica-0": [1],
+                                  "3/master-replica-0": [0]})
+    assert drive(JobDriver("job", settings, store, backend), backend) is State.SUCCEEDED
+    trials = {t.trial_id: t for t in store.get("job").training_output.trials}
+    assert {k: t.state for k, t in trials.items()} == {"1": State.SUCCEEDED, "2": State.FAILED, "3": State.SUCCEEDED}
+    assert sorted(t.hyperparameters["n"] for t in trials.values()) == ["1", "2", "3"]
+    assert [plan.trial_id for plan in backend.launched] == ["1", "2", "3"] and len(backend.restarted) == 1
+    assert sorted(trial for _, trial in backend.removed if trial) == ["1", "2", "3"] and not backend.replicas
