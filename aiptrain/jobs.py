@@ -10,7 +10,7 @@ import time
 from aiptrain.backends import Backend, ReplicaStatus
 from aiptrain.errors import JobNotFound
 from aiptrain.jobtable import DamagedRecord
-from aiptrain.model import Job, State
+from aiptrain.model import TERMINAL_STATES, Job, State
 from aiptrain.ownership import remove_if_unowned
 from aiptrain.runner import control
 from aiptrain.settings import Settings
@@ -27,7 +27,7 @@ def remove_stale_locks(settings: Settings, store: JobStore) -> int:
         except DamagedRecord as exc:
             store.skip_damaged(path.stem, exc.problem)
             continue
-        if (job is None or job.state.is_terminal) and remove_if_unowned(path):
+        if (job is None or job.state in TERMINAL_STATES) and remove_if_unowned(path):
             removed += 1
     return removed
 
@@ -36,7 +36,7 @@ def get_job(job_id: str, settings: Settings, store: JobStore) -> Job:
     job = store.get(job_id)
     if job is None:
         raise JobNotFound(job_id)
-    if not job.state.is_terminal:
+    if job.state not in TERMINAL_STATES:
         control.ensure_running(settings)
     if job.state is State.QUEUED:
         queued = store.queue_position(job_id)
@@ -49,7 +49,7 @@ def wait_until_done(job_id: str, settings: Settings, store: JobStore, timeout: f
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         job = get_job(job_id, settings, store)
-        if job.state.is_terminal or (deadline is not None and time.monotonic() > deadline):
+        if job.state in TERMINAL_STATES or (deadline is not None and time.monotonic() > deadline):
             return job
         time.sleep(0.1)
 
@@ -57,7 +57,7 @@ def wait_until_done(job_id: str, settings: Settings, store: JobStore, timeout: f
 def cancel(job_id: str, settings: Settings, store: JobStore, backend: Backend, timeout: float = 60) -> Job:
     """Ask for cancellation and wait (up to `timeout`) until the controller has torn down."""
     job = get_job(job_id, settings, store)
-    if job.state.is_terminal:
+    if job.state in TERMINAL_STATES:
         return job
     cancelling = store.transition(
         job_id,
@@ -69,6 +69,6 @@ def cancel(job_id: str, settings: Settings, store: JobStore, backend: Backend, t
         # Stopping the replicas here, not only in the controller, ends the job a poll sooner:
         # their exits wake the controller, which sees the cancel and tears down.
         control.send(settings, control.WAKE, job_id)
-        running = [o.container_id for o in backend.observe(job_id) if o.status == ReplicaStatus.RUNNING]
+        running = [o.container_id for o in backend.observe(job_id) if o.status == ReplicaStatus.RUNNING and o.container_id]
         backend.stop(running, settings.stop_grace_seconds)
     return wait_until_done(job_id, settings, store, timeout)

@@ -328,3 +328,51 @@ def test_a_job_survives_dockerd_restarting(tmp_path, minimal_runtime, docker_api
     assert job["state"] == "SUCCEEDED", job.get("errorMessage")
     assert "Restarting it in place" in run_cli(home, "jobs", "stream-logs", "engine_restart").stdout
     assert home_resources(docker_api, home) == []
+
+
+# -- issue 17: 500 jobs through one controller ---------------------------------------------------
+
+MANY = 500
+MANY_CAP = 8  # replicas running at once
+
+
+@pytest.mark.slow
+def test_500_jobs_submitted_at_once_all_succeed_in_order_through_one_controller(tmp_path, minimal_runtime, docker_api,
+                                                                                home, monkeypatch):
+    """Submitted from 8 threads through the Python API (as a pipeline would), with room for 8 at a
+    time: every job SUCCEEDS (none lost, none failed by the queue) and the one controller's memory
+    stays bounded. The order of admission is the queue's rule, tested in test_admission*."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import aiptrain
+    from aiptrain.runner import control
+
+    monkeypatch.setenv("AIPTRAIN_MAX_RUNNING_REPLICAS", str(MANY_CAP))
+    config = tmp_path / "noop.yaml"
+    config.write_text(yaml.safe_dump({"trainingInput": {"masterConfig": {
+        "imageUri": MINIMAL, "containerCommand": ["python3", "-c", "print('done')"]}}}))
+    ids = [f"many_{n:04d}" for n in range(MANY)]
+
+    def submit(job_id: str) -> None:
+        with aiptrain.Client() as client:
+            client.submit_training(job_id, config=config, region="us-central1", job_dir=tmp_path / "out")
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(submit, ids))
+    peak = 0.0
+    with aiptrain.Client() as client:
+        def all_ended() -> bool:
+            nonlocal peak
+            info = control.running(client.settings)
+            if info and info.pid:
+                status = Path(f"/proc/{info.pid}/status")
+                if status.exists():
+                    peak = max(peak, int(status.read_text().split("VmRSS:")[1].split()[0]) / 1024)
+            return not set(ids) & set(client.store.active_job_ids())
+
+        wait_for(all_ended, timeout=3600, interval=2, what=f"{MANY} jobs to end")
+        jobs = [client.get(job_id) for job_id in ids]
+    assert [job.state.value for job in jobs] == ["SUCCEEDED"] * MANY  # every one recorded, every one ran
+    print(f"\n{MANY} jobs: controller peak RSS {peak:.0f} MB")
+    assert 0 < peak < 400
+    assert home_resources(docker_api, home) == []

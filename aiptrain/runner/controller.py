@@ -16,6 +16,7 @@ when the last active job ends. It exits after `controller_idle_seconds` with not
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -87,6 +88,9 @@ class Controller:
         quiet_since = time.monotonic()
         while not self.stopping.is_set():
             now = time.monotonic()
+            if not self.settings.home.exists():  # the home was deleted under us: nothing to drive
+                log.warning("The home %s is gone: stopping.", self.settings.home)
+                break
             if self.news.is_set() or now - last_adopt >= ADOPT_EVERY_SECONDS:
                 self.news.clear()
                 waiting = self.adopt()
@@ -111,8 +115,8 @@ class Controller:
         """Drive every active job nobody drives yet. A job whose submit still holds its lock is
         left to it (the submit wakes us when done); True while there is such a job."""
         waiting = False
-        for job_id in self.store.active_job_ids():
-            if job_id in self.drivers or job_id in self.skipped:
+        for job_id in self.drivable_job_ids():
+            if job_id in self.drivers:
                 continue
             lock = JobLock.try_acquire(self.settings.job_lock_path(job_id))
             if lock is None:
@@ -136,7 +140,7 @@ class Controller:
                 continue
             future = self.pool.submit(self.step, driver)
             self.in_flight[job_id] = future
-            future.add_done_callback(lambda _, job_id=job_id: self.stepped(job_id))
+            future.add_done_callback(functools.partial(self.stepped, job_id))
 
     def step(self, driver: JobDriver) -> float | None:
         """One step of one job, in a pool thread; its failure stays with that job."""
@@ -155,9 +159,9 @@ class Controller:
             driver.fail(traceback.format_exception_only(exc)[-1].strip())
             return None
 
-    def stepped(self, job_id: str) -> None:
+    def stepped(self, job_id: str, future: Future) -> None:
         """A step finished (in its pool thread): schedule the next or let the job go."""
-        future = self.in_flight.pop(job_id)
+        self.in_flight.pop(job_id, None)
         delay = future.result()
         driver = self.drivers.get(job_id)
         if delay is None or driver is None or driver.ended:
@@ -217,12 +221,16 @@ class Controller:
 
     # -- the end --------------------------------------------------------------------------------
 
+    def drivable_job_ids(self) -> list[str]:
+        """The active jobs, but those whose record cannot be read (left as they are, said once)."""
+        return [job_id for job_id in self.store.active_job_ids() if job_id not in self.skipped]
+
     def still_idle_after_letting_go(self) -> bool:
         """Let go of the home's lock, then look once more: a job recorded before that look is
         ours to drive (take the lock back, unless a new controller has it); one recorded after
         it is woken for by its command, which then finds the lock free and starts a controller."""
         self.home_lock.release()
-        if not self.store.active_job_ids():
+        if not self.drivable_job_ids():
             return True
         lock = JobLock.try_acquire(self.settings.controller_lock_path)
         if lock is None:
@@ -282,8 +290,12 @@ def serve(settings: Settings, lock: JobLock, idle_exit: bool) -> None:
     write_state(settings)
     raise_open_files_limit()
     controller = Controller(settings, lock, idle_exit)
+    def stop(*_) -> None:
+        controller.stopping.set()
+        controller.wake.set()
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: (controller.stopping.set(), controller.wake.set()))
+        signal.signal(signum, stop)
     threading.Thread(target=read_fifo, args=(settings, controller), daemon=True, name="fifo").start()
     log.info("Controller %s started for %s (version %s)", os.getpid(), settings.home, control.code_version())
     try:

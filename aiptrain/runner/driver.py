@@ -21,11 +21,12 @@ import logging
 import shutil
 import time
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from aiptrain import admission
 from aiptrain.backends import Backend, ReplicaObservation, ReplicaStatus
 from aiptrain.errors import AiptrainError
-from aiptrain.lifecycle import (SETTLE_SECONDS, Decision, awaited_at_end, decide, failure_message,
+from aiptrain.lifecycle import (Decision, awaited_at_end, decide, failure_message,
                                 replica_label)
 from aiptrain.logs import CLOSING_LINES, SERVICE, JobLogWriter, last_times_by_task, records_of_task
 from aiptrain.model import ACTIVE_STATES, State, utc_now
@@ -35,12 +36,16 @@ from aiptrain.settings import Settings
 from aiptrain.topology import replicas_for
 from aiptrain.validation import scheduling_seconds
 
+if TYPE_CHECKING:
+    from aiptrain.runner.study import Study
+
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 20
 TRACEBACK_LINES = 60
 ENGINE_PATIENCE_SECONDS = 30
 INTERRUPTED = "The job's submission was interrupted before all replicas started."
+DRAIN_LOOK_SECONDS = 0.02  # how soon a group's end looks again whether its logs are all copied
 LAUNCH_STARTED = "launch-started"  # in the job's work dir: a launch began (a new controller cleans up first)
 
 
@@ -103,7 +108,7 @@ class JobDriver:
         self.writer = JobLogWriter(self.log_path, keep_going=True)  # a full disk loses lines, not the job
         self.followers = LogFollowers(backend, self.writer, last_times_by_task(self.log_path))
         self.phase = "adopt"
-        self.study = None  # runner.study.Study of a tuning job, once running
+        self.study: Study | None = None  # of a tuning job, once running
         self.said: str | None = None  # the last admission reason logged
         self.ending: GroupEnding | None = None
         self.decision: Decision | None = None
@@ -169,9 +174,9 @@ class JobDriver:
         if verdict.admitted:
             self.phase = "launch"
             return 0
-        if verdict.reason != self.said:
+        if verdict.reason and verdict.reason != self.said:
             self.said = verdict.reason
-            self.writer.service(self.said)
+            self.writer.service(verdict.reason)
         return self.settings.admission_poll_seconds
 
     def _step_launch(self) -> float:
@@ -214,7 +219,7 @@ class JobDriver:
             if self.study is None:
                 from aiptrain.runner.study import Study
 
-                self.study = Study(self)
+                self.study = Study(self)  # optuna is imported for studies only
             return self.study.step(job)
         observations = self.observe()
         decision = self.step_group([r.task_name for r in replicas_for(job.training_input)], observations, job.state)
@@ -224,9 +229,10 @@ class JobDriver:
         return self.settings.poll_seconds
 
     def _step_ending(self) -> float:
+        assert self.ending is not None and self.decision is not None  # begin_end set them
         try:
-            if not self.ending.step():
-                return SETTLE_SECONDS * 4
+            if not self.ending.step():  # evaluators' grace (their exit wakes us), or the drain
+                return self.settings.poll_seconds if self.ending.awaited else DRAIN_LOOK_SECONDS
         except AiptrainError as exc:  # e.g. a network the engine keeps: the job ended as decided all the same
             self.writer.service(f"Tearing down left something behind: {exc}", "WARNING")
         self.final_state = self.close_job(self.decision, self.failed_trial)
@@ -290,7 +296,7 @@ class JobDriver:
         return observations if trial_id is None else [o for o in observations if o.trial_id == trial_id]
 
     def restart(self, task: str, observations: list[ReplicaObservation], trial_id: str = "") -> None:
-        obs = next(o for o in observations if o.task_name == task)
+        obs = next(o for o in observations if o.task_name == task and o.container_id)
         count = self.store.count_restart(self.job_id, restart_key(trial_id, task))
         self.writer.service(
             f"{failure_message(task, obs.exit_code)} Restarting it in place "
@@ -299,10 +305,10 @@ class JobDriver:
             trial_id,
         )
         self.followers.restarted(trial_id, task)
-        self.backend.restart(obs.container_id)
+        self.backend.restart(obs.container_id or "")
 
     def stop_running(self, observations: list[ReplicaObservation]) -> None:
-        running = [o.container_id for o in observations if o.status == ReplicaStatus.RUNNING]
+        running = [o.container_id for o in observations if o.status == ReplicaStatus.RUNNING and o.container_id]
         if running:
             self.backend.stop(running, self.settings.stop_grace_seconds)
 
@@ -311,6 +317,7 @@ class JobDriver:
     def begin_end(self, decision: Decision, observations: list[ReplicaObservation], failed_trial: str = "") -> None:
         """Keep the decision (a controller killed from here on is followed by one that finishes
         the same ending), then tear down step by step."""
+        assert decision.state is not None  # a decision to end
         self.store.record_verdict(self.job_id, {
             "state": decision.state.value, "error_message": decision.error_message,
             "failed_task": decision.failed_task, "failed_trial": failed_trial,
@@ -329,14 +336,15 @@ class JobDriver:
             if decision.state is State.SUCCEEDED:
                 self.writer.service("Job completed successfully.")
             elif decision.state is State.FAILED:
-                self.writer.service(error, "ERROR")
+                self.writer.service(error or "", "ERROR")
                 self.writer.service("Finished tearing down training program.")
                 self.writer.service("Job failed.")
             else:
                 self.writer.service("Job cancelled.")
         shutil.rmtree(self.work_dir, ignore_errors=True)
+        assert decision.state is not None
         job = self.store.transition(self.job_id, decision.state, ACTIVE_STATES, error_message=error)
-        return job.state if job else decision.state
+        return job.state if job and job.state else decision.state
 
     def said_how_it_ended(self) -> bool:
         """Whether the log already ends with a closing line (a predecessor wrote it, then died)."""

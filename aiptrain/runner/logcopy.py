@@ -52,7 +52,7 @@ class LogFollowers:
         since = self._last_stamp.get(key)
         task, trial = obs.task_name, obs.trial_id
         try:
-            for chunks in self._backend.follow_logs(obs.container_id, parse_engine_time(since) if since else None):
+            for chunks in self._backend.follow_logs(obs.container_id or "", parse_engine_time(since) if since else None):
                 self._writer.write_lines([
                     record_line(chunk.time, task, severity_of(chunk.stream, chunk.text), chunk.text, trial)
                     for chunk in chunks

@@ -24,7 +24,7 @@ from aiptrain.errors import AiptrainError
 from aiptrain.lifecycle import Decision
 from aiptrain.model import HyperparameterOutput, HyperparameterSpec, Metric, State, TrainingOutput, utc_now
 from aiptrain.planning import PlanInputs, Trial, load_plan_inputs, plan
-from aiptrain.runner.driver import GroupEnding
+from aiptrain.runner.driver import DRAIN_LOOK_SECONDS, GroupEnding, JobDriver
 from aiptrain.topology import replicas_for
 from aiptrain.tuning import LAUNCHED_DIR, PRIMARY_TASK, StudyStep, StudyCounts, sampler_seed, schedule, stop_now
 
@@ -59,7 +59,7 @@ def _job_dir_on_host(job_dir: str | None, inputs: PlanInputs) -> Path | None:
 class Study:
     """Runs a tuning job's trials with its driver's machinery."""
 
-    def __init__(self, driver):
+    def __init__(self, driver: JobDriver):
         from aiptrain.search import Search
 
         self.driver = driver
@@ -75,9 +75,9 @@ class Study:
         self.output = job.training_output or TrainingOutput()
         self.output.is_hyperparameter_tuning_job = True
         self.output.hyperparameter_metric_tag = self.spec.metric_tag
-        self.output.trials = self.output.trials or []
+        self.output.trials = self.trials = self.output.trials or []  # the same list: saved with the output
         history = self._history()
-        self.search = Search(self.spec, seed=sampler_seed(len(history) + len(self.output.trials)))
+        self.search = Search(self.spec, seed=sampler_seed(len(history) + len(self.trials)))
         self.running: dict[str, RunningTrial] = {}
         self.endings: dict[str, tuple[GroupEnding, Decision]] = {}  # trials being torn down
         self.closing: tuple[Decision, State] | None = None  # the study's end, once decided
@@ -96,8 +96,8 @@ class Study:
         """Inform the search of a previous job's trials and of this job's own, when a new
         controller takes the study over (the sampler's state is rebuilt from them)."""
         self.search.add_history(history)
-        self.search.restore(self.output.trials)
-        for record in self.output.trials:
+        self.search.restore(self.trials)
+        for record in self.trials:
             if record.state is State.RUNNING:
                 self.running[record.trial_id] = RunningTrial(record, self._metrics_dir(record.trial_id),
                                                              launched=self._launch_recorded(record.trial_id))
@@ -105,7 +105,7 @@ class Study:
     # -- counting -------------------------------------------------------------------------
 
     def counts(self) -> StudyCounts:
-        trials = self.output.trials
+        trials = self.trials
         budget = self.search.trial_budget
         if self.exhausted:
             budget = len(trials)
@@ -118,7 +118,7 @@ class Study:
         )
 
     def save(self) -> None:
-        self.output.completed_trial_count = sum(1 for t in self.output.trials if t.state is State.SUCCEEDED)
+        self.output.completed_trial_count = sum(1 for t in self.trials if t.state is State.SUCCEEDED)
         self.store.set_training_output(self.job_id, self.output)
 
     # -- the loop -------------------------------------------------------------------------
@@ -149,18 +149,23 @@ class Study:
         for _ in range(step.start):
             if not self.start_trial():
                 break
-        return 0.2 if self.endings else self.driver.settings.poll_seconds
+        return self.next_look()
+
+    def next_look(self) -> float:
+        """Soon while a trial's logs drain; at the poll otherwise (engine events wake us sooner)."""
+        draining = any(not ending.awaited for ending, _ in self.endings.values())
+        return DRAIN_LOOK_SECONDS if draining else self.driver.settings.poll_seconds
 
     def failure(self, step: StudyStep) -> str | None:
         if step.end is not State.FAILED:
             return None
-        failed = [t.trial_id for t in self.output.trials if t.state is State.FAILED]
+        failed = [t.trial_id for t in self.trials if t.state is State.FAILED]
         named = f" Failed trials: {', '.join(failed)}." if failed else ""
         return f"The hyperparameter tuning job failed: {step.reason}{named}"
 
     def start_trial(self) -> bool:
         """Ask the search for the next point and launch it; False when the space is exhausted."""
-        trial_id = str(len(self.output.trials) + 1)
+        trial_id = str(len(self.trials) + 1)
         values = self.search.suggest(trial_id)
         if values is None:
             self.exhausted = True
@@ -168,7 +173,7 @@ class Study:
         record = HyperparameterOutput(
             trial_id=trial_id, hyperparameters=values, state=State.RUNNING, start_time=utc_now()
         )
-        self.output.trials.append(record)
+        self.trials.append(record)
         self.save()  # recorded before anything exists, so a successor controller knows it
         running = RunningTrial(record, self._metrics_dir(trial_id), launched=False)
         self.running[trial_id] = running
@@ -254,7 +259,7 @@ class Study:
         if decision.state is State.FAILED:
             message = self.driver.error_message(decision, trial_id)
             self.driver.writer.service(f"Trial {trial_id} failed. {message}", "ERROR", trial_id)
-        self.end_trial(self.running[trial_id], decision.state)
+        self.end_trial(self.running[trial_id], decision.state or State.FAILED)
 
     def should_stop_early(self, running: RunningTrial) -> bool:
         """Feed the trial's new intermediate reports to the search's pruner; True once the pruner
@@ -324,10 +329,11 @@ class Study:
         self.step_closing()
 
     def step_closing(self) -> float:
+        assert self.closing is not None  # set by close()
         for trial_id in list(self.endings):
             self.step_ending(trial_id)
         if self.endings:
-            return 0.2
+            return self.next_look()
         self.save()
         shutil.rmtree(self.work_dir / "trials", ignore_errors=True)
         self.driver.begin_end(self.closing[0], [])
