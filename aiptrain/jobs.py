@@ -5,6 +5,7 @@ a job whose controller died."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 from aiptrain.backends import Backend, ReplicaStatus
@@ -15,6 +16,7 @@ from aiptrain.ownership import remove_if_unowned
 from aiptrain.runner import control
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
+from aiptrain.validation import JOB_ID_PATTERN
 
 
 def remove_stale_locks(settings: Settings, store: JobStore) -> int:
@@ -35,9 +37,14 @@ def remove_stale_locks(settings: Settings, store: JobStore) -> int:
 def get_job(job_id: str, settings: Settings, store: JobStore) -> Job:
     job = store.get(job_id)
     if job is None:
+        if JOB_ID_PATTERN.fullmatch(job_id) and settings.job_lock_path(job_id).exists():
+            remove_if_unowned(settings.job_lock_path(job_id))  # a submit killed before it recorded the job
         raise JobNotFound(job_id)
     if job.state not in TERMINAL_STATES:
         control.ensure_running(settings)
+        full = settings.out_of_space()
+        if full:  # the controller cannot record the job's progress: say why it shows an old state
+            print(f"WARNING: Job [{job_id}] may show an outdated state: {full}", file=sys.stderr, flush=True)
     if job.state is State.QUEUED:
         queued = store.queue_position(job_id)
         if queued:

@@ -19,7 +19,8 @@ from aiptrain.backends import ReplicaObservation, ReplicaStatus
 from aiptrain.model import State
 
 RETRYABLE_EXIT_CODES = frozenset({130, 137, 143})
-# The engine lists a replica as running for 0.1 to 0.3 s after its `die` event (measured on a busy 2-core machine).
+# The engine lists a replica as running for 0.1 to 0.3 s after its `die` event (measured on a busy 2-core
+# machine): after an engine event about a job, the controller looks at it SETTLE_CHECKS times, this often.
 SETTLE_CHECKS, SETTLE_SECONDS = 10, 0.05
 MASTER_TASK = "master-replica-0"
 
@@ -98,14 +99,3 @@ def decide(
         error = seen[task].error if task in seen else ""
         return Decision(State.FAILED, failure_message(task, code, restarts.get(task, 0), error), task)
     return Decision(restart=tuple(to_restart))
-
-
-class Settle:
-    """After an engine event, a few quick looks; otherwise the regular poll."""
-
-    def __init__(self, quick_looks: int = 0):
-        self.left = quick_looks + 1  # the first `after` counts one down
-
-    def after(self, event_seen: bool, poll_seconds: float) -> float:
-        self.left = SETTLE_CHECKS if event_seen else max(0, self.left - 1)
-        return SETTLE_SECONDS if self.left else poll_seconds

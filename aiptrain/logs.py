@@ -1,4 +1,4 @@
-"""Job logs: one JSON-lines file per job, written by the supervisor (replica output)
+"""Job logs: one JSON-lines file per job, written by the controller (replica output)
 and by submit (service messages), read by any number of `stream-logs` readers.
 
 The file outlives the containers, so logs of finished jobs stay readable, replica
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 SERVICE = "service"
-# The last line a supervisor writes for each way a job ends, after tearing it down and just
+# The last line the controller writes for each way a job ends, after tearing it down and just
 # before it records the final state.
 CLOSING_LINES = frozenset({"Job completed successfully.", "Job failed.", "Job cancelled."})
 # After a closing line the final state follows within milliseconds: a follower asks this often
@@ -148,7 +148,7 @@ class JobLogWriter:
 
     def __init__(self, path: Path, keep_going: bool = False):
         """`keep_going`: lines that do not fit on a full disk are dropped and counted (`lost`)
-        instead of raising, so the job's supervisor goes on driving the job."""
+        instead of raising, so the controller goes on driving the job."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._lock = threading.Lock()
@@ -246,7 +246,7 @@ BLOCK_BYTES = 1 << 20  # read at most this much at a time: a finished job's log 
 
 def follow_blocks(path: Path, is_done: Callable[[], bool], poll_seconds: float = 0.2) -> Iterator[bytes]:
     """Blocks of complete lines of the job log: all there are, then new ones as they come,
-    until `is_done()` and the file has been read to its end. The supervisor writes its last
+    until `is_done()` and the file has been read to its end. The controller writes its last
     records before it marks the job finished, so nothing written is missed. The file is looked
     at every IDLE_READ_SECONDS when nothing came, `is_done` asked every `poll_seconds`."""
     handle = None

@@ -1,10 +1,10 @@
-"""Who is driving a job: whoever holds the job's lock file.
+"""Who owns what: whoever holds a lock file (flock).
 
-Submit takes the lock before it records the job and hands the very same lock (the
-open file, inherited) to the detached supervisor, so there is no moment when a live
-job has no owner. When the owner dies, the kernel releases the lock: any command
-that can take it knows the job is orphaned and reconciles it while holding it, so
-two commands never reconcile the same job at once. No PIDs, so no PID reuse.
+A job's lock is held by its submit from before the job is recorded until it is queued for the
+controller; the controller leaves a job alone while its lock is held, and adopts it (removing the
+lock file) once it is free. The home's controller lock is held by the one controller of an
+aiptrain home (aiptrain.runner.control hands it to the process it starts, inherited). When a
+holder dies, the kernel releases its lock: no PIDs, so no PID reuse.
 
 Lock files of jobs that ended (or were never recorded) are removed, and only by a
 holder, while it holds the lock. A taker may have opened the file just before it was

@@ -222,7 +222,7 @@ class PlanInputs:
 
 
 def inputs_to_dict(inputs: PlanInputs) -> dict[str, Any]:
-    """PlanInputs as JSON-ready data: a tuning job's supervisor plans its trials from it."""
+    """PlanInputs as JSON-ready data: the controller plans the job (a study its trials) from it."""
     import dataclasses
 
     return dataclasses.asdict(inputs)

@@ -4,7 +4,7 @@ a running trial should stop early. A thin layer over optuna's ask-and-tell inter
 The study loop owns the trials (containers, metric files, the store); this module only sees
 their values and objectives. Samplers: TPE for ALGORITHM_UNSPECIFIED (Bayesian optimisation),
 a grid for GRID_SEARCH, random for RANDOM_SEARCH, all seeded so a spec and a seed give the same
-sequence. Storage is in memory: after a supervisor restart the loop rebuilds the Search from
+sequence. Storage is in memory: after a controller restart the study rebuilds the Search from
 the stored trials with restore().
 """
 
@@ -173,7 +173,7 @@ class Search:
                 continue
 
     def restore(self, trials: Iterable[HyperparameterOutput]) -> None:
-        """Rebuild this job's trials after a supervisor restart: finished ones, and running ones
+        """Rebuild this job's trials after a controller restart: finished ones, and running ones
         that complete() can end later. Values outside the spec raise ValueError."""
         for output in trials:
             if output.trial_id in self._trials:

@@ -21,7 +21,7 @@ DEFAULT_SUBNET_POOL = "198.18.0.0/15"
 # loaders, but a fork bomb in a trainer stops there instead of taking the host.
 DEFAULT_REPLICA_PIDS_LIMIT = 4096
 # Free space submit asks of the home's disk: a job's row, log and packages must fit, and a
-# supervisor that cannot write them would leave the job in a state it cannot record.
+# controller that cannot write them would leave the job in a state it cannot record.
 MIN_FREE_BYTES = 16 << 20
 # What runs replicas (`--backend`, AIPTRAIN_BACKEND): one Docker engine, or a Docker Swarm.
 BACKEND_NAMES = ("docker", "swarm")

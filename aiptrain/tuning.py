@@ -1,15 +1,8 @@
-"""Hyperparameter tuning: the study loop of a job whose trainingInput has `hyperparameters`.
+"""Hyperparameter tuning's pure rules: `schedule()` (how many trials to start now, and when the
+study is over), the failure limit, the sampler's seed, when a condemned trial stops.
 
-It runs inside the job's supervisor process. Each trial is the job's whole replica
-topology, planned with the trial's values (`planning.plan(..., trial=...)`), launched on
-the same backend and driven by the same per-group steps as a plain job (restarts,
-lifecycle.decide, log following). `schedule()` is the one rule for the study itself:
-how many trials to start now, and when the study is over. The search (which values a
-trial gets) is aiptrain.search, on optuna.
-
-Every trial is recorded in the job's trainingOutput before its replicas start, and
-again when it ends, so a supervisor that dies mid-study is replaced by one that
-adopts the trials still running and never loses a finished one.
+The study itself (trials launched, stepped and ended as groups of the job's driver) is
+aiptrain.runner.study; the search (which values a trial gets) is aiptrain.search, on optuna.
 """
 
 from __future__ import annotations
@@ -77,7 +70,7 @@ def schedule(counts: StudyCounts, max_parallel: int, max_failed: int | None) -> 
 def sampler_seed(trials_known: int) -> int:
     """The search's seed when it starts with this many trials already recorded (its own, and a
     previous job's): a fresh study's is STUDY_SEED, so it is reproducible; a study taken over by
-    a new supervisor, or resumed by a new job, draws a sequence it has not drawn yet instead of
+    a new controller, or resumed by a new job, draws a sequence it has not drawn yet instead of
     replaying the one its earlier trials took."""
     return STUDY_SEED + trials_known
 

@@ -41,18 +41,24 @@ def run() -> None:
 
 @controller.command()
 def status() -> None:
-    """Whether a controller runs for this home: its PID, version and start time, and the active jobs."""
+    """Whether a controller runs for this home: its PID, version and start time, and how many jobs are active."""
+    from aiptrain.jobtable import JobTable
     from aiptrain.runner import control
     from aiptrain.settings import Settings
 
     settings = Settings()
     info = control.running(settings)
+    active = 0
+    if settings.store_path.exists():
+        with JobTable(settings.store_path) as table:
+            active = len(table.active_job_ids())
+    jobs = f"{active} active job{'s' * (active != 1)}"
     if info is None:
-        click.echo(f"No controller runs for {settings.home}.")
+        click.echo(f"No controller runs for {settings.home} ({jobs}; the next command that needs one starts it).")
         return
     current = "current" if info.version == control.code_version() else "outdated: the next command replaces it"
     click.echo(f"Controller PID {info.pid} for {settings.home}, started {info.started}, version {info.version} "
-               f"({current}).")
+               f"({current}); {jobs}.")
 
 
 @controller.command()

@@ -45,6 +45,7 @@ STEP_WORKERS = 16  # steps in flight at once; most wait on the engine, not on a 
 ADOPT_EVERY_SECONDS = 1.0  # looks for active jobs nobody drives, besides every wake by a command
 PRUNE_EVERY_SECONDS = 3600.0
 FULL_DISK_RETRY_SECONDS = 5.0
+RETAKE_TRIES = 50  # 10 ms apart: taking the home's lock back after letting go of it
 
 
 class PerThreadStore:
@@ -232,7 +233,12 @@ class Controller:
         self.home_lock.release()
         if not self.drivable_job_ids():
             return True
-        lock = JobLock.try_acquire(self.settings.controller_lock_path)
+        lock = None
+        for _ in range(RETAKE_TRIES):  # a command looking whether a controller runs holds it for an instant
+            lock = JobLock.try_acquire(self.settings.controller_lock_path)
+            if lock is not None:
+                break
+            time.sleep(0.01)
         if lock is None:
             return True  # a new controller took over
         self.home_lock = lock
