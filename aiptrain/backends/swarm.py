@@ -461,11 +461,11 @@ class SwarmBackend(DockerBackend):
         deadline = time.monotonic() + ENDPOINT_READY_SECONDS
         while time.monotonic() < deadline:
             task = self._latest_task(service_id)
-            state = task["Status"]["State"] if task else "new"
-            if state == "running" and "serving" in self._service_output(service_id):
+            status = task["Status"] if task else {"State": "new"}
+            if status["State"] == "running" and "serving" in self._service_output(service_id):
                 return
-            if state in ("failed", "rejected"):
-                why = task["Status"].get("Err") or self._service_output(service_id).strip()[-300:] or state
+            if status["State"] in ("failed", "rejected"):
+                why = status.get("Err") or self._service_output(service_id).strip()[-300:] or status["State"]
                 raise AiptrainError(f"The storage endpoint for gs:// did not start: {why}")
             time.sleep(0.1)
         raise AiptrainError(f"The storage endpoint for gs:// did not start within {ENDPOINT_READY_SECONDS}s: "
