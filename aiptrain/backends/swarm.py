@@ -68,8 +68,8 @@ from pathlib import Path
 from typing import Callable, ClassVar, Iterator
 
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
-from aiptrain.backends.docker import (LABEL_ROLE, DockerBackend, NoEndpointImage, _body_blocks, _frame_blocks,
-                                      labelled_observation, read_log_lines, subnet_pool)
+from aiptrain.backends.docker import (LABEL_ROLE, NETWORK_PATIENCE_SECONDS, DockerBackend, NoEndpointImage, _body_blocks, _frame_blocks,
+                                      engine_error, labelled_observation, read_log_lines, subnet_pool)
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import (
@@ -419,22 +419,31 @@ class SwarmBackend(DockerBackend):
         """The ID of the network on which the installation's storage endpoint serves, once it
         serves: network and service made if absent, the service replaced when it runs other
         code or on another network. One launch at a time makes them (the home's lock)."""
-        from docker.errors import NotFound
+        from docker.errors import APIError, NotFound
 
         with self._home_lock("storage-endpoint"):
-            network = self._storage_network()
-            for service in self._endpoint_services():
-                if endpoint_current(service, endpoint.labels[LABEL_CODE], network):
-                    self._wait_serving(service["ID"])
-                    return network
-                with contextlib.suppress(NotFound):
-                    self.api.remove_service(service["ID"])
-            image = self._present_image(endpoint.images)
-            node_id = self.api.info()["Swarm"]["NodeID"]
-            labels = {**endpoint.labels, **self._installation_labels(ROLE)}
-            service = self.api.create_service(**endpoint_service_spec(endpoint, image, network, node_id, labels))
-            self._wait_serving(service["ID"])
-            return network
+            for _ in range(3):
+                network = self._storage_network()
+                for service in self._endpoint_services():
+                    if endpoint_current(service, endpoint.labels[LABEL_CODE], network):
+                        self._wait_serving(service["ID"])
+                        return network
+                    with contextlib.suppress(NotFound):
+                        self.api.remove_service(service["ID"])
+                image = self._present_image(endpoint.images)
+                node_id = self.api.info()["Swarm"]["NodeID"]
+                labels = {**endpoint.labels, **self._installation_labels(ROLE)}
+                try:
+                    service = self.api.create_service(**endpoint_service_spec(endpoint, image, network, node_id,
+                                                                              labels))
+                except APIError as exc:
+                    if "not found" not in engine_error(exc):
+                        raise
+                    self._wait_gone(network)  # removed by a release that did not wait for it: make it again
+                    continue
+                self._wait_serving(service["ID"])
+                return network
+        raise EnvironmentNotReady(f"The storage network {self.storage_network_name} keeps changing: try again.")
 
     def _storage_network(self) -> str:
         """The storage network's ID, created on first need (a subnet from the pool, as a job's)."""
@@ -493,7 +502,23 @@ class SwarmBackend(DockerBackend):
             with contextlib.suppress(NotFound):
                 self.api.remove_service(service["ID"])
         for network in self._storage_networks():
-            self._remove_network(network["Id"])  # waits while the endpoint's task is shutting down
+            self._remove_network(network["Id"])
+            self._wait_gone(network["Id"])
+
+    def _wait_gone(self, network_id: str) -> None:
+        """Until the swarm has deleted a removed overlay network: it keeps one whose tasks are
+        still shutting down for a few seconds, and a service created on it meanwhile fails
+        ("network ... not found"), so the next launch would."""
+        from docker.errors import NotFound
+
+        deadline = time.monotonic() + NETWORK_PATIENCE_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                self.api.inspect_network(network_id, scope="swarm")
+            except NotFound:
+                return
+            time.sleep(0.2)
+        raise AiptrainError(f"The swarm keeps the removed network {network_id[:12]}: see `docker network ls`.")
 
     def remove_installation(self) -> None:
         """What the installation shares on the swarm (storage endpoint and network), then on this engine."""
