@@ -516,6 +516,17 @@ def test_replicas_reach_gs_through_the_storage_endpoint_and_it_goes_with_the_las
     assert wait_for(lambda: shared_on_swarm(on_swarm) == [], timeout=120, what="the storage endpoint to go")
 
 
+@pytest.mark.docker
+@pytest.mark.tensorflow
+def test_a_study_on_swarm_reads_its_trials_summaries_written_to_gs(cli, on_swarm, gcs_home, tmp_path, monkeypatch):
+    from test_gcs_endpoint import run_a_gs_study
+
+    require_image(on_swarm, runtime_image("2.11"))
+    run_a_gs_study(cli, gcs_home, tmp_path, monkeypatch, "2.11", "--backend", "swarm")
+    assert swarm_resources(on_swarm, "gs_study") == []
+    assert wait_for(lambda: shared_on_swarm(on_swarm) == [], timeout=120, what="the storage endpoint to go")
+
+
 def shared_on_swarm(api) -> list[str]:
     """The installation's storage endpoint service and network: released after its last job's end."""
     from aiptrain.settings import Settings
