@@ -35,7 +35,7 @@ from aiptrain.backends.swarm import (
     short_name,
     unshared_dirs,
 )
-from aiptrain.errors import EnvironmentNotReady, ValidationError
+from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
 from aiptrain.planning import ContainerSpec, LaunchPlan, Mount, NetworkSpec
 from aiptrain.storage.endpoint import LABEL_CODE, SERVER_CODE, StorageEndpoint, code_digest
 
@@ -551,3 +551,20 @@ def test_a_lone_replica_reaches_gs_and_each_job_after_a_release_starts_the_endpo
         assert result.returncode == 0 and "read hello from the host" in result.stderr, result.stderr[-3000:]
         assert swarm_resources(on_swarm, job_id) == []
         assert wait_for(lambda: shared_on_swarm(on_swarm) == [], timeout=120, what="the storage endpoint to go")
+
+
+@pytest.mark.docker
+def test_an_endpoint_that_cannot_start_is_reported_and_remove_installation_takes_it_away(on_swarm, tmp_path):
+    (tmp_path / "gcs").mkdir()
+    (tmp_path / "tls").mkdir()  # no certificate, no key: the server exits at once
+    installation = uuid.uuid4().hex
+    endpoint = StorageEndpoint(gcs_root=str(tmp_path / "gcs"), tls_dir=str(tmp_path / "tls"), user="65534:65534",
+                               installation=installation, images=(runtime_image("minimal"),))
+    backend = SwarmBackend(installation, client=on_swarm, home=str(tmp_path))
+    require_image(on_swarm, runtime_image("minimal"))
+    with pytest.raises(AiptrainError, match="The storage endpoint for gs:// did not start"):
+        backend.ensure_storage_endpoint(endpoint)
+    backend.remove_installation()
+    owner = f"aiptrain.installation={installation}"
+    assert on_swarm.services(filters={"label": owner}) == []
+    assert on_swarm.networks(filters={"label": owner}) == []

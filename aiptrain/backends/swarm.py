@@ -465,20 +465,26 @@ class SwarmBackend(DockerBackend):
         return self.api.services(filters={"label": [*owner, f"{LABEL_ROLE}={ROLE}"]})
 
     def _wait_serving(self, service_id: str) -> None:
-        """Until the endpoint's task runs and says it serves; a task that fails to start is
-        reported with its error and output."""
+        """Until the endpoint's task runs and says it serves. A task that fails meanwhile is
+        reported with its error and output: the swarm makes its replacement at once (to start
+        after the restart delay), so the failure is seen in the service's tasks, not its latest."""
+        earlier = {t["ID"] for t in self.api.tasks(filters={"service": service_id})}
         deadline = time.monotonic() + ENDPOINT_READY_SECONDS
+        status: dict = {}
         while time.monotonic() < deadline:
-            task = self._latest_task(service_id)
+            tasks = self.api.tasks(filters={"service": service_id})
+            task = latest_task(tasks)
             status = task["Status"] if task else {"State": "new"}
             if status["State"] == "running" and "serving" in self._service_output(service_id):
                 return
-            if status["State"] in ("failed", "rejected"):
-                why = status.get("Err") or self._service_output(service_id).strip()[-300:] or status["State"]
-                raise AiptrainError(f"The storage endpoint for gs:// did not start: {why}")
+            failed = [t["Status"] for t in tasks if t["ID"] not in earlier and t["Status"]["State"] in ("failed", "rejected")]
+            if failed:
+                output = self._service_output(service_id).strip()[-300:]
+                raise AiptrainError(f"The storage endpoint for gs:// did not start: {output or failed[0].get('Err')}")
             time.sleep(0.1)
-        raise AiptrainError(f"The storage endpoint for gs:// did not start within {ENDPOINT_READY_SECONDS}s: "
-                            f"see `docker service ps {service_id[:12]}`.")
+        why = f" ({status['Err']})" if status.get("Err") else ""  # e.g. this node is drained: no suitable node
+        raise AiptrainError(f"The storage endpoint for gs:// did not start on this node within "
+                            f"{ENDPOINT_READY_SECONDS}s{why}: see `docker service ps {service_id[:12]}`.")
 
     def _service_output(self, service_id: str) -> str:
         output = self.api.service_logs(service_id, stdout=True, stderr=True)
@@ -506,9 +512,9 @@ class SwarmBackend(DockerBackend):
             self._wait_gone(network["Id"])
 
     def _wait_gone(self, network_id: str) -> None:
-        """Until the swarm has deleted a removed overlay network: it keeps one whose tasks are
-        still shutting down for a few seconds, and a service created on it meanwhile fails
-        ("network ... not found"), so the next launch would."""
+        """Until a removed overlay network is gone: the swarm keeps one whose tasks are still
+        shutting down for a few seconds, and this engine lists it a moment longer; a service
+        created on it meanwhile fails ("network ... not found"), so the next launch would."""
         from docker.errors import NotFound
 
         deadline = time.monotonic() + NETWORK_PATIENCE_SECONDS
@@ -516,7 +522,8 @@ class SwarmBackend(DockerBackend):
             try:
                 self.api.inspect_network(network_id, scope="swarm")
             except NotFound:
-                return
+                if not any(n["Id"] == network_id for n in self._storage_networks()):
+                    return
             time.sleep(0.2)
         raise AiptrainError(f"The swarm keeps the removed network {network_id[:12]}: see `docker network ls`.")
 
