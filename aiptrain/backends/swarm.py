@@ -507,9 +507,18 @@ class SwarmBackend(DockerBackend):
         for service in self._endpoint_services():
             with contextlib.suppress(NotFound):
                 self.api.remove_service(service["ID"])
+            self._wait_containers_gone(service["ID"])  # a task still starting would bring the network back here
         for network in self._storage_networks():
             self._remove_network(network["Id"])
             self._wait_gone(network["Id"])
+
+    def _wait_containers_gone(self, service_id: str) -> None:
+        """Until this node has removed the containers of a removed service's tasks."""
+        deadline = time.monotonic() + NETWORK_PATIENCE_SECONDS
+        while time.monotonic() < deadline:
+            if not self.api.containers(all=True, filters={"label": f"com.docker.swarm.service.id={service_id}"}):
+                return
+            time.sleep(0.2)
 
     def _wait_gone(self, network_id: str) -> None:
         """Until a removed overlay network is gone: the swarm keeps one whose tasks are still
