@@ -38,7 +38,6 @@ from aiptrain.planning import (
     LaunchPlan,
     Mount,
     PlanInputs,
-    gcs_buckets_in,
     gcs_urls_in,
     plan,
 )
@@ -48,7 +47,7 @@ from aiptrain.settings import Settings
 from aiptrain.staging import WHEELHOUSE, staging_target
 from aiptrain.store import JobStore, duplicate_job
 from aiptrain.tfjob import Export, build_tfjob, with_note, with_warning
-from aiptrain.storage import check_gcs_uri, gcs_root_for, is_gcs, local_gcs_path, local_path
+from aiptrain.storage import check_gcs_uri, gcs_root_for, is_gcs, local_path
 from aiptrain.storage.endpoint import StorageEndpoint
 from aiptrain.topology import Replica, replicas_for
 from aiptrain.validation import (
@@ -88,7 +87,7 @@ class Submission:
     pids_limit: int | None = None  # processes and threads per replica (AIPTRAIN_REPLICA_PIDS_LIMIT)
     backend: str = "docker"  # what runs the replicas (--backend, AIPTRAIN_BACKEND)
     # gs:// kept on this machine is served to the replicas by the installation's storage endpoint
-    # (one engine: the docker backend); replicas then see gs:// URLs unchanged, as on the service.
+    # (docker and swarm backends); replicas then see gs:// URLs unchanged, as on the service.
     serves_gcs: bool = False
 
     @property
@@ -121,19 +120,17 @@ def replica_user() -> str:
     return NOBODY if uid == 0 else f"{uid}:{gid}"
 
 
-def _local_job_dir(job_dir: str, home: Path, path: Path | None = None, gcs_root: Path | None = None) -> str:
-    """The job dir's directory on this host (`path`, or `job_dir` itself), once it is safe to
-    mount read-write into every replica: never one that holds the Docker socket or aiptrain's
-    own home (its store, logs and other jobs' packages), nor one inside it, except where gs://
-    paths are kept on this machine (`gcs_root`), which is the job's storage."""
-    path, home = path or Path(local_path(job_dir)), home.resolve()
+def _local_job_dir(job_dir: str, home: Path) -> str:
+    """The job dir's directory on this host, once it is safe to mount read-write into every
+    replica: never one that holds the Docker socket or aiptrain's own home (its store, logs and
+    other jobs' packages), nor one inside it."""
+    path, home = Path(local_path(job_dir)), home.resolve()
     for socket in DOCKER_SOCKETS:
         if Path(socket).resolve().is_relative_to(path):
             raise ValidationError(
                 f"--job-dir [{job_dir}] would expose the Docker socket to the replicas: use a dedicated directory."
             )
-    kept_gcs = gcs_root is not None and path.is_relative_to(gcs_root.resolve())
-    if (path.is_relative_to(home) and not kept_gcs) or home.is_relative_to(path):
+    if path.is_relative_to(home) or home.is_relative_to(path):
         raise ValidationError(
             f"--job-dir [{job_dir}] would expose aiptrain's home [{home}] (its jobs, logs and packages) to the "
             "replicas: use a directory outside it."
@@ -191,12 +188,9 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
         [ti.job_dir, staging_bucket, *remote_packages, *(ti.package_uris or []), *gcs_urls_in(ti.args)], settings
     )
     backend = flags.backend or settings.backend
-    serves_gcs = gcs_root is not None and backend == "docker"
     job_dir_mount = None
     if ti.job_dir and not is_gcs(ti.job_dir):
         job_dir_mount = ti.job_dir = _local_job_dir(ti.job_dir, settings.home)
-    elif ti.job_dir and gcs_root is not None and not serves_gcs:
-        job_dir_mount = _local_job_dir(ti.job_dir, settings.home, local_gcs_path(gcs_root, ti.job_dir), gcs_root)
     return Submission(
         job=job,
         replicas=replicas,
@@ -215,7 +209,7 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
         runtime_given_as=runtime_given_as,
         pids_limit=settings.replica_pids_limit,
         backend=backend,
-        serves_gcs=serves_gcs,
+        serves_gcs=gcs_root is not None,  # both backends run the storage endpoint
     )
 
 
@@ -582,10 +576,6 @@ class Submitter:
         try:
             if submission.job_dir_mount:
                 created_dirs.append(self._ensure_job_dir(Path(submission.job_dir_mount), submission.gcs_root))
-            if submission.gcs_root and not submission.serves_gcs:  # the buckets the args name are mounted
-                for bucket in gcs_buckets_in(job.training_input.args):
-                    created_dirs.append(self._ensure_job_dir(submission.gcs_root / bucket, submission.gcs_root))
-                    self._let_replicas_write(submission.gcs_root, bucket)
             ti = job.training_input
             files = list(submission.local_packages)
             if submission.package_path:
@@ -660,18 +650,6 @@ class Submitter:
         if not (submission.remote_job_dir and os.environ.get("STORAGE_EMULATOR_HOST")):
             return None
         return self.backend.host_address()
-
-    @staticmethod
-    def _let_replicas_write(gcs_root: Path, bucket: str) -> None:
-        """A bucket kept on this machine is written by the job, as a service account writes
-        Cloud Storage: when aiptrain runs as root (replicas as nobody), the bucket's
-        directories are handed to nobody, so a trainer can create its outputs anywhere in it.
-        Earlier jobs wrote there too: their links are never followed (aiptrain.safe_files)."""
-        if os.getuid() != 0:
-            return
-        from aiptrain import safe_files
-
-        safe_files.chown_tree(gcs_root, bucket, (NOBODY_ID, NOBODY_ID))
 
     @staticmethod
     def _ensure_job_dir(path: Path, gcs_root: Path | None = None) -> Path | None:

@@ -104,10 +104,20 @@ def _shared_engine_resources_go_with_their_homes(tmp_path):
 
         api = docker.APIClient(version="auto", **docker.utils.kwargs_from_env())
         containers = api.containers(all=True, filters={"label": "aiptrain.role"})
-        networks = api.networks(filters={"label": "aiptrain.role"})
     except Exception:  # noqa: BLE001 - no engine: nothing to remove
         return
     ours = str(tmp_path)
+    try:  # a swarm's storage endpoint (a service): before its network
+        services = api.services(filters={"label": "aiptrain.role"})
+    except docker.errors.APIError:  # not a swarm manager
+        services = []
+    for service in services:
+        if (service["Spec"]["Labels"].get("aiptrain.home") or "").startswith(ours):
+            try:
+                api.remove_service(service["ID"])
+            except docker.errors.APIError:  # removed meanwhile by the last job's supervisor
+                pass
+    networks = api.networks(filters={"label": "aiptrain.role"})
     for container in containers:
         if (container["Labels"].get("aiptrain.home") or "").startswith(ours):
             try:
@@ -116,10 +126,27 @@ def _shared_engine_resources_go_with_their_homes(tmp_path):
                 pass
     for network in networks:
         if (network["Labels"].get("aiptrain.home") or "").startswith(ours):
-            try:
-                api.remove_network(network["Id"])
-            except docker.errors.APIError as exc:  # a replica the test left: its own assertions say so
+            _remove_network(api, network)
+
+
+def _remove_network(api, network: dict) -> None:
+    """A network of a test's home; one a removed service's task still leaves is waited for."""
+    import docker
+
+    for _ in range(100):
+        try:
+            api.remove_network(network["Id"])
+            return
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as exc:
+            if "not found" in str(exc):  # removed meanwhile by the last job's supervisor
+                return
+            if "in use" not in str(exc):  # a replica the test left: its own assertions say so
                 print(f"could not remove {network['Name']}: {exc}")
+                return
+        time.sleep(0.2)
+    print(f"could not remove {network['Name']}: still in use")
 
 
 @pytest.fixture

@@ -343,6 +343,11 @@ def test_a_study_with_a_gs_job_dir_reads_its_trials_summaries_from_the_kept_file
 ):
     """Trials write tf.summary events to gs://.../<trialId> through the endpoint; the study reads
     each finalMetric from those files on the host (issue 16 item 5 with gs:// kept locally)."""
+    run_a_gs_study(cli, gcs_home, tmp_path, monkeypatch, tf_runtime)
+
+
+def run_a_gs_study(cli, gcs_home: Path, tmp_path: Path, monkeypatch, runtime: str, *flags: str) -> None:
+    """The study above, submitted with `flags` (a backend); asserts it read every trial's metric."""
     monkeypatch.setenv("AIPTRAIN_POLL_SECONDS", "0.2")
     spec = {"algorithm": "GRID_SEARCH", "maxTrials": 2, "maxParallelTrials": 2, "hyperparameterMetricTag": "epoch_accuracy",
             "params": [{"parameterName": "lr", "type": "DISCRETE", "discreteValues": [0.1, 0.2]}]}
@@ -351,7 +356,7 @@ def test_a_study_with_a_gs_job_dir_reads_its_trials_summaries_from_the_kept_file
     trainer = Path(__file__).parent / "trainers" / "summary_tuner"
     result = cli("jobs", "submit", "training", "gs_study", "--config", str(config), "--package-path", str(trainer),
                  "--module-name", "summary_tuner.task", "--job-dir", "gs://study-out/run", "--region", "us-central1",
-                 "--runtime-version", tf_runtime, "--stream-logs", "--", "--epochs", "1", timeout=600)
+                 "--runtime-version", runtime, "--stream-logs", *flags, "--", "--epochs", "1", timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     job = yaml.safe_load(cli("jobs", "describe", "gs_study", check_code=0).stdout)
     trials = job["trainingOutput"]["trials"]

@@ -184,4 +184,4 @@ def test_gs_kept_locally_reaches_replicas_through_the_endpoint_unchanged_and_sur
     [replica] = plan(custom, replicas_for(custom.training_input), inputs).containers
     assert "PATH" not in replica.env and replica.env["SSL_CERT_FILE"] == REPLICA_TRUST  # its image's PATH stays
     without = plan(job, replicas_for(job.training_input), PlanInputs(runtime_image="i", gcs_root="/h/gcs"))
-    assert without.storage is None and "/h/gcs/bkt/in/train.csv" in without.containers[0].command  # e.g. on swarm
+    assert without.storage is None and "/h/gcs/bkt/in/train.csv" in without.containers[0].command  # inputs an earlier aiptrain recorded

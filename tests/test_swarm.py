@@ -20,10 +20,14 @@ from aiptrain.backends.swarm import (
     CONFIG_MAX_BYTES,
     NOT_A_MANAGER,
     TASK_STATES,
+    STORAGE_ROLE,
     Node,
     SwarmBackend,
     carried_files,
     check_gpus,
+    config_reference,
+    endpoint_current,
+    endpoint_service_spec,
     latest_task,
     meets,
     observation,
@@ -31,8 +35,9 @@ from aiptrain.backends.swarm import (
     short_name,
     unshared_dirs,
 )
-from aiptrain.errors import EnvironmentNotReady, ValidationError
+from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
 from aiptrain.planning import ContainerSpec, LaunchPlan, Mount, NetworkSpec
+from aiptrain.storage.endpoint import LABEL_CODE, SERVER_CODE, StorageEndpoint, code_digest
 
 PROBE = Path(__file__).parent / "trainers" / "probe"
 PS_JOB = ("--scale-tier", "custom", "--master-machine-type", "n1-standard-4",
@@ -158,6 +163,51 @@ def test_limits_and_gpus_go_into_the_service_resources():
     container = built["task_template"]["ContainerSpec"]
     assert (container["Command"], container["Args"]) == (["python3"], None)  # the image's CMD stays
     assert "Placement" not in built["task_template"]
+
+
+def test_a_replica_of_a_job_that_reaches_gs_joins_the_storage_network_too():
+    built = service_spec(spec(), {}, "net", [], (), 10, storage_network="gcs-net")
+    assert built["task_template"]["Networks"] == [{"Target": "net", "Aliases": ["j-worker-1"], "DriverOpts": None},
+                                                  {"Target": "gcs-net", "Aliases": None, "DriverOpts": None}]
+    lone = service_spec(spec(), {}, None, [], (), 10, storage_network="gcs-net")
+    assert lone["task_template"]["Networks"] == [{"Target": "gcs-net", "Aliases": None, "DriverOpts": None}]
+    assert "Networks" not in service_spec(spec(), {}, None, [], (), 10)["task_template"]
+
+
+ENDPOINT = StorageEndpoint(gcs_root="/h/gcs", tls_dir="/h/storage-endpoint", user="65534:65534",
+                           installation="abcdef0123456789", images=("aiptrain/runtime:2.11",))
+
+
+def test_the_storage_endpoint_is_one_unprivileged_task_on_the_manager_under_googles_names():
+    built = endpoint_service_spec(ENDPOINT, "aiptrain/runtime:2.11", "gcs-net", "node1", {"l": "v"})
+    template = built["task_template"]
+    container = template["ContainerSpec"]
+    assert built["name"] == "aiptrain-storage-abcdef01" and built["mode"] == {"replicated": {"Replicas": 1}}
+    assert template["Placement"] == {"Constraints": ["node.id==node1"]}  # where the gcs tree is
+    assert template["Networks"] == [{"Target": "gcs-net", "Aliases": ["www.googleapis.com", "storage.googleapis.com"],
+                                     "DriverOpts": None}]
+    assert container["Command"][container["Command"].index("--port") + 1] == "443"  # replicas reach its own address
+    assert container["Sysctls"] == {"net.ipv4.ip_unprivileged_port_start": "443"}  # no capability to bind it
+    assert (container["User"], container["ReadOnly"], container["CapabilityDrop"], container["Init"]) == (
+        "65534:65534", True, ["ALL"], True)
+    assert {(m["Source"], m["Target"], m["ReadOnly"]) for m in container["Mounts"]} == {
+        ("/h/gcs", "/gcs", False), (str(SERVER_CODE), "/opt/aiptrain/endpoint/server.py", True),
+        ("/h/storage-endpoint", "/opt/aiptrain/endpoint/tls", True), (None, "/tmp", False)}
+    assert template["RestartPolicy"]["Condition"] == "any" and template["Resources"] == {"Limits": {"Pids": 512}}
+
+
+def test_an_endpoint_service_is_kept_only_with_this_code_on_this_network():
+    def service(code: str, network: str) -> dict:
+        return {"Spec": {"Labels": {LABEL_CODE: code}, "TaskTemplate": {"Networks": [{"Target": network}]}}}
+
+    assert endpoint_current(service(code_digest(), "n1"), code_digest(), "n1")
+    assert not endpoint_current(service("0ld", "n1"), code_digest(), "n1")
+    assert not endpoint_current(service(code_digest(), "n0"), code_digest(), "n1")
+
+
+def test_carried_tools_stay_executable():
+    assert config_reference("c", "n", "/opt/aiptrain/bin/gsutil", "1000:1000", executable=True)["File"]["Mode"] == 0o555
+    assert config_reference("c", "n", "/opt/aiptrain/storage/trust.pem", "1000:1000")["File"]["Mode"] == 0o444
 
 
 GIB = 1 << 30
@@ -404,3 +454,117 @@ def test_gpus_no_node_offers_are_refused_with_nothing_left(cli, on_swarm, tmp_pa
     assert len(result.stderr.strip().splitlines()) == 1 and "submit without accelerators" in result.stderr
     assert cli("jobs", "describe", "sw_gpu").returncode == 2
     assert swarm_resources(on_swarm, "sw_gpu") == []
+
+
+GCS_TRAINER = """
+    import argparse
+    import json
+    import os
+    import subprocess
+
+    from google.cloud import storage
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bucket", required=True)
+    parser.add_argument("--job-dir", required=True)
+    args = parser.parse_args()
+    task = json.loads(os.environ["TF_CONFIG"])["task"]["type"]
+
+    bucket = storage.Client().bucket(args.bucket)  # a bucket named by a flag, paths built here
+    print(task, "staged", bucket.blob("data/hello.txt").download_as_text().strip())
+    out = args.job_dir.rstrip("/")
+    name = out[len("gs://" + args.bucket + "/"):] + "/" + task + "-client.txt"
+    bucket.blob(name).upload_from_string("written by google-cloud-storage")
+    print(task, "client read back", bucket.blob(name).download_as_text())
+    try:
+        import tensorflow as tf
+    except ImportError:
+        tf = None
+    if tf is not None:  # TensorFlow's own GCS filesystem
+        with tf.io.gfile.GFile(out + "/" + task + "-gfile.txt", "w") as handle:
+            handle.write("written by tf.io.gfile")
+        print(task, "gfile read back", tf.io.gfile.GFile(out + "/" + task + "-gfile.txt").read())
+    print(task, "gsutil cat", subprocess.check_output(["gsutil", "cat", "gs://" + args.bucket + "/" + name]).decode())
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.tensorflow
+def test_replicas_reach_gs_through_the_storage_endpoint_and_it_goes_with_the_last_job(
+    cli, on_swarm, gcs_home, tmp_path
+):
+    from test_gcs_endpoint import package, stage
+
+    require_image(on_swarm, runtime_image("2.11"))
+    stage(gcs_home, tmp_path, "sw-data", {"data/hello.txt": "hello from the host\n"})
+    job_id = f"sw_gcs_{uuid.uuid4().hex[:6]}"
+    result = cli("jobs", "submit", "training", job_id, "--backend", "swarm", "--package-path",
+                 str(package(tmp_path, "sw_gcs", task=GCS_TRAINER)), "--module-name", "trainer.task",
+                 "--runtime-version", "2.11", "--job-dir", "gs://sw-data/run", "--stream-logs", "--scale-tier", "custom",
+                 "--master-machine-type", "n1-standard-4", "--worker-machine-type", "n1-standard-4",
+                 "--worker-count", "1", "--", "--bucket", "sw-data", timeout=600)
+    assert result.returncode == 0, result.stderr[-6000:]
+    out = gcs_home / "gcs" / "sw-data" / "run"
+    for task in ("chief", "worker"):  # TF_CONFIG's name of the master on runtime 2.x
+        assert f"{task} staged hello from the host" in result.stderr
+        assert f"{task} client read back written by google-cloud-storage" in result.stderr
+        assert f"{task} gsutil cat written by google-cloud-storage" in result.stderr
+        assert (out / f"{task}-client.txt").read_text() == "written by google-cloud-storage"  # a plain file here
+        assert f"{task} gfile read back written by tf.io.gfile" in result.stderr
+        assert (out / f"{task}-gfile.txt").read_text() == "written by tf.io.gfile"
+    assert swarm_resources(on_swarm, job_id) == []
+    assert wait_for(lambda: shared_on_swarm(on_swarm) == [], timeout=120, what="the storage endpoint to go")
+
+
+@pytest.mark.docker
+@pytest.mark.tensorflow
+def test_a_study_on_swarm_reads_its_trials_summaries_written_to_gs(cli, on_swarm, gcs_home, tmp_path, monkeypatch):
+    from test_gcs_endpoint import run_a_gs_study
+
+    require_image(on_swarm, runtime_image("2.11"))
+    run_a_gs_study(cli, gcs_home, tmp_path, monkeypatch, "2.11", "--backend", "swarm")
+    assert swarm_resources(on_swarm, "gs_study") == []
+    assert wait_for(lambda: shared_on_swarm(on_swarm) == [], timeout=120, what="the storage endpoint to go")
+
+
+def shared_on_swarm(api) -> list[str]:
+    """The installation's storage endpoint service and network: released after its last job's end."""
+    from aiptrain.settings import Settings
+
+    owner = f"aiptrain.installation={Settings().installation_id}"
+    return ([s["Spec"]["Name"] for s in api.services(filters={"label": [owner, "aiptrain.role"]})]
+            + [n["Name"] for n in api.networks(filters={"label": [owner, f"aiptrain.role={STORAGE_ROLE}"]})])
+
+
+@pytest.mark.docker
+def test_a_lone_replica_reaches_gs_and_each_job_after_a_release_starts_the_endpoint_again(
+    cli, on_swarm, gcs_home, tmp_path
+):
+    from test_gcs_endpoint import PROBE, package, stage
+
+    stage(gcs_home, tmp_path, "probe-data", {"hello.txt": "hello from the host\n"})
+    trainer = package(tmp_path, "probe", task=PROBE)
+    for attempt in range(2):
+        job_id = f"sw_lone{attempt}_{uuid.uuid4().hex[:6]}"
+        result = cli("jobs", "submit", "training", job_id, "--backend", "swarm", "--package-path", str(trainer),
+                     "--module-name", "trainer.task", "--runtime-version", "minimal", "--stream-logs")
+        assert result.returncode == 0 and "read hello from the host" in result.stderr, result.stderr[-3000:]
+        assert swarm_resources(on_swarm, job_id) == []
+        assert wait_for(lambda: shared_on_swarm(on_swarm) == [], timeout=120, what="the storage endpoint to go")
+
+
+@pytest.mark.docker
+def test_an_endpoint_that_cannot_start_is_reported_and_remove_installation_takes_it_away(on_swarm, tmp_path):
+    (tmp_path / "gcs").mkdir()
+    (tmp_path / "tls").mkdir()  # no certificate, no key: the server exits at once
+    installation = uuid.uuid4().hex
+    endpoint = StorageEndpoint(gcs_root=str(tmp_path / "gcs"), tls_dir=str(tmp_path / "tls"), user="65534:65534",
+                               installation=installation, images=(runtime_image("minimal"),))
+    backend = SwarmBackend(installation, client=on_swarm, home=str(tmp_path))
+    require_image(on_swarm, runtime_image("minimal"))
+    with pytest.raises(AiptrainError, match="The storage endpoint for gs:// did not start"):
+        backend.ensure_storage_endpoint(endpoint)
+    backend.remove_installation()
+    owner = f"aiptrain.installation={installation}"
+    assert on_swarm.services(filters={"label": owner}) == []
+    assert on_swarm.networks(filters={"label": owner}) == []

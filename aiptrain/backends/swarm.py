@@ -18,9 +18,22 @@ not share this host's disk:
   needed. A config holds less than 1,024,000 bytes; a bigger file is refused at submit.
 - So the packages are installed by each replica when it starts (`pip install --user`, offline,
   from the mounted files), not once on this host (aiptrain.installs works on one engine only).
-- Writable directories (a local job dir, local gs:// buckets, a trial's metrics) stay bind
-  mounts: on a swarm of several nodes they must be mounted at the same path on every node and
-  listed in AIPTRAIN_SWARM_SHARED_DIRS, else the submit is refused. gs:// job dirs just work.
+- Writable directories (a local job dir, a trial's metrics) stay bind mounts: on a swarm of
+  several nodes they must be mounted at the same path on every node and listed in
+  AIPTRAIN_SWARM_SHARED_DIRS, else the submit is refused. gs:// job dirs just work.
+
+gs:// kept on this machine reaches replicas as on the docker backend (aiptrain.storage.endpoint),
+through the installation's storage endpoint run here as a service of one task, placed on this
+manager node (where $AIPTRAIN_HOME/gcs is, bind-mounted into it) and attached to one attachable
+overlay network per installation under Google's API host names as network aliases. Every
+replica of a job that uses it joins that network too, so those names resolve to the endpoint
+on any node; its CA bundle and gsutil/gcloud travel as configs like the packages. Started by
+the first launch that needs it, removed with its network when the installation's last active
+job ends (`release_shared`). Not one endpoint attached to each job's own network: adding a
+network to a service replaces its task (every running job would lose gs:// for a moment), and
+Docker 20.10 refuses to connect a task's container to another overlay ("network not found").
+The cost: replicas of different jobs share that network, so one could reach another's ports by
+address, which the docker backend's lone replicas cannot.
 
 Machine types are not reserved: while replicas were job-mode services, Docker 20.10's swarm kept
 the last task of every removed one and counted its reservation, so after a few jobs every task
@@ -39,9 +52,11 @@ no-new-privileges, and its tmpfs mounts are noexec (packages with compiled parts
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
+import logging
 import os
 import queue
 import socket
@@ -53,16 +68,21 @@ from pathlib import Path
 from typing import Callable, ClassVar, Iterator
 
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
-from aiptrain.backends.docker import (DockerBackend, _body_blocks, _frame_blocks, labelled_observation, read_log_lines,
-                                      subnet_pool)
+from aiptrain.backends.docker import (LABEL_ROLE, NETWORK_PATIENCE_SECONDS, DockerBackend, NoEndpointImage, _body_blocks, _frame_blocks,
+                                      engine_error, labelled_observation, read_log_lines, subnet_pool)
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import (
+    LABEL_INSTALLATION,
     ContainerSpec,
     LaunchPlan,
     Mount,
+    NetworkSpec,
 )
 from aiptrain.settings import DEFAULT_SUBNET_POOL, Settings
+from aiptrain.storage.endpoint import API_HOSTS, LABEL_CODE, REPLICA_PORT, ROLE, StorageEndpoint
+
+log = logging.getLogger(__name__)
 
 # Swarm's task states as replica states (swarmkit's TaskState), in one table; a service whose
 # task the orchestrator has not made yet is CREATED too (see `replica_status`).
@@ -96,6 +116,13 @@ RESTART_PATIENCE_SECONDS = 30  # for the orchestrator to make a re-run task
 STOP_PATIENCE_SECONDS = 10  # beyond the grace period, for the node to report a stopped task
 LOG_QUIET_SECONDS = 0.3  # a follow ends once the task has ended and its output is this quiet
 TASK_CHECK_SECONDS = 0.5
+STORAGE_ROLE = "storage-network"  # the installation's overlay network its storage endpoint serves on
+STORAGE_PREFIX = "aiptrain-gcs"
+STORAGE_NETWORK_ADDRESSES = 1000  # every replica of every running job that reaches gs://, and spare
+ENDPOINT_READY_SECONDS = 60  # a swarm schedules, then starts, the endpoint's task
+# The endpoint listens on 443 itself (replicas reach its address, no port is published) with every
+# capability dropped: its network namespace lets unprivileged processes bind low ports.
+ENDPOINT_SYSCTLS = {"net.ipv4.ip_unprivileged_port_start": str(REPLICA_PORT)}
 NOT_A_MANAGER = (
     "This Docker engine is not a Swarm manager: run `docker swarm init` on it (and `docker swarm join` "
     "on the other machines), or submit with --backend docker."
@@ -213,8 +240,9 @@ def unshared_dirs(mounts: tuple[Mount, ...], shared_dirs: tuple[str, ...]) -> li
 
 
 def service_spec(spec: ContainerSpec, env: dict[str, str], network: str | None, configs: list[dict],
-                 constraints: tuple[str, ...], stop_grace_seconds: int) -> dict:
-    """The arguments of `create_service` that run one replica (see the module's docstring)."""
+                 constraints: tuple[str, ...], stop_grace_seconds: int, storage_network: str | None = None) -> dict:
+    """The arguments of `create_service` that run one replica (see the module's docstring): on
+    its job's network under its hostname, and on the storage endpoint's network when it has one."""
     from docker.types import ContainerSpec as SwarmContainerSpec
     from docker.types import EndpointSpec, NetworkAttachmentConfig, Placement, Resources, RestartPolicy, ServiceMode
     from docker.types import Mount as EngineMount
@@ -234,18 +262,50 @@ def service_spec(spec: ContainerSpec, env: dict[str, str], network: str | None, 
     template = TaskTemplate(
         container, resources=resources, restart_policy=RestartPolicy("none"),
         placement=Placement(constraints=list(constraints)) if constraints else None,
-        networks=[NetworkAttachmentConfig(network, aliases=[spec.hostname])] if network else None,
+        networks=[*([NetworkAttachmentConfig(network, aliases=[spec.hostname])] if network else []),
+                  *([NetworkAttachmentConfig(storage_network)] if storage_network else [])] or None,
     )
     return {"task_template": template, "name": short_name(spec.name, SERVICE_NAME_MAX), "labels": spec.labels,
             "mode": ServiceMode("replicated", replicas=1), "endpoint_spec": EndpointSpec(mode="dnsrr")}
 
 
-def config_reference(config_id: str, name: str, target: str, user: str) -> dict:
+def endpoint_service_spec(endpoint: StorageEndpoint, image: str, network: str, node_id: str,
+                          labels: dict[str, str]) -> dict:
+    """The arguments of `create_service` that run the storage endpoint: one task on the node
+    whose disk holds the gcs tree, unprivileged like a replica (the replicas' user, no
+    capabilities, read-only root, only the tree writable), answering on the storage network for
+    Google's API host names, restarted by the swarm if it dies."""
+    from docker.types import ContainerSpec as SwarmContainerSpec
+    from docker.types import (EndpointSpec, NetworkAttachmentConfig, Placement, Resources, RestartPolicy,
+                              ServiceMode, TaskTemplate)
+    from docker.types import Mount as EngineMount
+
+    mounts = [EngineMount(target, source, type="bind", read_only=read_only)
+              for source, target, read_only in endpoint.mounts()]
+    mounts.append(EngineMount("/tmp", None, type="tmpfs"))
+    container = SwarmContainerSpec(
+        image, command=endpoint.command_on(REPLICA_PORT), user=endpoint.user, workdir="/tmp", mounts=mounts,
+        env={"PYTHONDONTWRITEBYTECODE": "1"}, read_only=True, init=True, cap_drop=["ALL"],
+        sysctls=ENDPOINT_SYSCTLS,
+    )
+    resources = Resources()
+    resources["Limits"] = {"Pids": 512}
+    template = TaskTemplate(
+        container, resources=resources, restart_policy=RestartPolicy("any", delay=1_000_000_000),
+        placement=Placement(constraints=[f"node.id=={node_id}"]),
+        networks=[NetworkAttachmentConfig(network, aliases=list(API_HOSTS))],
+    )
+    return {"task_template": template, "name": endpoint.name, "labels": labels,
+            "mode": ServiceMode("replicated", replicas=1), "endpoint_spec": EndpointSpec(mode="dnsrr")}
+
+
+def config_reference(config_id: str, name: str, target: str, user: str, executable: bool = False) -> dict:
+    """A replica's view of one carried file: its user's, read-only, executable when the host's file is (tools)."""
     from docker.types import ConfigReference
 
     uid, _, gid = user.partition(":")
     return ConfigReference(config_id, name, filename=target, uid=uid if uid.isdigit() else "0",
-                           gid=gid if gid.isdigit() else "0", mode=0o444)
+                           gid=gid if gid.isdigit() else "0", mode=0o555 if executable else 0o444)
 
 
 class SwarmBackend(DockerBackend):
@@ -259,8 +319,9 @@ class SwarmBackend(DockerBackend):
     logs_path = "/services/{0}/logs"
 
     def __init__(self, installation: str | None = None, client=None, subnet_pool: str = DEFAULT_SUBNET_POOL,
-                 shared_dirs: tuple[str, ...] = (), constraints: tuple[str, ...] = (), stop_grace_seconds: int = 10):
-        super().__init__(installation, client, subnet_pool)
+                 shared_dirs: tuple[str, ...] = (), constraints: tuple[str, ...] = (), stop_grace_seconds: int = 10,
+                 home: str | None = None):
+        super().__init__(installation, client, subnet_pool, home)
         self._shared_dirs = shared_dirs
         self._constraints = constraints
         self._stop_grace_seconds = stop_grace_seconds
@@ -268,7 +329,8 @@ class SwarmBackend(DockerBackend):
     @classmethod
     def from_settings(cls, settings: Settings) -> "SwarmBackend":
         return cls(settings.installation_id, subnet_pool=settings.subnet_pool, shared_dirs=settings.swarm_shared_dirs,
-                   constraints=settings.swarm_constraints, stop_grace_seconds=settings.stop_grace_seconds)
+                   constraints=settings.swarm_constraints, stop_grace_seconds=settings.stop_grace_seconds,
+                   home=str(settings.home))
 
     # -- readiness -----------------------------------------------------------------------
 
@@ -307,8 +369,10 @@ class SwarmBackend(DockerBackend):
             network = plan.network
             if network:  # a lone replica needs none: its own hostname is in its /etc/hosts
                 self._create_network(dataclasses.replace(network, addresses=network.addresses + len(nodes) + SPARE_ADDRESSES))
+            # Serving before any replica starts, as on the docker backend.
+            storage = self._storage_network_or_none(plan.storage) if plan.storage else None
             configs = self._create_configs(plan)
-            self._each(lambda spec: self._create_service(plan, spec, configs), plan.containers)
+            self._each(lambda spec: self._create_service(plan, spec, configs, storage), plan.containers)
 
     def _create_configs(self, plan: LaunchPlan) -> dict[str, tuple[str, str]]:
         """One config per carried file: path in the replicas -> (config ID, config name)."""
@@ -327,12 +391,156 @@ class SwarmBackend(DockerBackend):
         self._each(create, list(enumerate(files)))
         return created
 
-    def _create_service(self, plan: LaunchPlan, spec: ContainerSpec, configs: dict[str, tuple[str, str]]) -> None:
-        carried = {target for path, target in carried_files(spec.mounts)}
-        references = [config_reference(*configs[target], target, spec.user) for target in sorted(carried)]
+    def _create_service(self, plan: LaunchPlan, spec: ContainerSpec, configs: dict[str, tuple[str, str]],
+                        storage_network: str | None = None) -> None:
+        carried = dict((target, path) for path, target in carried_files(spec.mounts))
+        references = [config_reference(*configs[target], target, spec.user, os.access(carried[target], os.X_OK))
+                      for target in sorted(carried)]
         network = plan.network.name if plan.network else None
         self.api.create_service(**service_spec(spec, plan.environment(spec), network, references,
-                                               self._constraints, self._stop_grace_seconds))
+                                               self._constraints, self._stop_grace_seconds, storage_network))
+
+    # -- the storage endpoint: a service on the installation's storage network -----------------
+
+    @property
+    def storage_network_name(self) -> str:
+        return f"{STORAGE_PREFIX}-{self._installation[:8]}" if self._installation else STORAGE_PREFIX
+
+    def _storage_network_or_none(self, endpoint: StorageEndpoint) -> str | None:
+        """The storage network's ID, its endpoint started if need be. With no image to run the
+        endpoint, the job runs without (its gs:// fails as offline), said in the log."""
+        try:
+            return self.ensure_storage_endpoint(endpoint)
+        except NoEndpointImage as exc:
+            log.warning("%s", exc)
+            return None
+
+    def ensure_storage_endpoint(self, endpoint: StorageEndpoint) -> str:
+        """The ID of the network on which the installation's storage endpoint serves, once it
+        serves: network and service made if absent, the service replaced when it runs other
+        code or on another network. One launch at a time makes them (the home's lock)."""
+        from docker.errors import APIError, NotFound
+
+        with self._home_lock("storage-endpoint"):
+            for _ in range(3):
+                network = self._storage_network()
+                for service in self._endpoint_services():
+                    if endpoint_current(service, endpoint.labels[LABEL_CODE], network):
+                        self._wait_serving(service["ID"])
+                        return network
+                    with contextlib.suppress(NotFound):
+                        self.api.remove_service(service["ID"])
+                image = self._present_image(endpoint.images)
+                node_id = self.api.info()["Swarm"]["NodeID"]
+                labels = {**endpoint.labels, **self._installation_labels(ROLE)}
+                try:
+                    service = self.api.create_service(**endpoint_service_spec(endpoint, image, network, node_id,
+                                                                              labels))
+                except APIError as exc:
+                    if "not found" not in engine_error(exc):
+                        raise
+                    self._wait_gone(network)  # removed by a release that did not wait for it: make it again
+                    continue
+                self._wait_serving(service["ID"])
+                return network
+        raise EnvironmentNotReady(f"The storage network {self.storage_network_name} keeps changing: try again.")
+
+    def _storage_network(self) -> str:
+        """The storage network's ID, created on first need (a subnet from the pool, as a job's)."""
+        found = self._storage_networks()
+        if not found:
+            self._create_network(NetworkSpec(self.storage_network_name, self._installation_labels(STORAGE_ROLE),
+                                             STORAGE_NETWORK_ADDRESSES))
+            found = self._storage_networks()
+        if not found:
+            raise EnvironmentNotReady(f"Docker did not keep the network {self.storage_network_name}: try again.")
+        return found[0]["Id"]
+
+    def _storage_networks(self) -> list[dict]:
+        found = self.api.networks(names=[self.storage_network_name], filters={"label": f"{LABEL_ROLE}={STORAGE_ROLE}"})
+        return sorted((n for n in found if n["Name"] == self.storage_network_name), key=lambda n: n["Created"])
+
+    def _endpoint_services(self) -> list[dict]:
+        owner = [f"{LABEL_INSTALLATION}={self._installation}"] if self._installation else []
+        return self.api.services(filters={"label": [*owner, f"{LABEL_ROLE}={ROLE}"]})
+
+    def _wait_serving(self, service_id: str) -> None:
+        """Until the endpoint's task runs and says it serves. A task that fails meanwhile is
+        reported with its error and output: the swarm makes its replacement at once (to start
+        after the restart delay), so the failure is seen in the service's tasks, not its latest."""
+        earlier = {t["ID"] for t in self.api.tasks(filters={"service": service_id})}
+        deadline = time.monotonic() + ENDPOINT_READY_SECONDS
+        status: dict = {}
+        while time.monotonic() < deadline:
+            tasks = self.api.tasks(filters={"service": service_id})
+            task = latest_task(tasks)
+            status = task["Status"] if task else {"State": "new"}
+            if status["State"] == "running" and "serving" in self._service_output(service_id):
+                return
+            failed = [t["Status"] for t in tasks if t["ID"] not in earlier and t["Status"]["State"] in ("failed", "rejected")]
+            if failed:
+                output = self._service_output(service_id).strip()[-300:]
+                raise AiptrainError(f"The storage endpoint for gs:// did not start: {output or failed[0].get('Err')}")
+            time.sleep(0.1)
+        why = f" ({status['Err']})" if status.get("Err") else ""  # e.g. this node is drained: no suitable node
+        raise AiptrainError(f"The storage endpoint for gs:// did not start on this node within "
+                            f"{ENDPOINT_READY_SECONDS}s{why}: see `docker service ps {service_id[:12]}`.")
+
+    def _service_output(self, service_id: str) -> str:
+        output = self.api.service_logs(service_id, stdout=True, stderr=True)
+        return (output if isinstance(output, bytes) else b"".join(output)).decode(errors="replace")
+
+    def release_shared(self, still_needed: Callable[[], bool]) -> None:
+        """The storage endpoint and its network never outlive the installation's jobs: removed
+        when the last active one ends (the next launch makes them again, a second or two).
+        Under the lock a launch makes them with, so a job recorded before its launch keeps them."""
+        if not self._installation or not self._home:
+            return
+        with self._home_lock("storage-endpoint"):
+            if still_needed():
+                return
+            self._remove_storage()
+
+    def _remove_storage(self) -> None:
+        from docker.errors import NotFound
+
+        for service in self._endpoint_services():
+            with contextlib.suppress(NotFound):
+                self.api.remove_service(service["ID"])
+            self._wait_containers_gone(service["ID"])  # a task still starting would bring the network back here
+        for network in self._storage_networks():
+            self._remove_network(network["Id"])
+            self._wait_gone(network["Id"])
+
+    def _wait_containers_gone(self, service_id: str) -> None:
+        """Until this node has removed the containers of a removed service's tasks."""
+        deadline = time.monotonic() + NETWORK_PATIENCE_SECONDS
+        while time.monotonic() < deadline:
+            if not self.api.containers(all=True, filters={"label": f"com.docker.swarm.service.id={service_id}"}):
+                return
+            time.sleep(0.2)
+
+    def _wait_gone(self, network_id: str) -> None:
+        """Until a removed overlay network is gone: the swarm keeps one whose tasks are still
+        shutting down for a few seconds, and this engine lists it a moment longer; a service
+        created on it meanwhile fails ("network ... not found"), so the next launch would."""
+        from docker.errors import NotFound
+
+        deadline = time.monotonic() + NETWORK_PATIENCE_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                self.api.inspect_network(network_id, scope="swarm")
+            except NotFound:
+                if not any(n["Id"] == network_id for n in self._storage_networks()):
+                    return
+            time.sleep(0.2)
+        raise AiptrainError(f"The swarm keeps the removed network {network_id[:12]}: see `docker network ls`.")
+
+    def remove_installation(self) -> None:
+        """What the installation shares on the swarm (storage endpoint and network), then on this engine."""
+        if self._installation:
+            self._remove_storage()
+        super().remove_installation()
 
     # -- observation ---------------------------------------------------------------------
 
@@ -411,9 +619,6 @@ class SwarmBackend(DockerBackend):
 
         self._each(stop_one, container_ids)
 
-    def release_shared(self, still_needed: Callable[[], bool]) -> None:
-        """Nothing: swarm jobs share no storage endpoint yet (gs:// paths are bind-mounted there)."""
-
     def remove(self, job_id: str, trial_id: str | None = None) -> None:
         """Tasks stopped, services removed, then what this node still keeps of their containers
         and the network (the docker backend's removal, waiting while the network is in use),
@@ -482,6 +687,14 @@ class SwarmBackend(DockerBackend):
         except NotFound:
             return True
         return replica_status(service, self._latest_task(service_id)) == ReplicaStatus.EXITED
+
+
+def endpoint_current(service: dict, code: str, network: str) -> bool:
+    """Whether the endpoint's service runs this aiptrain's server code on the storage network."""
+    template = service["Spec"]["TaskTemplate"]
+    networks = template.get("Networks") or service["Spec"].get("Networks") or []
+    return (service["Spec"].get("Labels", {}).get(LABEL_CODE) == code
+            and any(n.get("Target") == network for n in networks))
 
 
 def node_capacity(node: dict) -> Node:

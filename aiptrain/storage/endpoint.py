@@ -61,7 +61,12 @@ class StorageEndpoint:
 
     @property
     def command(self) -> list[str]:
-        return ["python3", ENDPOINT_CODE, "--root", ENDPOINT_TREE, "--port", str(ENDPOINT_PORT),
+        return self.command_on(ENDPOINT_PORT)
+
+    def command_on(self, port: int) -> list[str]:
+        """The server's command line, listening on `port` (a swarm's replicas reach it on its own
+        address, so there it listens on REPLICA_PORT itself)."""
+        return ["python3", ENDPOINT_CODE, "--root", ENDPOINT_TREE, "--port", str(port),
                 "--cert", f"{ENDPOINT_TLS}/server.pem", "--key", f"{ENDPOINT_TLS}/server.key"]
 
     def mounts(self) -> list[tuple[str, str, bool]]:
