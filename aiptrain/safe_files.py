@@ -78,30 +78,6 @@ def make_dirs(base: Path, relative: str | os.PathLike, owner: tuple[int, int] | 
     return Path(base) / relative
 
 
-def chown_tree(base: Path, relative: str | os.PathLike, owner: tuple[int, int], max_entries: int = 100_000) -> None:
-    """Hand `base/relative` and every directory below it to `owner`, never following a link
-    (links and files are left as they are)."""
-    with open_dir(base, relative) as fd:
-        os.fchown(fd, *owner)
-        budget = [max_entries]
-        _chown_below(fd, owner, budget)
-
-
-def _chown_below(fd: int, owner: tuple[int, int], budget: list[int]) -> None:
-    for entry in _entries(fd, budget):
-        if not entry.is_dir(follow_symlinks=False):
-            continue
-        try:
-            child = os.open(entry.name, DIR_FLAGS, dir_fd=fd)
-        except OSError:
-            continue  # replaced meanwhile by a link or removed: left alone
-        try:
-            os.fchown(child, *owner)
-            _chown_below(child, owner, budget)
-        finally:
-            os.close(child)
-
-
 def _entries(fd: int, budget: list[int]) -> list[os.DirEntry]:
     """The entries of a directory descriptor, within what is left of the walk's budget."""
     entries = []

@@ -51,16 +51,6 @@ def test_make_dirs_refuses_a_link_a_trainer_planted_and_leaves_its_target_alone(
     assert sorted(p.name for p in secret.iterdir()) == ["secret"]
 
 
-def test_chown_tree_does_not_follow_links(tmp_path, secret):
-    bucket = tmp_path / "bucket"
-    (bucket / "a" / "b").mkdir(parents=True)
-    (bucket / "a" / "link").symlink_to(secret)
-    safe_files.chown_tree(bucket, "", (65534, 65534))
-    if os.getuid() == 0:
-        assert owner(bucket / "a" / "b") == (65534, 65534)
-        assert owner(secret) == (0, 0)
-
-
 def test_read_file_reads_a_regular_file_and_refuses_links(tmp_path, secret):
     (tmp_path / "plain").write_text("0.5\n")
     assert safe_files.read_file(tmp_path, "plain", 100) == b"0.5\n"
