@@ -378,7 +378,7 @@ def bench_basic(b: Bench) -> list[Row]:
     interleaved(b.args.repeat, ours, base)
     pip.notes.append(
         "2b's baseline also pip-installs the same sdist inside the container, as every replica must: "
-        "2b's ratio is aiptrain's own overhead (CLI, sdist build, staging, store, supervisor, log "
+        "2b's ratio is aiptrain's own overhead (CLI, sdist build, staging, store, controller, log "
         "streaming, teardown); 2a - 2b baseline is the pip install."
     )
     return [run, pip]
@@ -544,7 +544,7 @@ def four_replica_config(b: Bench) -> Path:
 def watch_copy(log_path: Path, expected: int, deadline: float) -> tuple[float, int]:
     """When the job log held every one of the `expected` benchmark lines (epoch seconds), and how
     many it got: once the job's closing line is there, a log that stops growing for 5 s is done
-    (a supervisor that gave up copying). Reads only what was appended since the last look."""
+    (a controller that gave up copying). Reads only what was appended since the last look."""
     got, seen, tail, closed = 0, 0, b"", False
     copied_at = grew_at = time.time()
     while time.monotonic() < deadline:
@@ -604,7 +604,7 @@ def bench_log_throughput(b: Bench) -> list[Row]:
     b.ended.add(job_id)
     if got != total:
         copy.notes.append(f"the job log got {got} of {total} lines: a worker still printed when the master ended, "
-                          "or the supervisor lost lines")
+                          "or the controller lost lines")
     first, last = engine_span(home / "logs" / f"{job_id}.jsonl")
     copy.ours.append(copied_at - first)
     copy.base.append(last - first)
@@ -647,6 +647,44 @@ def bench_log_throughput(b: Bench) -> list[Row]:
                       "containers one after another; 5c-par lets 4 docker logs use every core at once. "
                       "Target: >= 0.8x docker logs' throughput, i.e. <= 1.25x its time.")
     return [read, parallel, copy]
+
+
+COPY_JOBS, COPY_JOB_LINES = 50, 10_000  # figure 5e: jobs printing at once, lines each
+
+
+def bench_copy_many(b: Bench) -> list[Row]:
+    """What one controller's log copying keeps up with: COPY_JOBS BASIC jobs printing at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    row = Row("5e", f"Copy {COPY_JOBS} jobs x {COPY_JOB_LINES:,} lines at once into their job logs",
+              "first line printed -> last line in its job log, over every job",
+              "first -> last line stamped by the engine, over every job", "~1.0x")
+    home = b.new_home()
+    ids = [b.job_id("copy") for _ in range(COPY_JOBS)]
+    previous = os.environ.get("AIPTRAIN_MAX_RUNNING_REPLICAS")
+    os.environ["AIPTRAIN_MAX_RUNNING_REPLICAS"] = "0"  # all at once: the home's controller starts with it
+    try:
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda job_id: b.submit(home, job_id, trainer_args=(
+                "--lines", str(COPY_JOB_LINES), "--sleep", "2")), ids))
+            copies = list(pool.map(lambda job_id: watch_copy(home / "logs" / f"{job_id}.jsonl", COPY_JOB_LINES,
+                                                             time.monotonic() + 1800), ids))
+    finally:
+        if previous is None:
+            os.environ.pop("AIPTRAIN_MAX_RUNNING_REPLICAS", None)
+        else:
+            os.environ["AIPTRAIN_MAX_RUNNING_REPLICAS"] = previous
+    b.ended.update(ids)
+    spans = [engine_span(home / "logs" / f"{job_id}.jsonl") for job_id in ids]
+    first, last = min(span[0] for span in spans), max(span[1] for span in spans)
+    copied_at, got = max(copy[0] for copy in copies), sum(copy[1] for copy in copies)
+    row.ours.append(copied_at - first)
+    row.base.append(last - first)
+    total = COPY_JOBS * COPY_JOB_LINES
+    row.notes.append(f"5e: one controller copied {got:,} of {total:,} lines ({total - got:,} lost) at "
+                     f"{got / (copied_at - first):,.0f} lines/s; the engine took them at "
+                     f"{total / max(last - first, 1e-3):,.0f} lines/s. One thread per replica in one process.")
+    return [row]
 
 
 FOLLOW_TICKS, FOLLOW_SKIPPED = 12, 2  # lines every 0.5 s; the first ones may predate the follower
@@ -1090,6 +1128,7 @@ BENCHMARKS = {
     "5": ("log streaming", bench_logs),
     "5c": (f"log throughput, {LOG_REPLICAS} replicas", bench_log_throughput),
     "5d": ("follow latency", bench_follow_latency),
+    "5e": (f"log copying, {COPY_JOBS} jobs at once", bench_copy_many),
     "6": ("hyperparameter study", bench_study),
     "7": ("submit -> every replica in user code", bench_first_line),
     "8": ("jobs list and describe over 10,000 stored jobs", bench_list),
