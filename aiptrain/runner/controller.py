@@ -172,6 +172,10 @@ class Controller:
                 driver.close()
                 log.info("Job %s ended: %s", job_id, driver.final_state.value if driver.final_state else "left")
                 self.release_shared(driver.backend)
+            self.wake_queue_head()  # its replicas' room may let the next job start
+        elif driver.phase == "launch":
+            self.due[job_id] = 0.0
+            self.wake_queue_head()  # admitted: the next in line is the head now
         else:
             with self.lock:
                 looks = self.quick_looks.get(job_id, 0)
@@ -179,6 +183,25 @@ class Controller:
                     self.quick_looks[job_id] = looks - 1
                     delay = min(delay, SETTLE_SECONDS)
                 self.due[job_id] = time.monotonic() + delay
+        self.wake.set()
+
+    def wake_queue_head(self) -> None:
+        """Look at the job first in line to start now: only it may (aiptrain.admission)."""
+        try:
+            queue, _ = self.store.admission_queue()
+        except Exception as exc:  # noqa: BLE001 - its own look comes anyway
+            log.warning("Could not read the admission queue: %s", exc)
+            return
+        if queue:
+            with self.lock:
+                if queue[0].job_id in self.drivers:
+                    self.due[queue[0].job_id] = 0.0
+
+    def look_now(self, job_id: str) -> None:
+        """A command's news about the job (recorded, cancelled): step it at once."""
+        with self.lock:
+            if job_id in self.drivers:
+                self.due[job_id] = 0.0
         self.wake.set()
 
     def changed(self, job_id: str) -> None:
@@ -278,7 +301,7 @@ def read_fifo(settings: Settings, controller: Controller) -> None:
             if word == control.QUIT:
                 controller.stopping.set()
             elif job_id:
-                controller.changed(job_id.decode(errors="replace"))
+                controller.look_now(job_id.decode(errors="replace"))
         controller.news.set()
         controller.wake.set()
 

@@ -45,6 +45,7 @@ LOG_TAIL_LINES = 20
 TRACEBACK_LINES = 60
 ENGINE_PATIENCE_SECONDS = 30
 INTERRUPTED = "The job's submission was interrupted before all replicas started."
+QUEUED_LOOK_SECONDS = 5.0  # how often a job behind the head of the queue looks (for maxWaitTime)
 DRAIN_LOOK_SECONDS = 0.02  # how soon a group's end looks again whether its logs are all copied
 LAUNCH_STARTED = "launch-started"  # in the job's work dir: a launch began (a new controller cleans up first)
 
@@ -154,6 +155,9 @@ class JobDriver:
         return 0
 
     def _step_admission(self) -> float:
+        """Only the head of the queue may start (aiptrain.admission): it asks, under the store's
+        write lock, each look; the others only watch for a cancel and for maxWaitTime, and look
+        less often (the controller wakes the head when room appears, a cancel wakes its job)."""
         job = self.store.get(self.job_id)
         if job.state is State.CANCELLING:
             self.begin_end(Decision(State.CANCELLED), [])
@@ -167,10 +171,10 @@ class JobDriver:
             self.writer.service(message, "WARNING")
             self.store.transition(self.job_id, State.CANCELLING, [State.QUEUED], error_message=message)
             return 0
-        override = self.settings.max_running_replicas
-        verdict = admission.peek(self.store, job, override)
-        if verdict is None or verdict.admitted or verdict.reason != self.said:
-            verdict = admission.request(self.store, job, override)  # decided again under the write lock
+        queued = self.store.queue_position(self.job_id)
+        if queued is not None and queued[0] > 1:
+            return QUEUED_LOOK_SECONDS
+        verdict = admission.request(self.store, job, self.settings.max_running_replicas)
         if verdict.admitted:
             self.phase = "launch"
             return 0
