@@ -7,12 +7,14 @@ import pytest
 import aiptrain
 import aiptrain.backends
 import aiptrain.client
-from aiptrain.backends import ReplicaObservation, ReplicaStatus, open_backend
+from aiptrain.backends import ReplicaStatus, open_backend
 from aiptrain.backends.docker import DockerBackend
 from aiptrain.errors import ValidationError
+from aiptrain.logs import parse_engine_time
 from aiptrain.model import Job
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
+from fakes import FakeBackend, plan_of
 
 
 def test_open_backend_builds_the_named_one_and_defaults_to_aiptrain_backend(home, monkeypatch):
@@ -56,29 +58,11 @@ def test_a_store_made_before_backends_takes_the_column_on_open(tmp_path):
     assert JobStore(path).backend_of("new") == "swarm"
 
 
-class RecordingBackend:
-    """A backend typed as the protocol that records what the job verbs ask of it."""
-
-    name = "recording"
-
-    def __init__(self):
-        self.calls = []
-
-    def observe(self, job_id):
-        self.calls.append(("observe", job_id))
-        return [ReplicaObservation("master-replica-0", "master", 0, ReplicaStatus.RUNNING, container_id="c1")]
-
-    def stop(self, container_ids, grace_seconds=10):
-        self.calls.append(("stop", tuple(container_ids)))
-
-    def remove(self, job_id, trial_id=None):
-        self.calls.append(("remove", job_id))
-
-
 def test_the_client_sends_each_job_to_the_backend_it_records(home, monkeypatch):
     opened = []
-    monkeypatch.setattr(aiptrain.client, "open_backend",
-                        lambda settings, name: opened.append(name) or RecordingBackend())
+    backends = {name: FakeBackend(name=name) for name in ("swarm", "docker")}
+    backends["swarm"].launch(plan_of("on_swarm"))
+    monkeypatch.setattr(aiptrain.client, "open_backend", lambda settings, name: opened.append(name) or backends[name])
     with aiptrain.Client() as client:
         client.store.create(Job(job_id="on_swarm"), backend="swarm")
         client.store.create(Job(job_id="on_docker"))
@@ -89,11 +73,11 @@ def test_the_client_sends_each_job_to_the_backend_it_records(home, monkeypatch):
 
 
 def test_an_interrupted_submission_is_cleaned_up_on_its_own_backend(home, monkeypatch):
-    backend = RecordingBackend()
+    backend = FakeBackend()
     with aiptrain.Client(backend=backend) as client:
         client.store.create(Job(job_id="interrupted"), backend="swarm")  # QUEUED, and nobody holds its lock
         assert client.get("interrupted").state.value == "FAILED"
-    assert backend.calls == [("remove", "interrupted")]
+    assert backend.calls == [("remove", "interrupted", None)]
 
 
 def _protocol_members():
@@ -102,15 +86,24 @@ def _protocol_members():
     return sorted(name for name in vars(Backend) if not name.startswith("_")) + ["name", "from_settings"]
 
 
-@pytest.mark.parametrize("backend_name", sorted(aiptrain.backends._BACKEND_CLASSES))
-def test_every_backend_implements_the_whole_protocol_with_its_signatures(backend_name):
+def _backend_class(backend_name: str):
     import importlib
+
+    if backend_name == "fake":
+        return FakeBackend
+    module, class_name = aiptrain.backends._BACKEND_CLASSES[backend_name]
+    return getattr(importlib.import_module(module), class_name)
+
+
+@pytest.mark.parametrize("backend_name", [*sorted(aiptrain.backends._BACKEND_CLASSES), "fake"])
+def test_every_backend_implements_the_whole_protocol_with_its_signatures(backend_name):
+    """The real backends, and the tests' fake (tests/fakes.py), which must not drift from them."""
     import inspect
 
     from aiptrain.backends import Backend
 
-    module, class_name = aiptrain.backends._BACKEND_CLASSES[backend_name]
-    backend_class = getattr(importlib.import_module(module), class_name)
+    backend_class = _backend_class(backend_name)
+    class_name = backend_class.__name__
     assert backend_class.name == backend_name
     for member in _protocol_members():
         assert hasattr(backend_class, member), f"{class_name} lacks {member}"
@@ -131,8 +124,38 @@ def test_a_queued_supervisor_takes_over_a_dead_job_ahead_on_that_jobs_own_backen
     store = JobStore(settings.store_path)
     ahead, behind = store.create(Job(job_id="ahead"), backend="swarm"), store.create(Job(job_id="behind"))
     assert admission.request(store, ahead, 1).admitted and not admission.request(store, behind, 1).admitted
-    opened, backend = [], RecordingBackend()
+    opened, backend = [], FakeBackend(name="swarm")
     monkeypatch.setattr("aiptrain.supervisor.open_backend", lambda s, name: opened.append(name) or backend)
-    Supervisor("behind", settings, store, RecordingBackend()).reconcile_others()
-    assert opened == ["swarm"] and backend.calls == [("remove", "ahead")]
+    Supervisor("behind", settings, store, FakeBackend()).reconcile_others()
+    assert opened == ["swarm"] and backend.calls == [("remove", "ahead", None)]
     assert store.get("ahead").state is State.FAILED
+
+
+def test_the_fake_backend_plays_its_script_and_reports_each_change():
+    """tests/fakes.py: replicas exit as scripted on the test's steps, restart in place, and every
+    change reaches the watchers."""
+    import threading
+
+    backend = FakeBackend(script={"master-replica-0": [137, 0]}, logs={"master-replica-0": ["hello"]})
+    stop, changes = threading.Event(), []
+    watcher = threading.Thread(target=backend.watch, args=(stop, changes.append))
+    watcher.start()
+    assert backend.watching.wait(timeout=60)  # registered before the first change
+    backend.launch(plan_of("job", "master-replica-0", "worker-replica-0"))
+    master = backend.container_id("job", "master-replica-0")
+    backend.advance()
+    states = {o.task_name: (o.status, o.exit_code) for o in backend.observe("job")}
+    assert states == {"master-replica-0": (ReplicaStatus.EXITED, 137), "worker-replica-0": (ReplicaStatus.RUNNING, None)}
+    assert [line.text for batch in backend.follow_logs(master) for line in batch] == ["hello"]
+    first_run = [chunk.time for batch in backend.follow_logs(master) for chunk in batch]
+    backend.restart(master)
+    backend.advance()
+    assert backend.replica("job", "master-replica-0").exit_code == 0
+    assert [b for b in backend.follow_logs(master, parse_engine_time(first_run[-1]))]  # the second run's line is new
+    backend.stop([backend.container_id("job", "worker-replica-0")])
+    assert {o.exit_code for o in backend.observe("job")} == {0, 143}
+    backend.remove("job")
+    assert backend.observe("job") == [] and backend.restarted == [master] and backend.removed == [("job", None)]
+    stop.set()
+    watcher.join(timeout=60)
+    assert changes == ["job"] * 6  # launch, exit, restart, exit, stop, remove

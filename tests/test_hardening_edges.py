@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from conftest import REPO, job_resources, require_image
+from fakes import FakeBackend
 
 from aiptrain import cache
 from aiptrain.backends import ReplicaObservation, ReplicaStatus
@@ -146,30 +147,6 @@ def test_a_rejected_submit_leaves_no_lock_file(cli, home, tmp_path):
     assert not (home / "work").exists() or not any((home / "work").iterdir())
 
 
-class FailingLaunch:
-    """A backend whose launch fails after the submission was staged and planned."""
-
-    name = "docker"
-    host_dirs_reach_replicas = True
-
-    def warm_up(self):
-        pass
-
-    def check_ready(self, plan):
-        pass
-
-    def image_id(self, image):
-        return "sha256:fake"
-
-    def run_to_completion(self, spec):
-        return 0, ""  # the install-once container "succeeds" with nothing installed
-
-    def launch(self, plan):
-        from aiptrain.errors import AiptrainError
-
-        raise AiptrainError("The engine refused to start the replicas.")
-
-
 def test_a_failed_launch_leaves_neither_packages_nor_lock(home, tmp_path):
     from aiptrain.config import SubmitFlags
     from aiptrain.errors import AiptrainError
@@ -184,7 +161,9 @@ def test_a_failed_launch_leaves_neither_packages_nor_lock(home, tmp_path):
                         module_name="trainer.task", region="us-central1", runtime_version="minimal",
                         job_dir=str(tmp_path / "out"))
     with pytest.raises(AiptrainError, match="refused"):
-        Submitter(settings, store, FailingLaunch()).submit(prepare(flags, settings))
+        # The launch fails after the submission was staged and planned (the install "succeeds").
+        failing_launch = FakeBackend(name="docker", fail={"launch": AiptrainError("The engine refused to start the replicas.")})
+        Submitter(settings, store, failing_launch).submit(prepare(flags, settings))
     assert store.get("launch_fails").state.value == "FAILED"  # recorded: replicas were to start
     assert not settings.job_work_dir("launch_fails").exists()
     assert not settings.job_lock_path("launch_fails").exists()

@@ -24,6 +24,7 @@ from aiptrain.errors import ValidationError
 from aiptrain.model import Job, ScaleTier, TrainingInput
 from aiptrain.planning import HOSTNAME_MAX, PlanInputs, Trial, plan
 from aiptrain.topology import MAX_REPLICAS, replicas_for
+from fakes import FakeBackend
 
 LONG_ID = "j" + "x_Y9" * 31 + "abc"  # 128 characters, the longest ID the service allows
 INPUTS = PlanInputs(runtime_image="aiptrain/runtime:2.11", user="1000:1000")
@@ -246,22 +247,6 @@ def lines_read(reader, follow: bool) -> list:
 # -- item 13: one closing line, also across supervisors -----------------------------------------
 
 
-class StubBackend:
-    """Enough of a backend for a supervisor whose job's replicas are gone."""
-
-    def __init__(self):
-        self.removed = 0
-
-    def remove(self, job_id, trial_id=None):
-        self.removed += 1
-
-    def wait_for_changes(self, job_id, stop, changed):
-        pass
-
-    def observe(self, job_id):
-        return []
-
-
 @pytest.mark.parametrize(
     "closing, state, error",
     [
@@ -294,12 +279,12 @@ def test_a_successor_keeps_the_word_of_a_supervisor_killed_after_its_closing_lin
     store.record_verdict("ended", {"state": state, "error_message": error, "failed_task": None, "failed_trial": ""})
     before = read_records(settings.job_log_path("ended"))[0]
 
-    backend = StubBackend()
+    backend = FakeBackend()  # the job's replicas are gone
     assert Supervisor("ended", settings, store, backend).run() is State[state]
     job = store.get("ended")
     assert job.state is State[state]
     assert (job.error_message or "").startswith(error or "") and (error is None) == (job.error_message is None)
-    assert read_records(settings.job_log_path("ended"))[0] == before and backend.removed == 1
+    assert read_records(settings.job_log_path("ended"))[0] == before and backend.removed == [("ended", None)]
 
 
 @pytest.mark.parametrize("count, reason", [("100000", f"at most {MAX_REPLICAS} replicas"),
@@ -323,16 +308,6 @@ def test_a_knob_that_is_not_a_number_is_a_usage_error(monkeypatch, tmp_path):
         Settings(home=tmp_path)
 
 
-class StuckNetworkBackend(StubBackend):
-    """An engine that keeps the job's network (a stale endpoint) after its replicas went."""
-
-    def remove(self, job_id, trial_id=None):
-        from aiptrain.errors import AiptrainError
-
-        super().remove(job_id, trial_id)
-        raise AiptrainError("Docker keeps the job's network 0123456789ab although its replicas are gone.")
-
-
 def test_a_network_the_engine_keeps_does_not_change_how_the_job_ended(tmp_path):
     from aiptrain.logs import read_records
     from aiptrain.model import State
@@ -348,7 +323,12 @@ def test_a_network_the_engine_keeps_does_not_change_how_the_job_ended(tmp_path):
     store.transition("kept", State.RUNNING, [State.PREPARING])
     store.record_verdict("kept", {"state": "SUCCEEDED", "error_message": None, "failed_task": None, "failed_trial": ""})
 
-    assert Supervisor("kept", settings, store, StuckNetworkBackend()).run() is State.SUCCEEDED
+    from aiptrain.errors import AiptrainError
+
+    # An engine that keeps the job's network (a stale endpoint) after its replicas went.
+    stuck = FakeBackend(fail={"remove": AiptrainError(
+        "Docker keeps the job's network 0123456789ab although its replicas are gone.")})
+    assert Supervisor("kept", settings, store, stuck).run() is State.SUCCEEDED
     assert store.get("kept").state is State.SUCCEEDED
     lines = [(r.severity, r.message) for r in read_records(settings.job_log_path("kept"))[0]]
     assert lines[-2:] == [("WARNING", "Tearing down left something behind: Docker keeps the job's network "
