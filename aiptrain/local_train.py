@@ -23,7 +23,7 @@ from typing import Callable, TextIO
 
 from aiptrain.errors import EnvironmentNotReady, ValidationError
 from aiptrain.planning import pytorch_env
-from aiptrain.topology import EVALUATOR, MASTER, PS, WORKER
+from aiptrain.topology import EVALUATOR, MASTER, PS, WORKER, task_name
 
 DEFAULT_START_PORT = 27182
 DEFAULT_DISTRIBUTED_COUNT = 2  # workers and parameter servers when --distributed gives none
@@ -110,7 +110,7 @@ def plan_processes(args: LocalTrainArgs, python: str, primary_type: str, pythonp
             "environment": "cloud",
         }
         return ProcessSpec(
-            task_name=f"{task_type}-replica-{index}",
+            task_name=task_name(task_type, index),
             argv=argv,
             env={**base_env, "TF_CONFIG": json.dumps(tf_config), **env},
             cwd=package_root,

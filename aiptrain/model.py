@@ -69,6 +69,17 @@ TERMINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
 ACTIVE_STATES = frozenset({State.QUEUED, State.PREPARING, State.RUNNING, State.CANCELLING})  # a driver's
 
 
+def api_enum_name(spelling: str) -> str:
+    """gcloud's spelling of an enum value (`standard-1`, `nvidia-tesla-t4`) -> the API's name
+    (`STANDARD_1`, `NVIDIA_TESLA_T4`); an API name is left as it is."""
+    return spelling.upper().replace("-", "_")
+
+
+def gcloud_spelling(enum_name: str) -> str:
+    """The API's enum name -> gcloud's spelling of it: `STANDARD_1` -> `standard-1`."""
+    return enum_name.lower().replace("_", "-")
+
+
 class ScaleTier(str, enum.Enum):
     BASIC = "BASIC"
     STANDARD_1 = "STANDARD_1"
@@ -396,7 +407,7 @@ class TrainingInput(Resource):
     @classmethod
     def _normalize_scale_tier(cls, value: Any) -> Any:
         # gcloud's spellings (`standard-1`) as well as the enum names (`STANDARD_1`).
-        return value.strip().upper().replace("-", "_") if isinstance(value, str) else value
+        return api_enum_name(value.strip()) if isinstance(value, str) else value
 
     @property
     def uses_custom_container(self) -> bool:

@@ -26,6 +26,7 @@ from aiptrain.errors import AiptrainError
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import ContainerSpec, LaunchPlan
 from aiptrain.settings import Settings
+from aiptrain.topology import MASTER_TASK, parse_task_name
 
 # The fake's clock: step n is EPOCH + n seconds (log lines and exits are stamped with it).
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -45,10 +46,10 @@ def stamp(step: int, run: int = 1, line: int = 0) -> str:
 def plan_of(job_id: str, *task_names: str, trial_id: str | None = None) -> LaunchPlan:
     """A launch plan of the named replicas (default: the master alone), enough for the fake."""
     specs = []
-    for task_name in task_names or ("master-replica-0",):
-        task_type, _, index = task_name.rpartition("-replica-")
+    for task_name in task_names or (MASTER_TASK,):
+        task_type, index = parse_task_name(task_name)
         specs.append(ContainerSpec(name=f"{job_id}-{task_type}-{index}", hostname=f"{task_type}-{index}",
-                                   task_name=task_name, task_type=task_type, task_index=int(index), image="fake",
+                                   task_name=task_name, task_type=task_type, task_index=index, image="fake",
                                    entrypoint=None, command=[], env={}, mounts=(), labels={}, user="1000"))
     return LaunchPlan(job_id=job_id, network=None, containers=tuple(specs), trial_id=trial_id)
 

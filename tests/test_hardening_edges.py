@@ -25,6 +25,7 @@ from aiptrain.backends import ReplicaObservation, ReplicaStatus
 from aiptrain.lifecycle import awaited_at_end
 from aiptrain.logs import printable
 from aiptrain.ownership import JobLock, remove_if_unowned
+from aiptrain.topology import parse_task_name
 
 PROBE = REPO / "tests" / "trainers" / "probe"
 
@@ -33,8 +34,8 @@ PROBE = REPO / "tests" / "trainers" / "probe"
 
 
 def obs(task: str, status: str, code: int | None = None) -> ReplicaObservation:
-    task_type, _, index = task.partition("-replica-")
-    return ReplicaObservation(task, task_type, int(index), status, code, datetime.now(timezone.utc),
+    task_type, index = parse_task_name(task)
+    return ReplicaObservation(task, task_type, index, status, code, datetime.now(timezone.utc),
                               container_id=task)
 
 
