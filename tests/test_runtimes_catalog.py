@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from aiptrain.settings import Settings
+
 from aiptrain.errors import ValidationError
 from aiptrain.runtime_catalog import RUNTIMES, SERVICE_PINS, runtime
 
@@ -97,8 +99,9 @@ def test_base_and_image_repositories_follow_the_environment(monkeypatch):
     assert runtime("2.11").image == "aiptrain-dev/runtime:2.11"
     assert runtime("2.11").base.image == "aiptrain-dev/base:bullseye"
     assert runtime("1.15").base.image == "python:3.7-slim"  # pulled as is
+    assert runtime("minimal").base.image == "aiptrain-dev/base:bookworm" == Settings().base_image
     monkeypatch.setenv("AIPTRAIN_BASE_IMAGE", "team/base:bookworm")
-    assert runtime("minimal").base.image == "team/base:bookworm"
+    assert runtime("minimal").base.image == "team/base:bookworm" == Settings().base_image  # one answer, not two
 
 
 def test_a_mapped_version_runs_the_teams_image_and_overrides_the_catalog():
