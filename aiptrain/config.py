@@ -163,7 +163,7 @@ def build_job(flags: SubmitFlags, base: Job | None = None) -> Job:
     _refuse_empty_values(flags)
     if flags.tpu_tf_version:
         raise ValidationError("--tpu-tf-version configures Cloud TPU workers, which aiptrain cannot emulate: drop it.")
-    if base is not None:
+    if base is not None:  # noqa: SIM108 - two ternaries in one line read worse
         job = base.model_copy(deep=True)
     else:
         job = load_config(flags.config) if flags.config else Job()

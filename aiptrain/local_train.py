@@ -18,8 +18,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TextIO
+from typing import TextIO
 
 from aiptrain.errors import EnvironmentNotReady, ValidationError
 from aiptrain.planning import pytorch_env

@@ -9,6 +9,7 @@ the wire, as in the REST representation. Pure data: no I/O here.
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 import re
 from datetime import datetime, timezone
@@ -16,6 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+
 
 # REST int64 values are JSON strings ("workerCount: '4'"); YAML ints are accepted on input.
 def _not_a_boolean(value: Any) -> Any:
@@ -269,7 +271,7 @@ class ParameterSpec(Resource):
             return f"discreteValues holds {len(values)} values; at most {MAX_DISCRETE_VALUES} are allowed"
         if not all(math.isfinite(value) for value in values):
             return "discreteValues must be finite numbers"
-        if any(later <= earlier for earlier, later in zip(values, values[1:])):
+        if any(later <= earlier for earlier, later in itertools.pairwise(values)):
             return "discreteValues must be strictly increasing"
         if self.scale.is_log and values[0] <= 0:
             return f"{self.scale.value} needs every discreteValue greater than 0"

@@ -197,7 +197,7 @@ def _installs(service: dict[str, str], python: str) -> dict[str, str]:
 
 
 def _tensorflow_runtime(version: str) -> Runtime:
-    service = dict((fw, v) for fw, v in zip(FRAMEWORKS, SERVICE_PINS[version]) if v)
+    service = {fw: v for fw, v in zip(FRAMEWORKS, SERVICE_PINS[version], strict=False) if v}
     base = BASES["bullseye"] if version.startswith("2.") else BASES["python3.7"]
     constraints = _CONSTRAINTS[base.python] + _VERSION_CONSTRAINTS.get(version, ())
     return Runtime(version, base, _installs(service, base.python), service, extra=(*constraints, HYPERTUNE, *GOOGLE_LIBRARIES))

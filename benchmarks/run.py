@@ -900,12 +900,12 @@ def bench_memory(b: Bench) -> list[Row]:
         private = Row(f"10{'bd'[len(rows) // 2]}", f"{name}: supervisor's private memory while the job runs",
                       "Private_Clean + Private_Dirty (smaps_rollup)", "TorchX: none", unit="MB")
         home = b.new_home()
-        for i in range(b.args.repeat):
+        for _ in range(b.args.repeat):
             job_id = b.job_id(f"mem_{tier.replace('-', '')}")
             b.submit(home, job_id, "--scale-tier", tier, trainer_args=("--sleep", SLEEP_SECONDS))
             first_user_lines(home / "logs" / f"{job_id}.jsonl", replicas, time.monotonic() + 300)
             time.sleep(1)  # every log follower attached, the supervisor in its steady loop
-            for row, megabytes in zip((rss, private), supervisor_memory_mb(job_id)):
+            for row, megabytes in zip((rss, private), supervisor_memory_mb(job_id), strict=True):
                 row.ours.append(megabytes)
                 row.base.append(0.0)
             b.cancel(home, job_id)
@@ -1033,7 +1033,7 @@ def table(rows: list[Row]) -> str:
     body = [(row.key, row.title, fmt(row.ours, row.unit), fmt(row.base, row.unit), ratio_cell(row), row.target)
             for row in rows]
     widths = [max(len(str(r[i])) for r in (header, *body)) for i in range(len(header))]
-    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(r, widths)).rstrip() for r in (header, *body)]
+    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(r, widths, strict=False)).rstrip() for r in (header, *body)]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 

@@ -14,6 +14,7 @@ from aiptrain.logs import parse_engine_time
 from aiptrain.model import Job
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
+
 from fakes import FakeBackend, plan_of
 
 
@@ -151,7 +152,7 @@ def test_the_fake_backend_plays_its_script_and_reports_each_change():
     backend.restart(master)
     backend.advance()
     assert backend.replica("job", "master-replica-0").exit_code == 0
-    assert [b for b in backend.follow_logs(master, parse_engine_time(first_run[-1]))]  # the second run's line is new
+    assert list(backend.follow_logs(master, parse_engine_time(first_run[-1])))  # the second run's line is new
     backend.stop([backend.container_id("job", "worker-replica-0")])
     assert {o.exit_code for o in backend.observe("job")} == {0, 143}
     backend.remove("job")

@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, job_resources, require_image
-from fakes import FakeBackend
-
 from aiptrain import cache
 from aiptrain.backends import ReplicaObservation, ReplicaStatus
 from aiptrain.lifecycle import awaited_at_end
 from aiptrain.logs import printable
 from aiptrain.ownership import JobLock, remove_if_unowned
 from aiptrain.topology import parse_task_name
+
+from conftest import REPO, job_resources, require_image
+from fakes import FakeBackend
 
 PROBE = REPO / "tests" / "trainers" / "probe"
 
@@ -293,6 +293,7 @@ def test_a_submit_killed_before_the_launch_leaves_no_empty_supervisor_log(cli, h
     from aiptrain.settings import Settings
     from aiptrain.store import JobStore
     from aiptrain.supervisor import Standby
+
     from conftest import wait_for
 
     settings = Settings()

@@ -11,9 +11,9 @@ from docker.errors import APIError
 
 from aiptrain.backends.docker import (
     ENGINE_PART_BYTES,
+    _frame_blocks,
     _LineAssembler,
     _LogReader,
-    _frame_blocks,
     _unchunk,
     engine_error,
     pick_subnet,
@@ -24,6 +24,7 @@ from aiptrain.errors import ValidationError
 from aiptrain.model import Job, ScaleTier, TrainingInput
 from aiptrain.planning import HOSTNAME_MAX, PlanInputs, Trial, plan
 from aiptrain.topology import MAX_REPLICAS, replicas_for
+
 from fakes import FakeBackend
 
 LONG_ID = "j" + "x_Y9" * 31 + "abc"  # 128 characters, the longest ID the service allows

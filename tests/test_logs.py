@@ -7,10 +7,23 @@ from dataclasses import asdict
 import pytest
 
 from aiptrain.backends import LogChunk
-from aiptrain.logs import (CLOSING_POLL_SECONDS, JobLogWriter, LogRecord, follow, follow_blocks, format_lines,
-                           format_record, last_times_by_task, read_records, record_line, records_of, records_of_task,
-                           severity_of)
+from aiptrain.logs import (
+    CLOSING_POLL_SECONDS,
+    JobLogWriter,
+    LogRecord,
+    follow,
+    follow_blocks,
+    format_lines,
+    format_record,
+    last_times_by_task,
+    read_records,
+    record_line,
+    records_of,
+    records_of_task,
+    severity_of,
+)
 from aiptrain.runner.logcopy import DRAIN_PATIENCE_SECONDS, Drain, LogFollowers
+
 from fakes import FakeBackend, plan_of
 
 

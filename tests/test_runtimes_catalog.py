@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from aiptrain.settings import Settings
-
 from aiptrain.errors import ValidationError
 from aiptrain.runtime_catalog import RUNTIMES, SERVICE_PINS, runtime
+from aiptrain.settings import Settings
 
 # version: (base, Python, tensorflow, scikit-learn, xgboost, pandas) our image installs
 EXPECTED = {
@@ -27,10 +26,7 @@ EXPECTED = {
     "1.14": ("python3.7", "3.7", "tensorflow==1.14.0", "scikit-learn==0.20.2", "xgboost==0.82", "pandas==0.24.2"),
     "1.13": ("python3.7", "3.7", "tensorflow==1.13.1", "scikit-learn==0.20.2", "xgboost==0.81", "pandas==0.24.0"),
     "1.12": ("python3.7", "3.7", "tensorflow==1.13.2", "scikit-learn==0.20.0", "xgboost==0.80", "pandas==0.23.4"),
-    **{
-        v: ("python3.7", "3.7", "tensorflow==1.13.2", "scikit-learn==0.19.2", "xgboost==0.80", "pandas==0.23.4")
-        for v in ("1.11", "1.10", "1.9", "1.8", "1.7", "1.6", "1.5", "1.4")
-    },
+    **dict.fromkeys(("1.11", "1.10", "1.9", "1.8", "1.7", "1.6", "1.5", "1.4"), ("python3.7", "3.7", "tensorflow==1.13.2", "scikit-learn==0.19.2", "xgboost==0.80", "pandas==0.23.4")),
     "1.2": ("python3.7", "3.7", "tensorflow==1.13.2"),
     "1.0": ("python3.7", "3.7", "tensorflow==1.13.2"),
 }

@@ -4,8 +4,18 @@ import pytest
 
 from aiptrain.errors import ValidationError
 from aiptrain.model import AcceleratorConfig, ReplicaConfig, ScaleTier, TrainingInput
-from aiptrain.topology import (MASTER, MASTER_TASK, Accelerator, Replica, machine_type, normalize_scale_tier, parse_task_name,
-                               replicas_for, task_label, task_name)
+from aiptrain.topology import (
+    MASTER,
+    MASTER_TASK,
+    Accelerator,
+    Replica,
+    machine_type,
+    normalize_scale_tier,
+    parse_task_name,
+    replicas_for,
+    task_label,
+    task_name,
+)
 
 
 def names(replicas):
@@ -123,4 +133,4 @@ def test_accelerator_type_and_count_are_checked():
 def test_a_replicas_task_name_is_built_and_read_back_in_one_place(task_type, index, name, label):
     assert task_name(task_type, index) == name == Replica(task_type, index, machine_type("standard")).task_name
     assert parse_task_name(name) == (task_type, index) and task_label(name) == label
-    assert MASTER_TASK == task_name(MASTER, 0)
+    assert task_name(MASTER, 0) == MASTER_TASK

@@ -47,14 +47,21 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, ClassVar, Iterator
+from typing import ClassVar
 
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
-from aiptrain.backends.docker import (DockerBackend, _body_blocks, _frame_blocks, labelled_observation, read_log_lines,
-                                      subnet_pool)
+from aiptrain.backends.docker import (
+    DockerBackend,
+    _body_blocks,
+    _frame_blocks,
+    labelled_observation,
+    read_log_lines,
+    subnet_pool,
+)
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import (
@@ -216,9 +223,16 @@ def service_spec(spec: ContainerSpec, env: dict[str, str], network: str | None, 
                  constraints: tuple[str, ...], stop_grace_seconds: int) -> dict:
     """The arguments of `create_service` that run one replica (see the module's docstring)."""
     from docker.types import ContainerSpec as SwarmContainerSpec
-    from docker.types import EndpointSpec, NetworkAttachmentConfig, Placement, Resources, RestartPolicy, ServiceMode
+    from docker.types import (
+        EndpointSpec,
+        NetworkAttachmentConfig,
+        Placement,
+        Resources,
+        RestartPolicy,
+        ServiceMode,
+        TaskTemplate,
+    )
     from docker.types import Mount as EngineMount
-    from docker.types import TaskTemplate
 
     mounts = [EngineMount(m.target, m.source, type="bind") for m in spec.mounts if not m.read_only]
     mounts.append(EngineMount("/dev/shm", None, type="tmpfs", tmpfs_size=spec.shm_bytes))
@@ -266,7 +280,7 @@ class SwarmBackend(DockerBackend):
         self._stop_grace_seconds = stop_grace_seconds
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "SwarmBackend":
+    def from_settings(cls, settings: Settings) -> SwarmBackend:
         return cls(settings.installation_id, subnet_pool=settings.subnet_pool, shared_dirs=settings.swarm_shared_dirs,
                    constraints=settings.swarm_constraints, stop_grace_seconds=settings.stop_grace_seconds)
 
