@@ -20,8 +20,9 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
-from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
+from aiptrain.backends import Backend, LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.errors import AiptrainError
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import ContainerSpec, LaunchPlan
@@ -130,10 +131,11 @@ class FakeBackend:
         for _ in range(steps):
             with self._lock:
                 self.step += 1
-                exiting = [r for r in self.replicas.values()
-                           if r.status is ReplicaStatus.RUNNING and self._scripted_exit(r) is not None]
+                exits = {r.container_id: self._scripted_exit(r) for r in self.replicas.values()
+                         if r.status is ReplicaStatus.RUNNING}
+                exiting = [self.replicas[cid] for cid, code in exits.items() if code is not None]
                 for replica in exiting:
-                    self._exit(replica, self._scripted_exit(replica))
+                    self._exit(replica, exits[replica.container_id] or 0)
             for replica in exiting:
                 self._notify(replica.job_id)
 
@@ -317,3 +319,7 @@ class FakeBackend:
         error = self.fail.get(member)
         if error is not None:
             raise error
+
+
+if TYPE_CHECKING:  # mypy checks that the fake is a Backend, member by member
+    _: Backend = FakeBackend()
