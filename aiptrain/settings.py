@@ -49,6 +49,11 @@ def base_image(base_name: str) -> str:
     return f"{os.environ.get('AIPTRAIN_BASE_REPOSITORY') or DEFAULT_BASE_REPOSITORY}:{base_name}"
 
 
+def gcloud_project() -> str | None:
+    """gcloud's core/project property as its variable says it (the shim passes it on so)."""
+    return os.environ.get("CLOUDSDK_CORE_PROJECT") or None
+
+
 def debug() -> bool:
     """AIPTRAIN_DEBUG: an unexpected error shows its traceback."""
     return bool(os.environ.get("AIPTRAIN_DEBUG"))
@@ -132,7 +137,7 @@ class Settings:
     cache_max_age_days: float = field(default_factory=lambda: _env_float("AIPTRAIN_CACHE_MAX_AGE_DAYS", 30.0))
     cache_max_size_mb: int = field(default_factory=lambda: _env_int("AIPTRAIN_CACHE_MAX_SIZE_MB", 10240))
     # The project in jobs' REST URIs when neither --project nor the submit named one (gcloud's variable).
-    default_project: str = field(default_factory=lambda: os.environ.get("CLOUDSDK_CORE_PROJECT") or "aiptrain")
+    default_project: str = field(default_factory=lambda: gcloud_project() or "aiptrain")
     # A submit whose runtime image is missing builds it first, as `docker run` pulls; 0 refuses (exit 3).
     auto_build: bool = field(default_factory=lambda: os.environ.get("AIPTRAIN_AUTO_BUILD", "1") != "0")
     # Where jobs' bridge networks get their subnets (one per job, sized to its replicas).
