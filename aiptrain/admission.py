@@ -19,9 +19,9 @@ the trials it runs at once, admitted as one job, so its trials never wait on eac
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Sequence
 
 from aiptrain.model import Job
 from aiptrain.topology import replicas_for

@@ -15,9 +15,9 @@ cancel, wait, stream_logs and update_labels, returning the pydantic `Job` the CL
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from aiptrain import jobs, listing, logs, runtimes
 from aiptrain.backends import Backend, open_backend
@@ -78,7 +78,7 @@ class Client:
             self.store.close()
             del self.__dict__["store"]
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc) -> None:

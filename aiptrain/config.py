@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from aiptrain.errors import ValidationError
-from aiptrain.model import AcceleratorConfig, EncryptionConfig, Job, ReplicaConfig, TrainingInput
+from aiptrain.model import AcceleratorConfig, EncryptionConfig, Job, ReplicaConfig, TrainingInput, api_enum_name
 from aiptrain.topology import normalize_scale_tier, scale_tier_choices
 
 
@@ -141,7 +141,7 @@ def parse_accelerator(value: str, flag: str) -> AcceleratorConfig:
         raise ValidationError(f"Invalid {flag} count [{parts['count']}]: give a whole number.") from None
     if count <= 0:
         raise ValidationError("The count of the accelerator must be greater than 0.")
-    return AcceleratorConfig(type=parts["type"].upper().replace("-", "_"), count=count)
+    return AcceleratorConfig(type=api_enum_name(parts["type"]), count=count)
 
 
 def _override_replica(
@@ -163,7 +163,7 @@ def build_job(flags: SubmitFlags, base: Job | None = None) -> Job:
     _refuse_empty_values(flags)
     if flags.tpu_tf_version:
         raise ValidationError("--tpu-tf-version configures Cloud TPU workers, which aiptrain cannot emulate: drop it.")
-    if base is not None:
+    if base is not None:  # noqa: SIM108 - two ternaries in one line read worse
         job = base.model_copy(deep=True)
     else:
         job = load_config(flags.config) if flags.config else Job()

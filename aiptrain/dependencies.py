@@ -17,8 +17,8 @@ service's images: pure rules (aiptrain/wheelhouse.py runs pip with what they dec
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from aiptrain.errors import ValidationError
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Sequence, TypeVar, Union
+from typing import Any, TypeVar
 
 from aiptrain.errors import ValidationError
 from aiptrain.logs import printable
@@ -44,16 +45,16 @@ class Term:
 
 @dataclass(frozen=True)
 class Not:
-    operand: "Expr"
+    operand: Expr
 
 
 @dataclass(frozen=True)
 class BoolOp:
     op: str  # AND | OR
-    operands: tuple["Expr", ...]
+    operands: tuple[Expr, ...]
 
 
-Expr = Union[Term, Not, BoolOp]
+Expr = Term | Not | BoolOp
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import json
 import sqlite3
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from aiptrain.errors import EnvironmentNotReady
 from aiptrain.filtering import COLUMNS, Condition, Query, listed_only
@@ -88,7 +88,7 @@ def store_problem(path: Path, exc: Exception) -> StoreUnusable:
         fix = "another aiptrain process holds it too long; try again"
     elif isinstance(exc, sqlite3.OperationalError) and ("full" in text or "disk" in text):
         fix = "free space on its disk, then try again"
-    elif isinstance(exc, sqlite3.OperationalError) or isinstance(exc, OSError):
+    elif isinstance(exc, (sqlite3.OperationalError, OSError)):
         fix = "check that the file and its directory exist and are readable and writable (AIPTRAIN_HOME)"
     else:  # "file is not a database", "database disk image is malformed"
         fix = (f"move it aside (`mv {path} {path}.damaged`) to start with an empty store, or restore it "
@@ -163,7 +163,7 @@ class JobTable:
         if self._db is not None:
             self._db.close()
 
-    def __enter__(self) -> "JobTable":
+    def __enter__(self) -> JobTable:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -260,7 +260,7 @@ def _listed_keys(fields: Iterable[str] | None) -> tuple[str, ...] | None:
 
 
 def _listed_resource(keys: tuple[str, ...], row: Iterable) -> dict:
-    resource = {key: value for key, value in zip(keys, row) if value is not None}
+    resource = {key: value for key, value in zip(keys, row, strict=True) if value is not None}
     if "labels" in resource:
         resource["labels"] = json.loads(resource["labels"])
         if not isinstance(resource["labels"], dict):

@@ -17,12 +17,12 @@ from datetime import datetime, timezone
 
 from aiptrain.backends import ReplicaObservation, ReplicaStatus
 from aiptrain.model import State
+from aiptrain.topology import MASTER_TASK, task_label
 
 RETRYABLE_EXIT_CODES = frozenset({130, 137, 143})
 # The engine lists a replica as running for 0.1 to 0.3 s after its `die` event (measured on a busy 2-core
 # machine): after an engine event about a job, the controller looks at it SETTLE_CHECKS times, this often.
 SETTLE_CHECKS, SETTLE_SECONDS = 10, 0.05
-MASTER_TASK = "master-replica-0"
 
 
 @dataclass(frozen=True)
@@ -33,18 +33,12 @@ class Decision:
     restart: tuple[str, ...] = ()  # task names to start again
 
 
-def replica_label(task_name: str) -> str:
-    """`worker-replica-1` -> `worker 1`, the form AI Platform's error messages use."""
-    task_type, _, index = task_name.partition("-replica-")
-    return f"{task_type} {index}"
-
-
 def failure_message(task_name: str, exit_code: int | None, restarts: int = 0, error: str = "") -> str:
     if exit_code is None and error:
-        return f"The replica {replica_label(task_name)} did not run: {error.rstrip('.')}."
+        return f"The replica {task_label(task_name)} did not run: {error.rstrip('.')}."
     if exit_code is None:
-        return f"The replica {replica_label(task_name)} disappeared: its container was removed."
-    message = f"The replica {replica_label(task_name)} exited with a non-zero status of {exit_code}."
+        return f"The replica {task_label(task_name)} disappeared: its container was removed."
+    message = f"The replica {task_label(task_name)} exited with a non-zero status of {exit_code}."
     if restarts:
         message += f" It had been restarted {restarts} time{'s' if restarts > 1 else ''} already."
     return message

@@ -9,7 +9,7 @@ when the table shows only columns the store keeps (jobId, state, createTime, lab
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from aiptrain import filtering
 from aiptrain.jobtable import JobTable

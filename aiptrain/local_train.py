@@ -18,17 +18,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TextIO
+from typing import TextIO
 
 from aiptrain.errors import EnvironmentNotReady, ValidationError
 from aiptrain.planning import pytorch_env
-from aiptrain.topology import EVALUATOR, MASTER, PS, WORKER
+from aiptrain.settings import LOCAL_PYTHON_VARS, local_python_override
+from aiptrain.topology import EVALUATOR, MASTER, PS, WORKER, task_name
 
 DEFAULT_START_PORT = 27182
 DEFAULT_DISTRIBUTED_COUNT = 2  # workers and parameter servers when --distributed gives none
 STOP_GRACE_SECONDS = 5.0  # between SIGTERM and SIGKILL
-PYTHON_ENV_VARS = ("AIPTRAIN_LOCAL_PYTHON", "CLOUDSDK_ML_ENGINE_LOCAL_PYTHON")
 BAD_FLAG_WARNING = "{flag} is ignored if --distributed is not provided.\nDid you mean to run distributed training?"
 _TF_VERSION_SCRIPT = "import tensorflow as tf; print(tf.version.VERSION)"
 
@@ -110,7 +111,7 @@ def plan_processes(args: LocalTrainArgs, python: str, primary_type: str, pythonp
             "environment": "cloud",
         }
         return ProcessSpec(
-            task_name=f"{task_type}-replica-{index}",
+            task_name=task_name(task_type, index),
             argv=argv,
             env={**base_env, "TF_CONFIG": json.dumps(tf_config), **env},
             cwd=package_root,
@@ -151,10 +152,7 @@ def local_python(environ: dict[str, str] | None = None) -> str:
     """AIPTRAIN_LOCAL_PYTHON, then CLOUDSDK_ML_ENGINE_LOCAL_PYTHON (gcloud's ml_engine/local_python
     property), then `python` on PATH, then the Python running aiptrain."""
     environ = os.environ if environ is None else environ
-    for name in PYTHON_ENV_VARS:
-        if environ.get(name):
-            return environ[name]
-    return shutil.which("python", path=environ.get("PATH")) or sys.executable
+    return local_python_override(environ) or shutil.which("python", path=environ.get("PATH")) or sys.executable
 
 
 def primary_type_for(tf_version: str | None) -> tuple[str, str | None]:
@@ -162,7 +160,7 @@ def primary_type_for(tf_version: str | None) -> tuple[str, str | None]:
     version (None: TensorFlow would not import): `master` for 1.x, `chief` otherwise, as gcloud."""
     if tf_version is None:
         return "chief", "Cannot import tensorflow: using \"chief\" as the primary task in TF_CONFIG " \
-                        f"(set {PYTHON_ENV_VARS[0]} to a Python with TensorFlow if that is wrong)."
+                        f"(set {LOCAL_PYTHON_VARS[0]} to a Python with TensorFlow if that is wrong)."
     if tf_version.startswith("1."):
         return MASTER, None
     if tf_version.startswith("2."):
@@ -263,7 +261,7 @@ class LocalCluster:
             )
         except OSError as exc:
             raise EnvironmentNotReady(
-                f"Cannot run [{spec.argv[0]}]: {exc.strerror or exc}. Set {PYTHON_ENV_VARS[0]} to a Python "
+                f"Cannot run [{spec.argv[0]}]: {exc.strerror or exc}. Set {LOCAL_PYTHON_VARS[0]} to a Python "
                 "interpreter that can run your trainer."
             ) from None
         if self.prefix_output:

@@ -16,10 +16,10 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator
 
 SERVICE = "service"
 # The last line the controller writes for each way a job ends, after tearing it down and just
@@ -180,7 +180,7 @@ class JobLogWriter:
     def close(self) -> None:
         os.close(self._fd)
 
-    def __enter__(self) -> "JobLogWriter":
+    def __enter__(self) -> JobLogWriter:
         return self
 
     def __exit__(self, *exc) -> None:

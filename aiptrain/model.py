@@ -9,6 +9,7 @@ the wire, as in the REST representation. Pure data: no I/O here.
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 import re
 from datetime import datetime, timezone
@@ -16,6 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+
 
 # REST int64 values are JSON strings ("workerCount: '4'"); YAML ints are accepted on input.
 def _not_a_boolean(value: Any) -> Any:
@@ -67,6 +69,17 @@ class State(str, enum.Enum):
 
 TERMINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
 ACTIVE_STATES = frozenset({State.QUEUED, State.PREPARING, State.RUNNING, State.CANCELLING})  # a driver's
+
+
+def api_enum_name(spelling: str) -> str:
+    """gcloud's spelling of an enum value (`standard-1`, `nvidia-tesla-t4`) -> the API's name
+    (`STANDARD_1`, `NVIDIA_TESLA_T4`); an API name is left as it is."""
+    return spelling.upper().replace("-", "_")
+
+
+def gcloud_spelling(enum_name: str) -> str:
+    """The API's enum name -> gcloud's spelling of it: `STANDARD_1` -> `standard-1`."""
+    return enum_name.lower().replace("_", "-")
 
 
 class ScaleTier(str, enum.Enum):
@@ -258,7 +271,7 @@ class ParameterSpec(Resource):
             return f"discreteValues holds {len(values)} values; at most {MAX_DISCRETE_VALUES} are allowed"
         if not all(math.isfinite(value) for value in values):
             return "discreteValues must be finite numbers"
-        if any(later <= earlier for earlier, later in zip(values, values[1:])):
+        if any(later <= earlier for earlier, later in itertools.pairwise(values)):
             return "discreteValues must be strictly increasing"
         if self.scale.is_log and values[0] <= 0:
             return f"{self.scale.value} needs every discreteValue greater than 0"
@@ -396,7 +409,7 @@ class TrainingInput(Resource):
     @classmethod
     def _normalize_scale_tier(cls, value: Any) -> Any:
         # gcloud's spellings (`standard-1`) as well as the enum names (`STANDARD_1`).
-        return value.strip().upper().replace("-", "_") if isinstance(value, str) else value
+        return api_enum_name(value.strip()) if isinstance(value, str) else value
 
     @property
     def uses_custom_container(self) -> bool:

@@ -26,7 +26,7 @@ class JobLock:
         self.path = path
 
     @classmethod
-    def try_acquire(cls, path: Path) -> "JobLock | None":
+    def try_acquire(cls, path: Path) -> JobLock | None:
         path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -52,7 +52,7 @@ class JobLock:
             self.path.unlink(missing_ok=True)
         self.release()
 
-    def __enter__(self) -> "JobLock":
+    def __enter__(self) -> JobLock:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -163,7 +163,7 @@ class LaunchPlan:
 
         data = dataclasses.asdict(self)
         data.pop("cluster")  # in each container's env below
-        for container, spec in zip(data["containers"], self.containers):
+        for container, spec in zip(data["containers"], self.containers, strict=True):
             container["env"] = {k: mask_value(k, v) for k, v in self.environment(spec).items()}
         return data
 
@@ -268,7 +268,7 @@ def _cluster(hostnames: list[str], replicas: list[Replica], primary: str,
              include_evaluators: bool) -> dict[str, list[str]]:
     cluster: dict[str, list[str]] = {}
     names = {MASTER: primary, WORKER: WORKER, PS: PS, EVALUATOR: EVALUATOR}
-    for host, replica in zip(hostnames, replicas):
+    for host, replica in zip(hostnames, replicas, strict=True):
         if replica.task_type == EVALUATOR and not include_evaluators:
             continue
         cluster.setdefault(names[replica.task_type], []).append(f"{host}:{TF_PORT}")
@@ -518,7 +518,7 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | N
     installs = installs_packages(job, inputs)
 
     containers = []
-    for replica, host in zip(replicas, hostnames):
+    for replica, host in zip(replicas, hostnames, strict=True):
         image, entrypoint, command = _image_and_command(job, replica, inputs, trial)
         nano_cpus, memory, shm = _limits(replica, totals, inputs)
         env = {

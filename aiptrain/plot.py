@@ -87,7 +87,7 @@ def plot_study(job: Job, path: Path) -> None:
         flat = list(axes.flat)
         metric = (job.training_output and job.training_output.hyperparameter_metric_tag) or spec.metric_tag
         _objective_panel(flat[0], points, spec.effective_goal, metric)
-        for ax, param in zip(flat[1:], spec.params):
+        for ax, param in zip(flat[1:], spec.params, strict=False):
             _parameter_panel(ax, points, param, metric)
         for ax in flat[panels:]:
             ax.set_visible(False)

@@ -14,11 +14,11 @@ Ours install those exact releases wherever the base image's Python has wheels fo
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 
 from aiptrain.errors import ValidationError
+from aiptrain.settings import base_image, image_repository
 
 SOURCE_URL = "https://cloud.google.com/ai-platform/training/docs/runtime-version-list"
 FRAMEWORKS = ("tensorflow", "scikit-learn", "xgboost", "pandas")
@@ -32,16 +32,6 @@ GOOGLE_LIBRARIES = ("google-cloud-storage", "google-api-python-client", "google-
 # The modules trainers import from those distributions: each image build checks they import.
 _MODULES = {"tensorflow": "tensorflow", "scikit-learn": "sklearn", "xgboost": "xgboost", "pandas": "pandas"}
 GOOGLE_MODULES = ("hypertune", "google.cloud.storage", "googleapiclient", "google.auth", "gcsfs")
-DEFAULT_IMAGE_REPOSITORY = "aiptrain/runtime"
-DEFAULT_BASE_REPOSITORY = "aiptrain/base"
-
-
-def image_repository() -> str:
-    """Where runtime images are tagged; AIPTRAIN_IMAGE_REPOSITORY moves them (e.g. to try a
-    change without touching the images other checkouts use)."""
-    return os.environ.get("AIPTRAIN_IMAGE_REPOSITORY") or DEFAULT_IMAGE_REPOSITORY
-
-
 @dataclass(frozen=True)
 class Base:
     name: str  # bookworm, bullseye, python3.7
@@ -51,11 +41,7 @@ class Base:
 
     @property
     def image(self) -> str:
-        if self.registry_image:
-            return self.registry_image
-        if self.name == "bookworm" and os.environ.get("AIPTRAIN_BASE_IMAGE"):
-            return os.environ["AIPTRAIN_BASE_IMAGE"]
-        return f"{os.environ.get('AIPTRAIN_BASE_REPOSITORY') or DEFAULT_BASE_REPOSITORY}:{self.name}"
+        return self.registry_image or base_image(self.name)
 
     @property
     def how_to_get(self) -> str:
@@ -211,7 +197,7 @@ def _installs(service: dict[str, str], python: str) -> dict[str, str]:
 
 
 def _tensorflow_runtime(version: str) -> Runtime:
-    service = dict((fw, v) for fw, v in zip(FRAMEWORKS, SERVICE_PINS[version]) if v)
+    service = {fw: v for fw, v in zip(FRAMEWORKS, SERVICE_PINS[version], strict=False) if v}
     base = BASES["bullseye"] if version.startswith("2.") else BASES["python3.7"]
     constraints = _CONSTRAINTS[base.python] + _VERSION_CONSTRAINTS.get(version, ())
     return Runtime(version, base, _installs(service, base.python), service, extra=(*constraints, HYPERTUNE, *GOOGLE_LIBRARIES))

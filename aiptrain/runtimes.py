@@ -14,9 +14,9 @@ import json
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Callable
 
 from aiptrain import wheelhouse
 from aiptrain.dependencies import Image

@@ -14,8 +14,8 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import Iterator
 
 from aiptrain.errors import ValidationError
 
@@ -132,9 +132,9 @@ def read_file(base: Path, relative: str | os.PathLike, limit: int) -> bytes | No
     not exist. UnsafePath when it is a link, a FIFO, a device or larger than `limit`."""
     *dirs, name = _parts(relative) or [""]
     try:
-        with open_dir(base, PurePosixPath(*dirs) if dirs else "") as dir_fd:
-            with open_regular(dir_fd, name, limit, str(Path(base) / relative)) as fd:
-                return read_bounded(fd, limit)
+        with (open_dir(base, PurePosixPath(*dirs) if dirs else "") as dir_fd,
+              open_regular(dir_fd, name, limit, str(Path(base) / relative)) as fd):
+            return read_bounded(fd, limit)
     except FileNotFoundError:
         return None
 

@@ -7,13 +7,15 @@ AIPTRAIN_HOME), so tests and CI isolate a whole installation with one variable.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiptrain.errors import ValidationError
 
 DEFAULT_RUNTIME_VERSION = "2.11"
-DEFAULT_BASE_IMAGE = "aiptrain/base:bookworm"
+DEFAULT_IMAGE_REPOSITORY = "aiptrain/runtime"
+DEFAULT_BASE_REPOSITORY = "aiptrain/base"
 # Jobs' networks take small subnets from this range: RFC 2544's benchmarking range, which LANs,
 # VPNs and Docker's own default pools do not use; room for thousands of jobs.
 DEFAULT_SUBNET_POOL = "198.18.0.0/15"
@@ -25,6 +27,42 @@ DEFAULT_REPLICA_PIDS_LIMIT = 4096
 MIN_FREE_BYTES = 16 << 20
 # What runs replicas (`--backend`, AIPTRAIN_BACKEND): one Docker engine, or a Docker Swarm.
 BACKEND_NAMES = ("docker", "swarm")
+# The Python `local train` runs trainers with, in this order (the second is gcloud's
+# ml_engine/local_python property); unset: `python` on PATH.
+LOCAL_PYTHON_VARS = ("AIPTRAIN_LOCAL_PYTHON", "CLOUDSDK_ML_ENGINE_LOCAL_PYTHON")
+
+
+# -- read where they are needed, without a whole Settings (the catalog, the CLI's error path) --
+
+
+def image_repository() -> str:
+    """Where runtime images are tagged; AIPTRAIN_IMAGE_REPOSITORY moves them (e.g. to try a
+    change without touching the images other checkouts use)."""
+    return os.environ.get("AIPTRAIN_IMAGE_REPOSITORY") or DEFAULT_IMAGE_REPOSITORY
+
+
+def base_image(base_name: str) -> str:
+    """The tag of a base image built here (scripts/build-base-image.sh): AIPTRAIN_BASE_REPOSITORY
+    moves them all, AIPTRAIN_BASE_IMAGE names the bookworm one outright."""
+    if base_name == "bookworm" and os.environ.get("AIPTRAIN_BASE_IMAGE"):
+        return os.environ["AIPTRAIN_BASE_IMAGE"]
+    return f"{os.environ.get('AIPTRAIN_BASE_REPOSITORY') or DEFAULT_BASE_REPOSITORY}:{base_name}"
+
+
+def gcloud_project() -> str | None:
+    """gcloud's core/project property as its variable says it (the shim passes it on so)."""
+    return os.environ.get("CLOUDSDK_CORE_PROJECT") or None
+
+
+def debug() -> bool:
+    """AIPTRAIN_DEBUG: an unexpected error shows its traceback."""
+    return bool(os.environ.get("AIPTRAIN_DEBUG"))
+
+
+def local_python_override(environ: Mapping[str, str] | None = None) -> str | None:
+    """The Python LOCAL_PYTHON_VARS name for `local train`, if any does."""
+    environ = os.environ if environ is None else environ
+    return next((environ[name] for name in LOCAL_PYTHON_VARS if environ.get(name)), None)
 
 
 def _env_number(name: str, default, kind):
@@ -78,7 +116,8 @@ class Settings:
     default_runtime_version: str = field(
         default_factory=lambda: os.environ.get("AIPTRAIN_DEFAULT_RUNTIME", DEFAULT_RUNTIME_VERSION)
     )
-    base_image: str = field(default_factory=lambda: os.environ.get("AIPTRAIN_BASE_IMAGE", DEFAULT_BASE_IMAGE))
+    # The image that runs aiptrain's own helpers (the storage endpoint): the minimal runtime's base.
+    base_image: str = field(default_factory=lambda: base_image("bookworm"))
     # Replicas killed by a signal are restarted in place this many times before the job fails.
     max_restarts: int = field(default_factory=lambda: _env_int("AIPTRAIN_MAX_RESTARTS", 5))
     # Seconds a replica gets between SIGTERM and SIGKILL when aiptrain stops it.
@@ -98,7 +137,7 @@ class Settings:
     cache_max_age_days: float = field(default_factory=lambda: _env_float("AIPTRAIN_CACHE_MAX_AGE_DAYS", 30.0))
     cache_max_size_mb: int = field(default_factory=lambda: _env_int("AIPTRAIN_CACHE_MAX_SIZE_MB", 10240))
     # The project in jobs' REST URIs when neither --project nor the submit named one (gcloud's variable).
-    default_project: str = field(default_factory=lambda: os.environ.get("CLOUDSDK_CORE_PROJECT") or "aiptrain")
+    default_project: str = field(default_factory=lambda: gcloud_project() or "aiptrain")
     # A submit whose runtime image is missing builds it first, as `docker run` pulls; 0 refuses (exit 3).
     auto_build: bool = field(default_factory=lambda: os.environ.get("AIPTRAIN_AUTO_BUILD", "1") != "0")
     # Where jobs' bridge networks get their subnets (one per job, sized to its replicas).

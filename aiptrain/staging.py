@@ -22,9 +22,9 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from aiptrain.storage import Bucket, is_gcs, open_bucket, split_url
 from aiptrain.storage.local import feed_file, link_or_copy, md5_base64

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Callable, Iterable
 
 from aiptrain.admission import Queued, Verdict
 from aiptrain.errors import JobExists

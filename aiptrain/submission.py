@@ -19,9 +19,9 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from aiptrain import admission
 from aiptrain.backends import Backend
@@ -30,7 +30,6 @@ from aiptrain.errors import EnvironmentNotReady, ValidationError
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State, TrainingInput
 from aiptrain.ownership import JobLock
-from aiptrain.runner import control
 from aiptrain.planning import (
     LABEL_INSTALL_FOR,
     LABEL_INSTALLATION,
@@ -41,14 +40,15 @@ from aiptrain.planning import (
     gcs_urls_in,
     plan,
 )
+from aiptrain.runner import control
 from aiptrain.runtime_catalog import Runtime
 from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings
 from aiptrain.staging import WHEELHOUSE, staging_target
-from aiptrain.store import JobStore, duplicate_job
-from aiptrain.tfjob import Export, build_tfjob, with_note, with_warning
 from aiptrain.storage import check_gcs_uri, gcs_root_for, is_gcs, local_path
 from aiptrain.storage.endpoint import StorageEndpoint
+from aiptrain.store import JobStore, duplicate_job
+from aiptrain.tfjob import Export, build_tfjob, with_note, with_warning
 from aiptrain.topology import Replica, replicas_for
 from aiptrain.validation import (
     scheduling_seconds,

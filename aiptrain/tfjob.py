@@ -94,7 +94,7 @@ class ReplicaSpec(_Api):
     template: dict[str, Any]  # a core/v1 PodTemplateSpec (the tests check it with the kubernetes client)
 
     @model_validator(mode="after")
-    def _has_tensorflow_container(self) -> "ReplicaSpec":
+    def _has_tensorflow_container(self) -> ReplicaSpec:
         containers = self.template.get("spec", {}).get("containers", [])
         if not any(c.get("name") == CONTAINER_NAME and c.get("image") for c in containers):
             raise ValueError(f"a replica's pod needs a container named {CONTAINER_NAME!r} with an image")
@@ -114,7 +114,7 @@ class TFJobSpec(_Api):
     tf_replica_specs: dict[ReplicaType, ReplicaSpec]
 
     @model_validator(mode="after")
-    def _one_chief(self) -> "TFJobSpec":
+    def _one_chief(self) -> TFJobSpec:
         if {ReplicaType.CHIEF, ReplicaType.MASTER} <= set(self.tf_replica_specs):
             raise ValueError("a TFJob has a Chief or a Master, not both")
         for primary in (ReplicaType.CHIEF, ReplicaType.MASTER):
@@ -286,7 +286,7 @@ def build_tfjob(job: Job, replicas: list[Replica], runtime_image: str | None, pa
 
     firsts: dict[str, tuple[ContainerSpec, Replica]] = {}
     counts: dict[str, int] = {}
-    for spec, replica in zip(launch_plan.containers, replicas):
+    for spec, replica in zip(launch_plan.containers, replicas, strict=True):
         if unreachable:  # the bootstrap skips the install and runs the module the image holds
             spec = replace(spec, env={k: v for k, v in spec.env.items() if k not in INSTALL_VARIABLES})
         firsts.setdefault(replica.task_type, (spec, replica))  # a type's replicas differ only in index

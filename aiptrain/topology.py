@@ -10,13 +10,35 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aiptrain.errors import ValidationError
-from aiptrain.model import AcceleratorConfig, ReplicaConfig, ScaleTier, TrainingInput
+from aiptrain.model import AcceleratorConfig, ReplicaConfig, ScaleTier, TrainingInput, api_enum_name, gcloud_spelling
 
 MASTER, WORKER, PS, EVALUATOR = "master", "worker", "ps", "evaluator"
 TASK_TYPES = (MASTER, WORKER, PS, EVALUATOR)
+_REPLICA_INFIX = "-replica-"
 # A job's replicas share one Linux bridge, which takes at most 1024 ports; the service's
 # default quotas (450 vCPUs per project) stopped far below this.
 MAX_REPLICAS = 1000
+
+
+def task_name(task_type: str, index: int) -> str:
+    """The name AI Platform gives a replica in logs and labels: master-replica-0, worker-replica-3."""
+    return f"{task_type}{_REPLICA_INFIX}{index}"
+
+
+def parse_task_name(name: str) -> tuple[str, int]:
+    """`worker-replica-1` -> ("worker", 1), the inverse of `task_name`."""
+    task_type, _, index = name.partition(_REPLICA_INFIX)
+    return task_type, int(index)
+
+
+def task_label(name: str) -> str:
+    """`worker-replica-1` -> `worker 1`, the form AI Platform's error messages use."""
+    task_type, _, index = name.partition(_REPLICA_INFIX)
+    return f"{task_type} {index}"
+
+
+# The primary replica: its exit ends the job, its hypertune reports are a trial's metric.
+MASTER_TASK = task_name(MASTER, 0)
 
 
 @dataclass(frozen=True)
@@ -156,35 +178,29 @@ class Replica:
 
     @property
     def task_name(self) -> str:
-        """The name AI Platform uses in logs: master-replica-0, worker-replica-3, ..."""
-        return f"{self.task_type}-replica-{self.index}"
-
-    @property
-    def display_name(self) -> str:
-        """The name used in error messages: 'master 0', 'worker 1'."""
-        return f"{self.task_type} {self.index}"
+        return task_name(self.task_type, self.index)
 
 
 def normalize_scale_tier(value: str) -> ScaleTier:
     """Accept gcloud's spellings: `standard-1`, `STANDARD_1`, `Standard_1` (no blanks: gcloud's
     choices and the API's enum names have none)."""
     try:
-        return ScaleTier(value.upper().replace("-", "_"))
+        return ScaleTier(api_enum_name(value))
     except ValueError:
         raise ValidationError(f"Invalid --scale-tier [{value}]: choose one of {scale_tier_choices()}.") from None
 
 
 def scale_tier_choices() -> str:
-    return ", ".join(t.value.lower().replace("_", "-") for t in ScaleTier)
+    return ", ".join(gcloud_spelling(t.value) for t in ScaleTier)
 
 
 def _accelerator(config: ReplicaConfig | None, flag: str) -> Accelerator | None:
     acc: AcceleratorConfig | None = config.accelerator_config if config else None
     if acc is None or (acc.type is None and acc.count is None):
         return None
-    acc_type = (acc.type or "").upper().replace("-", "_")
+    acc_type = api_enum_name(acc.type or "")
     if acc_type not in ACCELERATOR_TYPES:
-        names = ", ".join(_flag_name(t) for t in ACCELERATOR_TYPES)
+        names = ", ".join(gcloud_spelling(t) for t in ACCELERATOR_TYPES)
         raise ValidationError(f"Invalid accelerator type [{acc.type}] in {flag}: choose one of {names}.")
     if acc_type.startswith("TPU"):
         raise ValidationError(f"{flag}: TPUs cannot be emulated locally; use an NVIDIA GPU type or none.")
@@ -208,7 +224,7 @@ def _machine_accelerator(task_type: str, machine: MachineType, given: Accelerato
         if given != built_in:
             raise ValidationError(
                 f"Machine type [{machine.name}] comes with {built_in.count} {built_in.type}: set the "
-                f"{task_type}'s accelerator to `type={_flag_name(built_in.type)},count={built_in.count}` or leave it out."
+                f"{task_type}'s accelerator to `type={gcloud_spelling(built_in.type)},count={built_in.count}` or leave it out."
             )
         return built_in
     if not machine.name.startswith(GPU_FAMILY_PREFIXES):
@@ -217,10 +233,6 @@ def _machine_accelerator(task_type: str, machine: MachineType, given: Accelerato
             f"instead of [{machine.name}], or an a2-* type (A100 GPUs built in)."
         )
     return given
-
-
-def _flag_name(accelerator_type: str) -> str:
-    return accelerator_type.lower().replace("_", "-")
 
 
 @dataclass(frozen=True)

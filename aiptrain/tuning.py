@@ -16,7 +16,6 @@ from aiptrain.planning import Trial
 
 log = logging.getLogger(__name__)
 
-PRIMARY_TASK = "master-replica-0"  # whose reports are the trial's metric, as on the service
 STUDY_SEED = 0  # the same spec explores the same points: studies are reproducible
 LAUNCHED_DIR = "launched"  # in the job's work dir (never mounted): a file per trial whose launch completed
 

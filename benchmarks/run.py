@@ -1163,7 +1163,7 @@ def table(rows: list[Row]) -> str:
     body = [(row.key, row.title, fmt(row.ours, row.unit), fmt(row.base, row.unit), ratio_cell(row), row.target)
             for row in rows]
     widths = [max(len(str(r[i])) for r in (header, *body)) for i in range(len(header))]
-    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(r, widths)).rstrip() for r in (header, *body)]
+    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(r, widths, strict=False)).rstrip() for r in (header, *body)]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 

@@ -20,12 +20,14 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
-from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
+from aiptrain.backends import Backend, LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.errors import AiptrainError
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import ContainerSpec, LaunchPlan
 from aiptrain.settings import Settings
+from aiptrain.topology import MASTER_TASK, parse_task_name
 
 # The fake's clock: step n is EPOCH + n seconds (log lines and exits are stamped with it).
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -45,10 +47,10 @@ def stamp(step: int, run: int = 1, line: int = 0) -> str:
 def plan_of(job_id: str, *task_names: str, trial_id: str | None = None) -> LaunchPlan:
     """A launch plan of the named replicas (default: the master alone), enough for the fake."""
     specs = []
-    for task_name in task_names or ("master-replica-0",):
-        task_type, _, index = task_name.rpartition("-replica-")
+    for task_name in task_names or (MASTER_TASK,):
+        task_type, index = parse_task_name(task_name)
         specs.append(ContainerSpec(name=f"{job_id}-{task_type}-{index}", hostname=f"{task_type}-{index}",
-                                   task_name=task_name, task_type=task_type, task_index=int(index), image="fake",
+                                   task_name=task_name, task_type=task_type, task_index=index, image="fake",
                                    entrypoint=None, command=[], env={}, mounts=(), labels={}, user="1000"))
     return LaunchPlan(job_id=job_id, network=None, containers=tuple(specs), trial_id=trial_id)
 
@@ -129,10 +131,11 @@ class FakeBackend:
         for _ in range(steps):
             with self._lock:
                 self.step += 1
-                exiting = [r for r in self.replicas.values()
-                           if r.status is ReplicaStatus.RUNNING and self._scripted_exit(r) is not None]
+                exits = {r.container_id: self._scripted_exit(r) for r in self.replicas.values()
+                         if r.status is ReplicaStatus.RUNNING}
+                exiting = [self.replicas[cid] for cid, code in exits.items() if code is not None]
                 for replica in exiting:
-                    self._exit(replica, self._scripted_exit(replica))
+                    self._exit(replica, exits[replica.container_id] or 0)
             for replica in exiting:
                 self._notify(replica.job_id)
 
@@ -316,3 +319,7 @@ class FakeBackend:
         error = self.fail.get(member)
         if error is not None:
             raise error
+
+
+if TYPE_CHECKING:  # mypy checks that the fake is a Backend, member by member
+    _: Backend = FakeBackend()

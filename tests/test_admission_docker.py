@@ -3,12 +3,14 @@ maxWaitTime cancels one that waits too long; cancelling a queued job leaves noth
 
 from __future__ import annotations
 
+import itertools
 import uuid
 
 import pytest
 import yaml
 
 from aiptrain.logs import SERVICE, read_records
+
 from conftest import REPO, job_resources, kill_controller, wait_for
 
 pytestmark = pytest.mark.docker
@@ -46,7 +48,7 @@ def test_jobs_over_the_cap_wait_and_start_in_submission_order(cli, submit_args, 
                      what=f"{j} to end") for j in ("first", "second", "third")]
     assert [job.state for job in jobs] == ["SUCCEEDED"] * 3, [job.error_message for job in jobs]
     # One replica at a time: each started once the one before it had ended, in submission order.
-    for before, after in zip(jobs, jobs[1:]):
+    for before, after in itertools.pairwise(jobs):
         assert after.start_time >= before.end_time
     events = [state for _, state, _ in client.store.events("third")]
     assert events[:4] == ["QUEUED", "PREPARING", "RUNNING", "SUCCEEDED"]

@@ -3,17 +3,20 @@
 import sqlite3
 
 import pytest
-from conftest import drive_to_end
 
 import aiptrain
 import aiptrain.backends
 import aiptrain.client
-from aiptrain.backends import ReplicaObservation, ReplicaStatus, open_backend
+from aiptrain.backends import ReplicaStatus, open_backend
 from aiptrain.backends.docker import DockerBackend
 from aiptrain.errors import ValidationError
+from aiptrain.logs import parse_engine_time
 from aiptrain.model import Job
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
+
+from conftest import drive_to_end
+from fakes import FakeBackend, plan_of
 
 
 def test_open_backend_builds_the_named_one_and_defaults_to_aiptrain_backend(home, monkeypatch):
@@ -57,32 +60,11 @@ def test_a_store_made_before_backends_takes_the_column_on_open(tmp_path):
     assert JobStore(path).backend_of("new") == "swarm"
 
 
-class RecordingBackend:
-    """A backend typed as the protocol that records what the job verbs ask of it."""
-
-    name = "recording"
-
-    def __init__(self):
-        self.calls = []
-
-    def observe(self, job_id):
-        self.calls.append(("observe", job_id))
-        return [ReplicaObservation("master-replica-0", "master", 0, ReplicaStatus.RUNNING, container_id="c1")]
-
-    def stop(self, container_ids, grace_seconds=10):
-        self.calls.append(("stop", tuple(container_ids)))
-
-    def remove(self, job_id, trial_id=None):
-        self.calls.append(("remove", job_id))
-
-    def watch(self, stop, on_change):
-        self.calls.append(("watch",))
-
-
 def test_the_client_sends_each_job_to_the_backend_it_records(home, monkeypatch):
     opened = []
-    monkeypatch.setattr(aiptrain.client, "open_backend",
-                        lambda settings, name: opened.append(name) or RecordingBackend())
+    backends = {name: FakeBackend(name=name) for name in ("swarm", "docker")}
+    backends["swarm"].launch(plan_of("on_swarm"))
+    monkeypatch.setattr(aiptrain.client, "open_backend", lambda settings, name: opened.append(name) or backends[name])
     with aiptrain.Client() as client:
         client.store.create(Job(job_id="on_swarm"), backend="swarm")
         client.store.create(Job(job_id="on_docker"))
@@ -101,10 +83,10 @@ def test_an_interrupted_submission_is_failed_and_its_remains_removed(home):
     settings.ensure_dirs()
     store = JobStore(settings.store_path)
     store.create(Job(job_id="interrupted"), backend="swarm")
-    backend = RecordingBackend()
+    backend = FakeBackend()
     assert drive_to_end(JobDriver("interrupted", settings, store, backend)) is State.FAILED
     assert store.get("interrupted").error_message.startswith(INTERRUPTED)
-    assert backend.calls[-1] == ("remove", "interrupted")
+    assert backend.removed[-1] == ("interrupted", None)
 
 
 def _protocol_members():
@@ -113,15 +95,24 @@ def _protocol_members():
     return sorted(name for name in vars(Backend) if not name.startswith("_")) + ["name", "from_settings"]
 
 
-@pytest.mark.parametrize("backend_name", sorted(aiptrain.backends._BACKEND_CLASSES))
-def test_every_backend_implements_the_whole_protocol_with_its_signatures(backend_name):
+def _backend_class(backend_name: str):
     import importlib
+
+    if backend_name == "fake":
+        return FakeBackend
+    module, class_name = aiptrain.backends._BACKEND_CLASSES[backend_name]
+    return getattr(importlib.import_module(module), class_name)
+
+
+@pytest.mark.parametrize("backend_name", [*sorted(aiptrain.backends._BACKEND_CLASSES), "fake"])
+def test_every_backend_implements_the_whole_protocol_with_its_signatures(backend_name):
+    """The real backends, and the tests' fake (tests/fakes.py), which must not drift from them."""
     import inspect
 
     from aiptrain.backends import Backend
 
-    module, class_name = aiptrain.backends._BACKEND_CLASSES[backend_name]
-    backend_class = getattr(importlib.import_module(module), class_name)
+    backend_class = _backend_class(backend_name)
+    class_name = backend_class.__name__
     assert backend_class.name == backend_name
     for member in _protocol_members():
         assert hasattr(backend_class, member), f"{class_name} lacks {member}"
@@ -144,7 +135,7 @@ def test_the_controller_drives_each_job_on_the_backend_it_records(home, monkeypa
     store.create(Job(job_id="on_swarm_too"), backend="swarm")
     opened = []
     monkeypatch.setattr("aiptrain.runner.controller.open_backend",
-                        lambda s, name: opened.append(name) or RecordingBackend())
+                        lambda s, name: opened.append(name) or FakeBackend(name=name))
     controller = Controller(settings, JobLock.try_acquire(settings.controller_lock_path))
     assert controller.adopt() is False
     assert sorted(opened) == ["docker", "swarm"]
@@ -152,3 +143,33 @@ def test_the_controller_drives_each_job_on_the_backend_it_records(home, monkeypa
             for job_id, d in controller.drivers.items()} == dict.fromkeys(["on_swarm", "on_docker", "on_swarm_too"], True)
     assert not list(settings.locks_dir.glob("*.lock"))  # adopted: the controller's lock covers them
     controller.shut_down()
+
+
+def test_the_fake_backend_plays_its_script_and_reports_each_change():
+    """tests/fakes.py: replicas exit as scripted on the test's steps, restart in place, and every
+    change reaches the watchers."""
+    import threading
+
+    backend = FakeBackend(script={"master-replica-0": [137, 0]}, logs={"master-replica-0": ["hello"]})
+    stop, changes = threading.Event(), []
+    watcher = threading.Thread(target=backend.watch, args=(stop, changes.append))
+    watcher.start()
+    assert backend.watching.wait(timeout=60)  # registered before the first change
+    backend.launch(plan_of("job", "master-replica-0", "worker-replica-0"))
+    master = backend.container_id("job", "master-replica-0")
+    backend.advance()
+    states = {o.task_name: (o.status, o.exit_code) for o in backend.observe("job")}
+    assert states == {"master-replica-0": (ReplicaStatus.EXITED, 137), "worker-replica-0": (ReplicaStatus.RUNNING, None)}
+    assert [line.text for batch in backend.follow_logs(master) for line in batch] == ["hello"]
+    first_run = [chunk.time for batch in backend.follow_logs(master) for chunk in batch]
+    backend.restart(master)
+    backend.advance()
+    assert backend.replica("job", "master-replica-0").exit_code == 0
+    assert list(backend.follow_logs(master, parse_engine_time(first_run[-1])))  # the second run's line is new
+    backend.stop([backend.container_id("job", "worker-replica-0")])
+    assert {o.exit_code for o in backend.observe("job")} == {0, 143}
+    backend.remove("job")
+    assert backend.observe("job") == [] and backend.restarted == [master] and backend.removed == [("job", None)]
+    stop.set()
+    watcher.join(timeout=60)
+    assert changes == ["job"] * 6  # launch, exit, restart, exit, stop, remove

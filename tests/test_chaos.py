@@ -281,12 +281,17 @@ def test_concurrent_submits_with_clashing_ids(tally, home, docker_api, minimal_r
 
 
 def test_fuzzed_job_ids_and_labels(tally, home, capsys):
-    from hypothesis import HealthCheck, given, settings, strategies as st
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
 
     from aiptrain.cli import main
     from aiptrain.errors import ValidationError
     from aiptrain.validation import (
-        JOB_ID_PATTERN, LABEL_KEY_PATTERN, LABEL_VALUE_PATTERN, validate_job_id, validate_labels,
+        JOB_ID_PATTERN,
+        LABEL_KEY_PATTERN,
+        LABEL_VALUE_PATTERN,
+        validate_job_id,
+        validate_labels,
     )
 
     controls = [chr(c) for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))]

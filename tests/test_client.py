@@ -14,6 +14,7 @@ from aiptrain.client import Client, LabelsUpdate
 from aiptrain.errors import JobNotFound, ValidationError
 from aiptrain.logs import LogRecord, format_record
 from aiptrain.model import Job, State
+
 from conftest import SAMPLE_TRAINER, job_resources, wait_for
 
 

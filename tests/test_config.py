@@ -101,3 +101,15 @@ def test_unknown_scale_tier_flag_lists_gclouds_choices():
     assert str(error.value) == (
         "Invalid --scale-tier [weird]: choose one of basic, standard-1, premium-1, basic-gpu, basic-tpu, custom."
     )
+
+
+def test_only_settings_reads_aiptrains_environment():
+    """Every AIPTRAIN_* variable is read in aiptrain/settings.py, so one place says what each does
+    and two readers cannot disagree; the storage endpoint's server runs alone in its container."""
+    import re
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent.parent / "aiptrain"
+    read = re.compile(r"""(?:environ\.get\(|environ\[|getenv\()\s*f?["']AIPTRAIN_""")
+    readers = {str(path.relative_to(package)) for path in package.rglob("*.py") if read.search(path.read_text())}
+    assert readers == {"settings.py", "storage/endpoint_server.py"}

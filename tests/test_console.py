@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import shutil
-import threading
-import urllib.request
 import subprocess
 import sys
+import tempfile
+import threading
+import urllib.request
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -23,8 +23,9 @@ from aiptrain.api.server import make_server
 from aiptrain.client import Client
 from aiptrain.model import Job, TrainingInput
 from aiptrain.settings import Settings
-from conftest import IN_CI, REPO, job_resources, wait_for
+
 import test_rest_api
+from conftest import IN_CI, REPO, job_resources, wait_for
 from test_rest_api import PROJECT, WRITER_A, ml_api, poll, raw, seed, training_body, write_log
 
 # The REST API tests' fixtures: an isolated home, a server on a free port, a tokens file, a package.
@@ -214,7 +215,7 @@ def test_jobs_table_filter_live_logs_and_cancel(serve, browser, package_uri, min
     find(browser, "#job-state .state", "CANCELLED", timeout=WAIT * 2)
     assert jobs.get(name=f"projects/{PROJECT}/jobs/console_running").execute()["state"] == "CANCELLED"
     for job_id in ("console_done", "console_running"):
-        wait_for(lambda: not job_resources(docker_api, job_id), what=f"{job_id}'s containers to go")
+        wait_for(lambda job_id=job_id: not job_resources(docker_api, job_id), what=f"{job_id}'s containers to go")
 
 
 @pytest.mark.docker

@@ -15,20 +15,21 @@ import yaml
 
 from aiptrain.config import SubmitFlags
 from aiptrain.errors import ValidationError
-from aiptrain.submission import Submission, prepare
 from aiptrain.planning import ContainerSpec, LaunchPlan, Mount, PlanInputs, plan
 from aiptrain.settings import Settings
+from aiptrain.submission import Submission, prepare
+
 from conftest import job_resources, require_image
 
 IMAGE = "example.com/trainer:1"
 JOB_DIR = "/data/out"
 # A master and one worker, both n1-standard-4 (15 GB, so shm is capped at half the host's 8 GB).
-CUSTOM_FLAGS = dict(
-    scale_tier="custom",
-    master_machine_type="n1-standard-4",
-    worker_machine_type="n1-standard-4",
-    worker_count=1,
-)
+CUSTOM_FLAGS = {
+    "scale_tier": "custom",
+    "master_machine_type": "n1-standard-4",
+    "worker_machine_type": "n1-standard-4",
+    "worker_count": 1,
+}
 
 
 def submission(tmp_path: Path, config: dict | None = None, **flags) -> Submission:

@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from aiptrain.dependencies import Conflict, Image, Resolution, conflict_message, parse_conflict, plan, release, to_install
+from aiptrain.dependencies import (
+    Conflict,
+    Image,
+    Resolution,
+    conflict_message,
+    parse_conflict,
+    plan,
+    release,
+    to_install,
+)
 
 IMAGE = Image("2.11", {
     "tensorflow-cpu": "2.11.0", "keras": "2.11.0", "pandas": "1.3.5", "numpy": "1.23.5", "protobuf": "3.19.6",

@@ -16,6 +16,7 @@ from aiptrain.planning import PlanInputs, save_plan_inputs
 from aiptrain.runner.driver import INTERRUPTED, LAUNCH_STARTED, JobDriver
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
+
 from fakes import FakeBackend, plan_of
 
 BASIC = TrainingInput(scale_tier="BASIC", region="us-central1", python_module="trainer.task",

@@ -15,6 +15,7 @@ import yaml
 
 from aiptrain.cli.formats import render
 from aiptrain.cli.gcloud import GcloudUsageError, normalize
+
 from conftest import REPO, SAMPLE_TRAINER
 
 # --- argv normalisation (pure) ---------------------------------------------------------------
@@ -299,7 +300,7 @@ def test_the_tables_cover_every_flag_and_the_reference_lists_them():
     reference = (REPO / "docs" / "reference" / "flags.md").read_text()
     table = reference[reference.index("## Flags of `jobs submit training`"):]
     table = table[:table.index("\n## ", 1)]
-    rows = {m for m in re.findall(r"^\| `(-[-\w]+)", table, re.MULTILINE)}
+    rows = set(re.findall(r"^\| `(-[-\w]+)", table, re.MULTILINE))
     assert flags - rows == set() and set(NO_LOCAL_EFFECT) <= rows
 
 

@@ -23,6 +23,7 @@ from aiptrain.errors import ValidationError
 from aiptrain.packaging import build_sdist
 from aiptrain.storage.gcs import CHUNK_SIZE, GcsBucket
 from aiptrain.storage.local import md5_base64
+
 from conftest import job_resources
 
 # -- the emulator ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from aiptrain.cli.gsutil import LocalGcs, run
+
 from conftest import job_resources, require_image, runtime_image, wait_for
 
 pytestmark = [pytest.mark.docker]

@@ -24,6 +24,7 @@ from aiptrain.storage import (
 )
 from aiptrain.storage.gcs import GcsBucket
 from aiptrain.storage.local import LocalGcsBucket
+
 from conftest import SAMPLE_TRAINER, job_resources, require_image
 
 # -- the mapping ------------------------------------------------------------------------------------

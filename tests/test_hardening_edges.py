@@ -17,13 +17,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, job_resources, require_image
-
 from aiptrain import cache
 from aiptrain.backends import ReplicaObservation, ReplicaStatus
 from aiptrain.lifecycle import awaited_at_end
 from aiptrain.logs import printable
 from aiptrain.ownership import JobLock, remove_if_unowned
+from aiptrain.topology import parse_task_name
+
+from conftest import REPO, job_resources, require_image
+from fakes import FakeBackend
 
 PROBE = REPO / "tests" / "trainers" / "probe"
 
@@ -32,8 +34,8 @@ PROBE = REPO / "tests" / "trainers" / "probe"
 
 
 def obs(task: str, status: str, code: int | None = None) -> ReplicaObservation:
-    task_type, _, index = task.partition("-replica-")
-    return ReplicaObservation(task, task_type, int(index), status, code, datetime.now(timezone.utc),
+    task_type, index = parse_task_name(task)
+    return ReplicaObservation(task, task_type, index, status, code, datetime.now(timezone.utc),
                               container_id=task)
 
 
@@ -146,30 +148,6 @@ def test_a_rejected_submit_leaves_no_lock_file(cli, home, tmp_path):
     assert not (home / "work").exists() or not any((home / "work").iterdir())
 
 
-class FailingLaunch:
-    """A backend whose launch fails after the submission was staged and planned."""
-
-    name = "docker"
-    host_dirs_reach_replicas = True
-
-    def warm_up(self):
-        pass
-
-    def check_ready(self, plan):
-        pass
-
-    def image_id(self, image):
-        return "sha256:fake"
-
-    def run_to_completion(self, spec):
-        return 0, ""  # the install-once container "succeeds" with nothing installed
-
-    def launch(self, plan):
-        from aiptrain.errors import AiptrainError
-
-        raise AiptrainError("The engine refused to start the replicas.")
-
-
 def test_a_failed_launch_leaves_neither_packages_nor_lock(home, tmp_path):
     from aiptrain.config import SubmitFlags
     from aiptrain.errors import AiptrainError
@@ -184,7 +162,9 @@ def test_a_failed_launch_leaves_neither_packages_nor_lock(home, tmp_path):
                         module_name="trainer.task", region="us-central1", runtime_version="minimal",
                         job_dir=str(tmp_path / "out"))
     with pytest.raises(AiptrainError, match="refused"):
-        Submitter(settings, store, FailingLaunch()).submit(prepare(flags, settings))
+        # The launch fails after the submission was staged and planned (the install "succeeds").
+        failing_launch = FakeBackend(name="docker", fail={"launch": AiptrainError("The engine refused to start the replicas.")})
+        Submitter(settings, store, failing_launch).submit(prepare(flags, settings))
     assert store.get("launch_fails").state.value == "FAILED"  # recorded: replicas were to start
     assert not settings.job_work_dir("launch_fails").exists()
     assert not settings.job_lock_path("launch_fails").exists()
@@ -311,6 +291,7 @@ def test_a_job_whose_submit_died_before_queueing_it_is_failed_by_the_controller(
     from aiptrain.model import Job
     from aiptrain.settings import Settings
     from aiptrain.store import JobStore
+
     from conftest import wait_for
 
     settings = Settings()

@@ -7,14 +7,13 @@ import json
 import struct
 
 import pytest
-from conftest import drive_to_end
 from docker.errors import APIError
 
 from aiptrain.backends.docker import (
     ENGINE_PART_BYTES,
+    _frame_blocks,
     _LineAssembler,
     _LogReader,
-    _frame_blocks,
     _unchunk,
     engine_error,
     pick_subnet,
@@ -25,6 +24,9 @@ from aiptrain.errors import ValidationError
 from aiptrain.model import Job, ScaleTier, TrainingInput
 from aiptrain.planning import HOSTNAME_MAX, PlanInputs, Trial, plan
 from aiptrain.topology import MAX_REPLICAS, replicas_for
+
+from conftest import drive_to_end
+from fakes import FakeBackend
 
 LONG_ID = "j" + "x_Y9" * 31 + "abc"  # 128 characters, the longest ID the service allows
 INPUTS = PlanInputs(runtime_image="aiptrain/runtime:2.11", user="1000:1000")
@@ -247,22 +249,6 @@ def lines_read(reader, follow: bool) -> list:
 # -- item 13: one closing line, also across controllers -----------------------------------------
 
 
-class StubBackend:
-    """Enough of a backend for a driver whose job's replicas are gone."""
-
-    def __init__(self):
-        self.removed = 0
-
-    def remove(self, job_id, trial_id=None):
-        self.removed += 1
-
-    def watch(self, stop, on_change):
-        pass
-
-    def observe(self, job_id):
-        return []
-
-
 @pytest.mark.parametrize(
     "closing, state, error",
     [
@@ -278,9 +264,9 @@ def test_a_successor_keeps_the_word_of_a_controller_killed_after_its_closing_lin
     the next one records that decision, and says nothing again."""
     from aiptrain.logs import JobLogWriter, read_records
     from aiptrain.model import State
+    from aiptrain.runner.driver import JobDriver
     from aiptrain.settings import Settings
     from aiptrain.store import JobStore
-    from aiptrain.runner.driver import JobDriver
 
     settings = Settings(home=tmp_path)
     settings.ensure_dirs()
@@ -295,12 +281,12 @@ def test_a_successor_keeps_the_word_of_a_controller_killed_after_its_closing_lin
     store.record_verdict("ended", {"state": state, "error_message": error, "failed_task": None, "failed_trial": ""})
     before = read_records(settings.job_log_path("ended"))[0]
 
-    backend = StubBackend()
+    backend = FakeBackend()  # the job's replicas are gone
     assert drive_to_end(JobDriver("ended", settings, store, backend)) is State[state]
     job = store.get("ended")
     assert job.state is State[state]
     assert (job.error_message or "").startswith(error or "") and (error is None) == (job.error_message is None)
-    assert read_records(settings.job_log_path("ended"))[0] == before and backend.removed == 1
+    assert read_records(settings.job_log_path("ended"))[0] == before and backend.removed == [("ended", None)]
 
 
 @pytest.mark.parametrize("count, reason", [("100000", f"at most {MAX_REPLICAS} replicas"),
@@ -324,22 +310,12 @@ def test_a_knob_that_is_not_a_number_is_a_usage_error(monkeypatch, tmp_path):
         Settings(home=tmp_path)
 
 
-class StuckNetworkBackend(StubBackend):
-    """An engine that keeps the job's network (a stale endpoint) after its replicas went."""
-
-    def remove(self, job_id, trial_id=None):
-        from aiptrain.errors import AiptrainError
-
-        super().remove(job_id, trial_id)
-        raise AiptrainError("Docker keeps the job's network 0123456789ab although its replicas are gone.")
-
-
 def test_a_network_the_engine_keeps_does_not_change_how_the_job_ended(tmp_path):
     from aiptrain.logs import read_records
     from aiptrain.model import State
+    from aiptrain.runner.driver import JobDriver
     from aiptrain.settings import Settings
     from aiptrain.store import JobStore
-    from aiptrain.runner.driver import JobDriver
 
     settings = Settings(home=tmp_path)
     settings.ensure_dirs()
@@ -349,7 +325,12 @@ def test_a_network_the_engine_keeps_does_not_change_how_the_job_ended(tmp_path):
     store.transition("kept", State.RUNNING, [State.PREPARING])
     store.record_verdict("kept", {"state": "SUCCEEDED", "error_message": None, "failed_task": None, "failed_trial": ""})
 
-    assert drive_to_end(JobDriver("kept", settings, store, StuckNetworkBackend())) is State.SUCCEEDED
+    from aiptrain.errors import AiptrainError
+
+    # An engine that keeps the job's network (a stale endpoint) after its replicas went.
+    stuck = FakeBackend(fail={"remove": AiptrainError(
+        "Docker keeps the job's network 0123456789ab although its replicas are gone.")})
+    assert drive_to_end(JobDriver("kept", settings, store, stuck)) is State.SUCCEEDED
     assert store.get("kept").state is State.SUCCEEDED
     lines = [(r.severity, r.message) for r in read_records(settings.job_log_path("kept"))[0]]
     assert lines[-2:] == [("WARNING", "Tearing down left something behind: Docker keeps the job's network "

@@ -227,7 +227,7 @@ def test_two_homes_run_the_same_job_id_at_once_with_their_own_pids_limits(tmp_pa
     assert limits == [4096, 64]
     (gate / "go").write_text("go")
     for home in homes:
-        wait_for(lambda: describe(home, "same_id")["state"] == "SUCCEEDED", timeout=120, what="SUCCEEDED")
+        wait_for(lambda home=home: describe(home, "same_id")["state"] == "SUCCEEDED", timeout=120, what="SUCCEEDED")
         assert home_resources(docker_api, home) == []
 
 

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import yaml
 
-from aiptrain.config import build_job, load_config, SubmitFlags
+from aiptrain.config import SubmitFlags, build_job, load_config
 from aiptrain.errors import ValidationError
 from aiptrain.model import (
     Algorithm,
@@ -19,6 +19,7 @@ from aiptrain.model import (
     ParameterType,
     ScaleType,
 )
+
 from conftest import SAMPLE_TRAINER
 
 LR = {"parameterName": "learning_rate", "type": "DOUBLE", "minValue": 0.001, "maxValue": 0.1}

@@ -10,8 +10,6 @@ import sys
 
 import pytest
 
-from conftest import SAMPLE_TRAINER
-
 from aiptrain.admission import parallel_trials_allowed
 from aiptrain.errors import ValidationError
 from aiptrain.filtering import MAX_NESTING, parse
@@ -22,6 +20,8 @@ from aiptrain.validation import (
     validate_labels,
     validate_runtime_version_name,
 )
+
+from conftest import SAMPLE_TRAINER
 
 NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock", "STORAGE_EMULATOR_HOST": ""}
 

@@ -7,6 +7,7 @@ import pytest
 
 from aiptrain.installs import install_key
 from aiptrain.planning import INSTALL, INSTALL_TARGET, PACKAGES_DIR, Mount, install_container
+
 from conftest import REPO, job_resources
 
 WITH_DEPENDENCY = REPO / "sample_jobs" / "with_dependency" / "trainer"

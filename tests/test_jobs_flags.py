@@ -14,8 +14,8 @@ import yaml
 from aiptrain.client import Client
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State
-from conftest import REPO
 
+from conftest import REPO
 
 COMMANDS = ("list", "describe", "update", "cancel", "stream-logs", "export")
 

@@ -7,14 +7,15 @@ import pytest
 from aiptrain.backends import ReplicaObservation, ReplicaStatus
 from aiptrain.lifecycle import Decision, decide
 from aiptrain.model import State
+from aiptrain.topology import parse_task_name
 
 TASKS = ["master-replica-0", "worker-replica-0", "worker-replica-1", "ps-replica-0"]
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
 def obs(task, status=ReplicaStatus.RUNNING, code=None, at=0):
-    kind, _, index = task.partition("-replica-")
-    return ReplicaObservation(task, kind, int(index), status, code, T0 + timedelta(seconds=at) if code else None, task)
+    kind, index = parse_task_name(task)
+    return ReplicaObservation(task, kind, index, status, code, T0 + timedelta(seconds=at) if code else None, task)
 
 
 def running(*overrides):

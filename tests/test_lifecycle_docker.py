@@ -159,7 +159,7 @@ def test_ten_concurrent_submits_are_all_recorded_once(cli, probe_args, docker_ap
     assert codes[:10].count(0) + codes[10:].count(0) == 10  # exactly one submit of concurrent_0 won
     assert sorted(codes[10:] + [codes[0]]) == [0, 2, 2]
     for job_id in ids:
-        wait_for(lambda: state_of(cli, job_id)["state"] == "SUCCEEDED", timeout=120, what=job_id)
+        wait_for(lambda job_id=job_id: state_of(cli, job_id)["state"] == "SUCCEEDED", timeout=120, what=job_id)
     listed = [line.split()[0] for line in cli("jobs", "list", check_code=0).stdout.splitlines()[1:]]
     assert sorted(listed) == sorted(ids)
     assert all(job_resources(docker_api, job_id) == [] for job_id in ids)

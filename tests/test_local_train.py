@@ -14,8 +14,15 @@ import pytest
 
 from aiptrain.errors import ValidationError
 from aiptrain.local_train import (
-    LocalTrainArgs, ProcessSpec, ignored_flag_warnings, local_python, plan_processes, primary_type_for, validate,
+    LocalTrainArgs,
+    ProcessSpec,
+    ignored_flag_warnings,
+    local_python,
+    plan_processes,
+    primary_type_for,
+    validate,
 )
+
 from conftest import REPO, SAMPLE_TRAINER, wait_for
 
 ECHO_TRAINER = REPO / "tests" / "trainers" / "cluster_echo"

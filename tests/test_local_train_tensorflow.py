@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from aiptrain.settings import Settings
+
 from conftest import REPO
 from test_local_train import free_port_block, local_train
 from test_tensorflow_jobs import STEPS, assert_checkpoint

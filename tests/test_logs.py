@@ -2,16 +2,29 @@
 
 import json
 import threading
-import time
 from dataclasses import asdict
 
 import pytest
 
-from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
-from aiptrain.logs import (CLOSING_POLL_SECONDS, JobLogWriter, LogRecord, follow, follow_blocks, format_lines,
-                           format_record, last_times_by_task, read_records, record_line, records_of, records_of_task,
-                           severity_of)
-from aiptrain.runner.logcopy import Drain, LogFollowers
+from aiptrain.backends import LogChunk
+from aiptrain.logs import (
+    CLOSING_POLL_SECONDS,
+    JobLogWriter,
+    LogRecord,
+    follow,
+    follow_blocks,
+    format_lines,
+    format_record,
+    last_times_by_task,
+    read_records,
+    record_line,
+    records_of,
+    records_of_task,
+    severity_of,
+)
+from aiptrain.runner.logcopy import DRAIN_PATIENCE_SECONDS, Drain, LogFollowers
+
+from fakes import FakeBackend, plan_of
 
 
 @pytest.mark.parametrize(
@@ -148,44 +161,52 @@ def test_follow_waits_for_a_log_that_does_not_exist_yet(tmp_path):
 # -- the controller's copy: every line, however long the drain takes ---------------------------
 
 
-class SlowEngine:
-    """A replica's log in batches that keep coming for longer than the drain's patience."""
-
-    def __init__(self, batches: int, pause: float):
-        self.batches, self.pause = batches, pause
-
-    def follow_logs(self, container_id, since_ns=None):
-        for i in range(self.batches):
-            time.sleep(self.pause)
-            yield [LogChunk(f"2026-01-01T00:00:{i:02d}.5Z", "stdout" if i % 2 else "stderr", f"line {i} ✓")]
+def log_clock(monkeypatch) -> list[float]:
+    """The copy's clock, moved by the test: [seconds]."""
+    clock = [0.0]
+    monkeypatch.setattr("aiptrain.runner.logcopy.time.monotonic", lambda: clock[0])
+    return clock
 
 
-def test_the_drain_waits_while_lines_keep_coming(tmp_path):
+def test_the_drain_waits_while_lines_keep_coming(tmp_path, monkeypatch):
+    clock = log_clock(monkeypatch)
+    batches = [[LogChunk(f"2026-01-01T00:00:{i:02d}.5Z", "stdout" if i % 2 else "stderr", f"line {i} ✓")]
+               for i in range(12)]
+    backend = FakeBackend(logs={"master-replica-0": batches}, hold_logs=True)
+    backend.launch(plan_of("job"))
+    backend.exit("job", "master-replica-0", 0)
     path = tmp_path / "job.jsonl"
-    followers = LogFollowers(SlowEngine(batches=12, pause=0.05), JobLogWriter(path), {})
-    followers.sync([ReplicaObservation("master-replica-0", "master", 0, ReplicaStatus.EXITED, container_id="c")])
-    drained(Drain(followers, None, patience=0.2))  # shorter than the whole copy, longer than any pause
+    followers = LogFollowers(backend, JobLogWriter(path), {})
+    followers.sync(backend.observe("job"))
+    drain = Drain(followers, None)
+    for _ in batches:  # each batch comes just before the patience runs out: the copy takes longer than it
+        clock[0] += DRAIN_PATIENCE_SECONDS - 1
+        assert not drain.done()
+        backend.release_logs(1)
+        assert not drain.done() or not followers.copying()
+    for thread in followers._threads.values():
+        thread.join(timeout=60)
+    assert drain.done()
     records = read_records(path)[0]
     assert [r.message for r in records] == [f"line {i} ✓" for i in range(12)]
     assert [r.severity for r in records[:2]] == ["ERROR", "INFO"]  # stderr without a level, stdout
 
 
-def test_the_drain_gives_up_on_a_stream_that_stalls(tmp_path):
+def test_the_drain_gives_up_on_a_stream_that_stalls(tmp_path, monkeypatch):
+    clock = log_clock(monkeypatch)
+    backend = FakeBackend(logs={"master-replica-0": ["never sent"]}, hold_logs=True)
+    backend.launch(plan_of("job"))
+    backend.exit("job", "master-replica-0", 0)
     path = tmp_path / "job.jsonl"
-    followers = LogFollowers(SlowEngine(batches=1, pause=3600), JobLogWriter(path), {})
-    followers.sync([ReplicaObservation("master-replica-0", "master", 0, ReplicaStatus.EXITED, container_id="c")])
-    assert drained(Drain(followers, None, patience=0.1), timeout=60), "the drain waited on a stream that sent nothing"
+    followers = LogFollowers(backend, JobLogWriter(path), {})
+    followers.sync(backend.observe("job"))
+    drain = Drain(followers, None)
+    clock[0] += DRAIN_PATIENCE_SECONDS - 1
+    assert not drain.done() and followers.copying()
+    clock[0] += 1
+    assert drain.done() and followers.copying(), "the drain waits on a stream that sends nothing"
     assert not path.exists() or read_records(path)[0] == []
-
-
-def drained(drain: Drain, timeout: float = 600) -> bool:
-    """Look at the drain as the controller does, until it is done (or `timeout` passed)."""
-    deadline = time.monotonic() + timeout
-    while not drain.done():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
+    backend.release_logs(1)  # let the follower thread end
 
 
 def test_after_a_closing_line_follow_asks_about_the_job_soon_rather_than_at_its_poll(tmp_path, monkeypatch):

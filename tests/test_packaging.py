@@ -17,6 +17,7 @@ import yaml
 from aiptrain.errors import ValidationError
 from aiptrain.packaging import build_sdist, cached_sdist, source_tree_hash
 from aiptrain.wheelhouse import canonical_name, read_metadata, requirements_for, resolve
+
 from conftest import REPO, job_resources
 
 SAMPLE = REPO / "sample_jobs" / "basic" / "trainer"

@@ -10,8 +10,8 @@ from aiptrain.topology import replicas_for
 
 
 def make_job(**training_input) -> Job:
-    defaults = dict(python_module="trainer.task", args=["--steps", "5"], job_dir="/data/out",
-                    region="us-central1", runtime_version="2.11", package_uris=["file:///b/x/trainer-0.0.0.tar.gz"])
+    defaults = {"python_module": "trainer.task", "args": ["--steps", "5"], "job_dir": "/data/out",
+               "region": "us-central1", "runtime_version": "2.11", "package_uris": ["file:///b/x/trainer-0.0.0.tar.gz"]}
     return Job(job_id="my_job", training_input=TrainingInput(**{**defaults, **training_input}))
 
 
@@ -103,7 +103,7 @@ def test_standard_1_cluster_and_tasks():
         "worker": [f"my-job-worker-{i}:2222" for i in range(4)],
         "ps": [f"my-job-ps-{i}:2222" for i in range(3)],
     }
-    for name, config in configs.items():
+    for config in configs.values():
         assert config["cluster"] == expected_cluster  # identical on every replica
         assert config["environment"] == "cloud"
     assert configs["worker-replica-2"]["task"] == {"type": "worker", "index": 2}

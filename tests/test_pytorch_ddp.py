@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 from aiptrain.runtimes import image_python
-from aiptrain.wheelhouse import PLATFORM_TAGS
 from aiptrain.settings import Settings
-from aiptrain.wheelhouse import read_metadata, requirement_name
+from aiptrain.wheelhouse import PLATFORM_TAGS, read_metadata, requirement_name
+
 from conftest import REPO, job_resources, require_image
 from conftest import _unavailable as unavailable
 

@@ -29,8 +29,9 @@ from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State
 from aiptrain.settings import Settings
 from aiptrain.submission import record_project
-from conftest import SAMPLE_TRAINER, job_resources, wait_for
+
 import test_gcs
+from conftest import SAMPLE_TRAINER, job_resources, wait_for
 
 emulator, gcs = test_gcs.emulator, test_gcs.gcs  # fixtures: gcp-storage-emulator and a fresh bucket
 
@@ -509,7 +510,7 @@ def test_a_standard_1_job_and_a_tuning_job_through_the_api(serve, package_uri, m
     assert output["isHyperparameterTuningJob"] and output["completedTrialCount"] == "2"
     assert sorted(t["hyperparameters"]["learning-rate"] for t in output["trials"]) == ["0.05", "0.1"]
     for job_id in ("rest_standard", "rest_study"):
-        wait_for(lambda: not job_resources(docker_api, job_id), what=f"{job_id}'s containers to go")
+        wait_for(lambda job_id=job_id: not job_resources(docker_api, job_id), what=f"{job_id}'s containers to go")
 
 
 def test_aiptrain_serve_listens_until_stopped(api_home):

@@ -7,6 +7,7 @@ import pytest
 
 from aiptrain.errors import ValidationError
 from aiptrain.runtime_catalog import RUNTIMES, SERVICE_PINS, runtime
+from aiptrain.settings import Settings
 
 # version: (base, Python, tensorflow, scikit-learn, xgboost, pandas) our image installs
 EXPECTED = {
@@ -25,10 +26,7 @@ EXPECTED = {
     "1.14": ("python3.7", "3.7", "tensorflow==1.14.0", "scikit-learn==0.20.2", "xgboost==0.82", "pandas==0.24.2"),
     "1.13": ("python3.7", "3.7", "tensorflow==1.13.1", "scikit-learn==0.20.2", "xgboost==0.81", "pandas==0.24.0"),
     "1.12": ("python3.7", "3.7", "tensorflow==1.13.2", "scikit-learn==0.20.0", "xgboost==0.80", "pandas==0.23.4"),
-    **{
-        v: ("python3.7", "3.7", "tensorflow==1.13.2", "scikit-learn==0.19.2", "xgboost==0.80", "pandas==0.23.4")
-        for v in ("1.11", "1.10", "1.9", "1.8", "1.7", "1.6", "1.5", "1.4")
-    },
+    **dict.fromkeys(("1.11", "1.10", "1.9", "1.8", "1.7", "1.6", "1.5", "1.4"), ("python3.7", "3.7", "tensorflow==1.13.2", "scikit-learn==0.19.2", "xgboost==0.80", "pandas==0.23.4")),
     "1.2": ("python3.7", "3.7", "tensorflow==1.13.2"),
     "1.0": ("python3.7", "3.7", "tensorflow==1.13.2"),
 }
@@ -97,8 +95,9 @@ def test_base_and_image_repositories_follow_the_environment(monkeypatch):
     assert runtime("2.11").image == "aiptrain-dev/runtime:2.11"
     assert runtime("2.11").base.image == "aiptrain-dev/base:bullseye"
     assert runtime("1.15").base.image == "python:3.7-slim"  # pulled as is
+    assert runtime("minimal").base.image == "aiptrain-dev/base:bookworm" == Settings().base_image
     monkeypatch.setenv("AIPTRAIN_BASE_IMAGE", "team/base:bookworm")
-    assert runtime("minimal").base.image == "team/base:bookworm"
+    assert runtime("minimal").base.image == "team/base:bookworm" == Settings().base_image  # one answer, not two
 
 
 def test_a_mapped_version_runs_the_teams_image_and_overrides_the_catalog():

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from aiptrain.cli import runtimes as runtimes_cli
 from aiptrain.runtimes import RUNTIMES
+
 from conftest import SAMPLE_TRAINER, runtime_image
 
 
@@ -90,11 +91,10 @@ def test_the_spinner_prints_steps_and_stops_even_when_the_build_fails():
 
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=100)
-    with pytest.raises(RuntimeError):
-        with runtimes_cli._spinner(console, "Building runtime x") as show:
-            show("Step 1/2 : FROM base")
-            show("Collecting pandas")
-            raise RuntimeError("build failed")
+    with pytest.raises(RuntimeError), runtimes_cli._spinner(console, "Building runtime x") as show:
+        show("Step 1/2 : FROM base")
+        show("Collecting pandas")
+        raise RuntimeError("build failed")
     written = out.getvalue()
     assert "Step 1/2 : FROM base\n" in written
     # Stopped: the cursor hidden at the start is shown again, and the spinner's line erased.

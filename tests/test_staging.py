@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aiptrain.backends.docker import host_gateway as docker_host_gateway
 from aiptrain.errors import ValidationError
-from aiptrain.submission import _split_packages
 from aiptrain.staging import StagedIndex, combined_sha256, fetch, stage, staging_target
 from aiptrain.storage import open_bucket, split_url
-from aiptrain.backends.docker import host_gateway as docker_host_gateway
 from aiptrain.storage.gcs import (
     CONTAINER_CREDENTIALS,
     GcsBucket,
@@ -21,6 +20,8 @@ from aiptrain.storage.gcs import (
     replica_access,
 )
 from aiptrain.storage.local import LocalBucket, md5_base64
+from aiptrain.submission import _split_packages
+
 from conftest import SAMPLE_TRAINER
 
 # -- where packages go (reference §6.5) --------------------------------------------------------
@@ -99,7 +100,7 @@ def test_the_index_turns_a_new_jobs_upload_into_a_hard_link(tmp_path, files):
     first = stage(files, str(tmp_path / "bucket"), "job_1", index)
     second = stage(files, str(tmp_path / "bucket"), "job_2", StagedIndex(index.path))
     assert second.uploaded == [] and len(second.created) == 2
-    for old, new in zip(first.uris, second.uris):
+    for old, new in zip(first.uris, second.uris, strict=True):
         assert "/job_2/" in new
         assert Path(old[len("file://"):]).stat().st_ino == Path(new[len("file://"):]).stat().st_ino
 

@@ -13,14 +13,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import job_resources, require_image, runtime_image, wait_for
 
 from aiptrain.backends import ReplicaStatus
 from aiptrain.backends.swarm import (
     CONFIG_MAX_BYTES,
     NOT_A_MANAGER,
-    TASK_STATES,
     STORAGE_ROLE,
+    TASK_STATES,
     Node,
     SwarmBackend,
     carried_files,
@@ -38,6 +37,8 @@ from aiptrain.backends.swarm import (
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
 from aiptrain.planning import ContainerSpec, LaunchPlan, Mount, NetworkSpec
 from aiptrain.storage.endpoint import LABEL_CODE, SERVER_CODE, StorageEndpoint, code_digest
+
+from conftest import job_resources, require_image, runtime_image, wait_for
 
 PROBE = Path(__file__).parent / "trainers" / "probe"
 PS_JOB = ("--scale-tier", "custom", "--master-machine-type", "n1-standard-4",
@@ -118,12 +119,12 @@ def test_long_names_are_cut_with_a_digest_of_the_whole():
 
 
 def spec(**changes) -> ContainerSpec:
-    values = dict(
-        name="j-worker-1-inst", hostname="j-worker-1", task_name="worker-replica-1", task_type="worker",
-        task_index=1, image="img", entrypoint=None, command=["sh", "-c", "x"], env={"A": "1"},
-        mounts=(Mount("/pk", "/opt/aiptrain/packages"), Mount("/out", "/out", read_only=False)),
-        labels=LABELS, user="1000:1000", shm_bytes=1 << 30, pids_limit=4096,
-    )
+    values = {
+        "name": "j-worker-1-inst", "hostname": "j-worker-1", "task_name": "worker-replica-1", "task_type": "worker",
+        "task_index": 1, "image": "img", "entrypoint": None, "command": ["sh", "-c", "x"], "env": {"A": "1"},
+        "mounts": (Mount("/pk", "/opt/aiptrain/packages"), Mount("/out", "/out", read_only=False)),
+        "labels": LABELS, "user": "1000:1000", "shm_bytes": 1 << 30, "pids_limit": 4096,
+    }
     return ContainerSpec(**{**values, **changes})
 
 

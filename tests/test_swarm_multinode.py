@@ -130,7 +130,7 @@ def test_raw_services_pinned_to_each_node_talk_over_an_overlay_network(docker_ap
             for task_type, service in services.items()
         }
         logs = {task_type: service_logs(docker_api, service) for task_type, service in services.items()}
-        for task_type, task in tasks.items():
+        for task in tasks.values():
             assert task["Status"]["State"] == "complete", (task["Status"], logs)
         assert node_hostname(docker_api, tasks["master"]["NodeID"]) == two_nodes["1"]
         assert node_hostname(docker_api, tasks["worker"]["NodeID"]) == two_nodes["2"]

@@ -4,7 +4,18 @@ import pytest
 
 from aiptrain.errors import ValidationError
 from aiptrain.model import AcceleratorConfig, ReplicaConfig, ScaleTier, TrainingInput
-from aiptrain.topology import Accelerator, machine_type, normalize_scale_tier, replicas_for
+from aiptrain.topology import (
+    MASTER,
+    MASTER_TASK,
+    Accelerator,
+    Replica,
+    machine_type,
+    normalize_scale_tier,
+    parse_task_name,
+    replicas_for,
+    task_label,
+    task_name,
+)
 
 
 def names(replicas):
@@ -112,3 +123,14 @@ def test_accelerator_type_and_count_are_checked():
     tpu = ReplicaConfig(accelerator_config=AcceleratorConfig(type="TPU_V2", count=8))
     with pytest.raises(ValidationError, match="TPUs cannot be emulated"):
         replicas_for(TrainingInput(scale_tier="CUSTOM", master_type="n1-standard-8", master_config=tpu))
+
+
+@pytest.mark.parametrize("task_type, index, name, label", [
+    ("master", 0, "master-replica-0", "master 0"),
+    ("worker", 12, "worker-replica-12", "worker 12"),
+    ("ps", 3, "ps-replica-3", "ps 3"),
+])
+def test_a_replicas_task_name_is_built_and_read_back_in_one_place(task_type, index, name, label):
+    assert task_name(task_type, index) == name == Replica(task_type, index, machine_type("standard")).task_name
+    assert parse_task_name(name) == (task_type, index) and task_label(name) == label
+    assert task_name(MASTER, 0) == MASTER_TASK

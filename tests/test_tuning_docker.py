@@ -78,7 +78,7 @@ def test_grid_search_visits_every_point_once_and_minimize_finds_the_smallest(cli
     assert job_resources(docker_api, "grid_min") == []
 
 
-def test_a_study_fails_once_maxFailedTrials_trials_failed(cli, study, docker_api):
+def test_a_study_fails_once_max_failed_trials_trials_failed(cli, study, docker_api):
     spec = {"maxTrials": 4, "maxParallelTrials": 1, "maxFailedTrials": 1, "algorithm": "RANDOM_SEARCH",
             "params": [grid("c", ["bad", "worse"])]}
     result = study("all_fail", spec, "--fail-on", "bad", code=1)

@@ -11,6 +11,7 @@ import yaml
 
 from aiptrain import wheelhouse
 from aiptrain.errors import ValidationError
+
 from conftest import job_resources
 
 HYPERTUNE_TRAINER = '''

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 from urllib.parse import parse_qs, unquote
 
 from aiptrain.api.access import Access, Grant, Refused

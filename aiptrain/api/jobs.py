@@ -14,8 +14,8 @@ import binascii
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from aiptrain.api.app import ApiError, Call
 from aiptrain.model import Job

@@ -10,9 +10,10 @@ from __future__ import annotations
 import enum
 import importlib
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Iterator, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from aiptrain.planning import ContainerSpec, LaunchPlan
 from aiptrain.settings import BACKEND_NAMES, Settings

@@ -25,12 +25,13 @@ import logging
 import os
 import re
 import struct
-import zlib
 import threading
 import time
+import zlib
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Callable, ClassVar, Iterator
+from typing import ClassVar
 
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError, first_line
@@ -179,7 +180,7 @@ class DockerBackend:
         self._home = home  # labels what the installation shares, so it can be found from its home
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "DockerBackend":
+    def from_settings(cls, settings: Settings) -> DockerBackend:
         """The backend of one aiptrain home: its installation and its subnet pool."""
         return cls(settings.installation_id, subnet_pool=settings.subnet_pool, home=str(settings.home))
 
@@ -199,7 +200,7 @@ class DockerBackend:
     def warm_up(self) -> None:
         """Connect ahead of need (from a background thread); a failure shows up on first real use."""
         try:
-            self.api
+            self.api  # noqa: B018 - the property connects
         except Exception:  # noqa: BLE001 - reported by the call that needs the engine
             pass
 
@@ -238,7 +239,7 @@ class DockerBackend:
             # Serving before any replica starts: a trainer's first request may come at once, and
             # not every client retries a refused connection. Running already: one inspect.
             if plan.storage and self._storage_endpoint_or_none(plan.storage):
-                hosts = {host: gateway for host in API_HOSTS}
+                hosts = dict.fromkeys(API_HOSTS, gateway)
             self._each(lambda spec: self._start(spec, plan.environment(spec), network, hosts, bool(plan.network)),
                        plan.containers)
 

@@ -62,14 +62,25 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, ClassVar, Iterator
+from typing import ClassVar
 
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
-from aiptrain.backends.docker import (LABEL_ROLE, NETWORK_PATIENCE_SECONDS, DockerBackend, NoEndpointImage, _body_blocks, _frame_blocks,
-                                      engine_error, labelled_observation, read_log_lines, subnet_pool)
+from aiptrain.backends.docker import (
+    LABEL_ROLE,
+    NETWORK_PATIENCE_SECONDS,
+    DockerBackend,
+    NoEndpointImage,
+    _body_blocks,
+    _frame_blocks,
+    engine_error,
+    labelled_observation,
+    read_log_lines,
+    subnet_pool,
+)
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import (
@@ -244,9 +255,16 @@ def service_spec(spec: ContainerSpec, env: dict[str, str], network: str | None, 
     """The arguments of `create_service` that run one replica (see the module's docstring): on
     its job's network under its hostname, and on the storage endpoint's network when it has one."""
     from docker.types import ContainerSpec as SwarmContainerSpec
-    from docker.types import EndpointSpec, NetworkAttachmentConfig, Placement, Resources, RestartPolicy, ServiceMode
+    from docker.types import (
+        EndpointSpec,
+        NetworkAttachmentConfig,
+        Placement,
+        Resources,
+        RestartPolicy,
+        ServiceMode,
+        TaskTemplate,
+    )
     from docker.types import Mount as EngineMount
-    from docker.types import TaskTemplate
 
     mounts = [EngineMount(m.target, m.source, type="bind") for m in spec.mounts if not m.read_only]
     mounts.append(EngineMount("/dev/shm", None, type="tmpfs", tmpfs_size=spec.shm_bytes))
@@ -276,8 +294,15 @@ def endpoint_service_spec(endpoint: StorageEndpoint, image: str, network: str, n
     capabilities, read-only root, only the tree writable), answering on the storage network for
     Google's API host names, restarted by the swarm if it dies."""
     from docker.types import ContainerSpec as SwarmContainerSpec
-    from docker.types import (EndpointSpec, NetworkAttachmentConfig, Placement, Resources, RestartPolicy,
-                              ServiceMode, TaskTemplate)
+    from docker.types import (
+        EndpointSpec,
+        NetworkAttachmentConfig,
+        Placement,
+        Resources,
+        RestartPolicy,
+        ServiceMode,
+        TaskTemplate,
+    )
     from docker.types import Mount as EngineMount
 
     mounts = [EngineMount(target, source, type="bind", read_only=read_only)
@@ -327,7 +352,7 @@ class SwarmBackend(DockerBackend):
         self._stop_grace_seconds = stop_grace_seconds
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "SwarmBackend":
+    def from_settings(cls, settings: Settings) -> SwarmBackend:
         return cls(settings.installation_id, subnet_pool=settings.subnet_pool, shared_dirs=settings.swarm_shared_dirs,
                    constraints=settings.swarm_constraints, stop_grace_seconds=settings.stop_grace_seconds,
                    home=str(settings.home))
@@ -393,7 +418,7 @@ class SwarmBackend(DockerBackend):
 
     def _create_service(self, plan: LaunchPlan, spec: ContainerSpec, configs: dict[str, tuple[str, str]],
                         storage_network: str | None = None) -> None:
-        carried = dict((target, path) for path, target in carried_files(spec.mounts))
+        carried = {target: path for path, target in carried_files(spec.mounts)}
         references = [config_reference(*configs[target], target, spec.user, os.access(carried[target], os.X_OK))
                       for target in sorted(carried)]
         network = plan.network.name if plan.network else None

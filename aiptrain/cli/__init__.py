@@ -104,10 +104,11 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("Interrupted.", err=True)
         code = EXIT_INTERRUPTED
     except Exception as exc:  # a bug: say so in one line, keep the traceback for --debug users
-        import os
         import traceback
 
-        if os.environ.get("AIPTRAIN_DEBUG"):
+        from aiptrain import settings
+
+        if settings.debug():
             traceback.print_exc()
         environment = _environment_error(exc)
         if environment is not None:

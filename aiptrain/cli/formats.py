@@ -186,7 +186,7 @@ def table_text(headers: list[str] | None, rows: list[list[str]]) -> str:
     if not lines:
         return ""
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
-    return "".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() + "\n" for line in lines)
+    return "".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=False)).rstrip() + "\n" for line in lines)
 
 
 def _csv_text(headers: list[str] | None, rows: list[list[str]]) -> str:

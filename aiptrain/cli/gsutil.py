@@ -229,9 +229,9 @@ def real_tool(name: str) -> str | None:
     me = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
     for directory in os.environ.get("PATH", "").split(os.pathsep):
         candidate = Path(directory) / name
-        if candidate.is_file() and os.access(candidate, os.X_OK) and candidate.resolve() != me:
-            if "aiptrain" not in candidate.read_text(errors="replace")[:400]:
-                return str(candidate)
+        if (candidate.is_file() and os.access(candidate, os.X_OK) and candidate.resolve() != me
+                and "aiptrain" not in candidate.read_text(errors="replace")[:400]):
+            return str(candidate)
     return None
 
 

@@ -8,8 +8,8 @@ a command runs, so `aiptrain runtimes --help` stays fast.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 import click
 

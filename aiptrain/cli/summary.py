@@ -8,8 +8,9 @@ from __future__ import annotations
 import re
 import shutil
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import click
 

@@ -26,14 +26,13 @@ from typing import TYPE_CHECKING
 from aiptrain import admission
 from aiptrain.backends import Backend, ReplicaObservation, ReplicaStatus
 from aiptrain.errors import AiptrainError
-from aiptrain.lifecycle import (Decision, awaited_at_end, decide, failure_message,
-                                replica_label)
+from aiptrain.lifecycle import Decision, awaited_at_end, decide, failure_message
 from aiptrain.logs import CLOSING_LINES, SERVICE, JobLogWriter, last_times_by_task, records_of_task
 from aiptrain.model import ACTIVE_STATES, State, utc_now
 from aiptrain.planning import load_plan_inputs, plan
 from aiptrain.runner.logcopy import Drain, LogFollowers
 from aiptrain.settings import Settings
-from aiptrain.topology import replicas_for
+from aiptrain.topology import replicas_for, task_label
 from aiptrain.validation import scheduling_seconds
 
 if TYPE_CHECKING:
@@ -60,7 +59,7 @@ class GroupEnding:
     master get their grace period to finish on their own; then what still runs is stopped
     (stopped by us: never a failure), the remaining output copied, containers and network removed."""
 
-    def __init__(self, driver: "JobDriver", observations: list[ReplicaObservation], trial_id: str | None = None):
+    def __init__(self, driver: JobDriver, observations: list[ReplicaObservation], trial_id: str | None = None):
         self.driver, self.trial_id = driver, trial_id
         self.observations = observations
         cancelling = driver.store.get(driver.job_id).state is State.CANCELLING
@@ -70,7 +69,7 @@ class GroupEnding:
         if self.awaited:
             driver.stop_running([o for o in observations if o.container_id not in self.awaited])
             grace = driver.settings.evaluator_grace_seconds
-            names = ", ".join(replica_label(o.task_name) for o in observations if o.container_id in self.awaited)
+            names = ", ".join(task_label(o.task_name) for o in observations if o.container_id in self.awaited)
             driver.writer.service(f"The master finished: waiting up to {grace:g} s for {names} to finish on its own.",
                                   trial=trial_id or "")
             self.deadline = time.monotonic() + grace
@@ -206,9 +205,9 @@ class JobDriver:
                 self.writer.service(str(exc), "ERROR")
                 self.begin_end(Decision(State.FAILED, str(exc)), [])
                 return 0
-        if self.store.transition(self.job_id, State.RUNNING, [State.PREPARING]) is not None:
-            if not job.training_input.hyperparameters:
-                self.writer.service("Waiting for training program to start.")
+        started = self.store.transition(self.job_id, State.RUNNING, [State.PREPARING]) is not None
+        if started and not job.training_input.hyperparameters:  # a study says so of each trial
+            self.writer.service("Waiting for training program to start.")
         self.phase = "running"
         return 0
 

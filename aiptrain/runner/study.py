@@ -25,8 +25,8 @@ from aiptrain.lifecycle import Decision
 from aiptrain.model import HyperparameterOutput, HyperparameterSpec, Metric, State, TrainingOutput, utc_now
 from aiptrain.planning import PlanInputs, Trial, load_plan_inputs, plan
 from aiptrain.runner.driver import DRAIN_LOOK_SECONDS, GroupEnding, JobDriver
-from aiptrain.topology import replicas_for
-from aiptrain.tuning import LAUNCHED_DIR, PRIMARY_TASK, StudyStep, StudyCounts, sampler_seed, schedule, stop_now
+from aiptrain.topology import MASTER_TASK, replicas_for
+from aiptrain.tuning import LAUNCHED_DIR, StudyCounts, StudyStep, sampler_seed, schedule, stop_now
 
 
 @dataclass
@@ -279,7 +279,8 @@ class Study:
 
         trial_id, tag = running.record.trial_id, self.spec.metric_tag
         try:
-            reports = read_hypertune(running.metrics_dir, Trial.metric_file(PRIMARY_TASK), tag)
+            # The master's reports are the trial's metric, as on the service.
+            reports = read_hypertune(running.metrics_dir, Trial.metric_file(MASTER_TASK), tag)
         except (safe_files.UnsafePath, OSError) as exc:
             if not running.warned:
                 self.driver.writer.service(f"Trial {trial_id}'s metric file is not read: {exc}", "WARNING", trial_id)

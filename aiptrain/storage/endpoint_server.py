@@ -471,6 +471,7 @@ class Handler(BaseHTTPRequestHandler):
     scheme = "https"  # of the upload session URLs it hands out
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        # Read here, not in aiptrain.settings: this file runs on its own in the endpoint's container.
         if os.environ.get("AIPTRAIN_STORAGE_LOG"):
             super().log_message(format, *args)
 

@@ -14,9 +14,9 @@ down, no network) is not retried: the user hears about it in seconds, not minute
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from aiptrain.errors import ValidationError, first_line
 from aiptrain.storage import bucket_name, object_name
