@@ -254,6 +254,44 @@ def kill_controller(home: Path) -> int:
     return len(pids)
 
 
+@pytest.fixture
+def controller_in_process(monkeypatch):
+    """`start(settings, backend)`: the home's controller in a thread of the test, driving every job
+    on `backend` (a FakeBackend), and woken directly instead of through its FIFO. Stopped after."""
+    import threading
+
+    from aiptrain.ownership import JobLock
+    from aiptrain.runner import control
+    from aiptrain.runner import controller as controller_module
+
+    started = []
+
+    def start(settings, backend):
+        monkeypatch.setattr(controller_module, "open_backend", lambda s, name: backend)
+        controller = controller_module.Controller(settings, JobLock.try_acquire(settings.controller_lock_path),
+                                                  idle_exit=False)
+
+        def send(settings, word=control.WAKE, job_id=""):
+            if job_id:
+                controller.look_now(job_id)
+            controller.news.set()
+            controller.wake.set()
+            return True
+
+        monkeypatch.setattr(control, "ensure_running", lambda settings: None)
+        monkeypatch.setattr(control, "send", send)
+        thread = threading.Thread(target=controller.run, daemon=True)
+        thread.start()
+        started.append((controller, thread))
+        return controller
+
+    yield start
+    for controller, thread in started:
+        controller.stopping.set()
+        controller.wake.set()
+        thread.join(timeout=60)
+
+
 def drive_to_end(driver, max_steps: int = 10_000):
     """Step a JobDriver (aiptrain.runner.driver) as the controller would, without its waits,
     until the job ends; the state it ended in."""

@@ -148,9 +148,12 @@ def test_a_rejected_submit_leaves_no_lock_file(cli, home, tmp_path):
     assert not (home / "work").exists() or not any((home / "work").iterdir())
 
 
-def test_a_failed_launch_leaves_neither_packages_nor_lock(home, tmp_path):
+def test_a_failed_launch_is_submits_error_and_leaves_neither_packages_nor_lock(home, tmp_path,
+                                                                               controller_in_process):
+    """The controller launches; a launch the engine refuses fails the job, and submit, which waits
+    for the launch, says why (exit 3) as when it launched itself."""
     from aiptrain.config import SubmitFlags
-    from aiptrain.errors import AiptrainError
+    from aiptrain.errors import AiptrainError, EnvironmentNotReady
     from aiptrain.settings import Settings
     from aiptrain.store import JobStore
     from aiptrain.submission import Submitter, prepare
@@ -161,9 +164,10 @@ def test_a_failed_launch_leaves_neither_packages_nor_lock(home, tmp_path):
     flags = SubmitFlags(job_id="launch_fails", package_path=str(REPO / "sample_jobs" / "basic" / "trainer"),
                         module_name="trainer.task", region="us-central1", runtime_version="minimal",
                         job_dir=str(tmp_path / "out"))
-    with pytest.raises(AiptrainError, match="refused"):
+    failing_launch = FakeBackend(name="docker", fail={"launch": AiptrainError("The engine refused to start the replicas.")})
+    controller_in_process(settings, failing_launch)
+    with pytest.raises(EnvironmentNotReady, match="refused"):
         # The launch fails after the submission was staged and planned (the install "succeeds").
-        failing_launch = FakeBackend(name="docker", fail={"launch": AiptrainError("The engine refused to start the replicas.")})
         Submitter(settings, store, failing_launch).submit(prepare(flags, settings))
     assert store.get("launch_fails").state.value == "FAILED"  # recorded: replicas were to start
     assert not settings.job_work_dir("launch_fails").exists()
