@@ -41,9 +41,23 @@ class LabelsUpdate:
     changed: bool
 
 
+def open_client(settings: Settings | None = None, project: str | None = None):
+    """The façade the settings choose: this installation (`Client`), or in client mode
+    (AIPTRAIN_API set) the one behind that `aiptrain serve` (aiptrain.remote.ApiClient, whose
+    jobs live in `project`)."""
+    settings = settings or Settings()
+    if settings.api_url:
+        from aiptrain.remote import ApiClient
+
+        return ApiClient(settings, project)
+    return Client(settings=settings)
+
+
 class Client:
     """One aiptrain installation (AIPTRAIN_HOME, or `home`): its jobs and its engine.
     The store and the engine are opened on first use; `close()` (or `with`) releases them."""
+
+    remote = False  # aiptrain.remote.ApiClient: the same methods over `aiptrain serve`
 
     def __init__(self, home: str | Path | None = None, settings: Settings | None = None,
                  backend: Backend | None = None):
@@ -149,6 +163,16 @@ class Client:
         (`~` for descending; newest first by default), sorted, then filtered, then limited."""
         found = listing.list_resources(self.settings, filter, sort_by, limit, table=self.store)
         return [Job.model_validate(resource) for resource in found]
+
+    def list_resources(self, filter: str | None = None, sort_by: str | Iterable[str] | None = None,
+                       limit: int | None = None, fields: Iterable[str] | None = None) -> list[dict]:
+        """`list` as REST resources (dicts), only `fields` of each when given."""
+        return listing.list_resources(self.settings, filter, sort_by, limit, fields, table=self.store)
+
+    @property
+    def local_gcs_root(self) -> Path:
+        """Where this machine keeps gs:// paths when Cloud Storage is not used."""
+        return self.settings.gcs_root
 
     def job_ids(self, prefix: str = "") -> list[str]:
         """IDs starting with `prefix`, newest first (shell completion)."""

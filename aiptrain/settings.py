@@ -100,6 +100,20 @@ def _env_cap(name: str) -> int | None:
     return value
 
 
+def _env_token() -> str:
+    if os.environ.get("AIPTRAIN_API_TOKEN"):
+        return os.environ["AIPTRAIN_API_TOKEN"].strip()
+    path = os.environ.get("AIPTRAIN_API_TOKEN_FILE")
+    if not path:
+        return ""
+    try:
+        with open(Path(path).expanduser(), encoding="utf-8") as handle:
+            return handle.readline(4096).strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValidationError(f"AIPTRAIN_API_TOKEN_FILE [{path}] cannot be read ({type(exc).__name__}): point it "
+                              "at a file holding the token, or set AIPTRAIN_API_TOKEN.") from None
+
+
 def _default_home() -> Path:
     if os.environ.get("AIPTRAIN_HOME"):
         return Path(os.environ["AIPTRAIN_HOME"]).expanduser().resolve()
@@ -167,6 +181,13 @@ class Settings:
     controller_idle_seconds: float = field(
         default_factory=lambda: _env_float("AIPTRAIN_CONTROLLER_IDLE_SECONDS", 60.0)
     )
+    # Client mode: the `aiptrain serve` that runs this CLI's jobs (AIPTRAIN_API, else gcloud's
+    # api_endpoint_overrides/ml property as the shim passes it); empty: jobs run on this machine.
+    api_url: str = field(default_factory=lambda: (os.environ.get("AIPTRAIN_API")
+                                                  or os.environ.get("CLOUDSDK_API_ENDPOINT_OVERRIDES_ML") or "").strip())
+    # The bearer token sent to that server (one with --tokens): AIPTRAIN_API_TOKEN, else the
+    # first line of the file AIPTRAIN_API_TOKEN_FILE names.
+    api_token: str = field(default_factory=lambda: _env_token())
 
     @property
     def installation_id(self) -> str:

@@ -1,18 +1,24 @@
 """The HTTP listener around app.App: the standard library's ThreadingHTTPServer (one thread per
 connection; HTTP/1.1 keep-alive, which httplib2 under googleapiclient uses). It reads a
-bounded body, hands a Request to the App and writes its Response; nothing else."""
+bounded body, hands a Request to the App and writes its Response.
+
+On the same port it serves Cloud Storage's JSON API over the installation's gs:// tree
+($AIPTRAIN_HOME/gcs), with the storage endpoint the replicas use (aiptrain.storage.endpoint_server),
+so a client's google-cloud-storage with STORAGE_EMULATOR_HOST=<this URL> uploads the packages a
+create names as gs://: one URL for a whole pipeline. Its requests pass the API's token rules first."""
 
 from __future__ import annotations
 
 import ipaddress
 import logging
 import socket
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from aiptrain.api.access import Access
 from aiptrain.api.app import MAX_BODY_BYTES, App, Request, Response, error_response
 from aiptrain.errors import ValidationError
+from aiptrain.storage import endpoint_server
 
 log = logging.getLogger("aiptrain.api")
 
@@ -36,9 +42,13 @@ def check_listening(host: str, access: Access) -> None:
                               "(who may use which projects), or use --host 127.0.0.1.")
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(endpoint_server.Handler):
+    """The API's requests go to the App; Cloud Storage's (STORAGE_PREFIXES) to the storage
+    endpoint's handler this class extends, once the caller may make them."""
+
     protocol_version = "HTTP/1.1"
     server_version = "aiptrain"
+    scheme = "http"  # of the upload session URLs the storage handler hands out
     timeout = 120  # seconds a connection may sit idle or trickle a request before it is dropped
     app: App  # set on the class made by make_server
 
@@ -56,9 +66,31 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         self.body_left_unread = False
-        self._write(self._read_and_handle())
+        if is_storage_path(self.path):
+            refusal = self._storage_refusal()
+            if refusal is None:
+                return self._dispatch()  # the storage endpoint reads (and streams) its own bodies
+            self.close_connection = self.body_left_unread = self.command not in ("GET", "HEAD", "DELETE")
+            self._write(refusal)
+        else:
+            self._write(self._read_and_handle())
         if self.body_left_unread:
             self._discard_unread_body()
+
+    def _storage_refusal(self) -> Response | None:
+        """The API's token rules on Cloud Storage: any token of the --tokens file reads, one that
+        is not read-only writes (buckets are not tied to projects); None when the call may go on."""
+        from aiptrain.api.access import Refused
+
+        try:
+            grant = self.app.access.caller(self.headers.get("Authorization"))
+            if self.command not in ("GET", "HEAD") and grant.read_only:
+                raise Refused(403, "Permission denied on Cloud Storage: the caller's token is read-only.")
+        except Refused as refused:
+            log.warning("refused %s %s %s from %s: %s", refused.code, self.command, urlsplit(self.path).path,
+                        self.client_address[0], refused)
+            return error_response(refused.code, str(refused))
+        return None
 
     def _write(self, response: Response) -> None:
         data = response.encoded()
@@ -113,6 +145,12 @@ class _Handler(BaseHTTPRequestHandler):
         log.info("%s %s", self.client_address[0], format % args)
 
 
+def is_storage_path(target: str) -> bool:
+    """Whether a request target is Cloud Storage's JSON API (objects, uploads, downloads, batch)."""
+    path = urlsplit(target).path.lstrip("/")
+    return path.startswith(endpoint_server.API_PREFIXES) or path.startswith("batch/storage/")
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 64
@@ -127,7 +165,8 @@ def make_server(app: App, host: str = "127.0.0.1", port: int = 8080) -> Threadin
     `.server_address[1]` is the port (port 0 picks a free one)."""
     check_listening(host, app.access)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    handler = type("Handler", (_Handler,), {"app": app})
+    tree = endpoint_server.Tree(str(app.settings.gcs_root))  # gs://BUCKET/NAME is gcs/BUCKET/NAME
+    handler = type("Handler", (_Handler,), {"app": app, "tree": tree, "uploads": endpoint_server.Uploads()})
     try:
         return _Server((host, port), handler, family)
     except OSError as exc:

@@ -13,10 +13,11 @@ from aiptrain.settings import BACKEND_NAMES, gcloud_project
 
 
 def _client():
-    """The façade every verb goes through (aiptrain.Client)."""
-    from aiptrain.client import Client
+    """The façade every verb goes through: aiptrain.Client, or in client mode (AIPTRAIN_API)
+    aiptrain.remote.ApiClient, with the same methods."""
+    from aiptrain.client import open_client
 
-    return Client()
+    return open_client(project=_global_flags().project)
 
 
 def _complete_job_ids(ctx, param, incomplete: str):
@@ -270,7 +271,8 @@ def describe(job_id, summarize) -> None:
         print_summary(job)
     else:
         _echo_formatted(job.to_resource(), _yaml)
-    _say_where_gcs_paths_are(job, client.settings.gcs_root)
+    if client.local_gcs_root:
+        _say_where_gcs_paths_are(job, client.local_gcs_root)
     if job.job_position:
         reason = client.waiting_reason(job_id) or "Waiting for the machine to have room for it."
         click.echo(f"\nQueued (position {job.job_position}): {reason}", err=True)
@@ -354,7 +356,11 @@ def _list_resources(filter_, sort_by, limit, fields) -> list[dict]:
     from aiptrain import listing
     from aiptrain.settings import Settings
 
-    return listing.list_resources(Settings(), filter_, sort_by, limit, fields)
+    settings = Settings()
+    if settings.api_url:  # client mode: the server lists (the façade is imported in any case then)
+        with _client() as client:
+            return client.list_resources(filter_, sort_by, limit, fields)
+    return listing.list_resources(settings, filter_, sort_by, limit, fields)
 
 
 @jobs.command()
