@@ -1,0 +1,219 @@
+"""Client mode: the CLI with AIPTRAIN_API set (its own AIPTRAIN_HOME) against `aiptrain serve`
+running as a process in another home, on the real engine; and a pipeline in the style of an
+Airflow task (google-cloud-storage upload through STORAGE_EMULATOR_HOST, ml v1 create, poll,
+logs through entries.list) against the same server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from google.auth.credentials import AnonymousCredentials
+from google.oauth2.credentials import Credentials
+
+from aiptrain.api.access import load_tokens
+from aiptrain.api.app import App
+from aiptrain.api.server import make_server
+from aiptrain.client import Client
+from aiptrain.model import Job, State
+from aiptrain.settings import Settings
+from conftest import SAMPLE_TRAINER, job_resources, wait_for
+from test_rest_api import logging_api, ml_api, poll, raw
+
+PROJECT = "aiptrain"  # the default project: what client and server agree on without --project
+
+
+class Server:
+    def __init__(self, url: str, home: Path):
+        self.url, self.home = url, home
+
+
+@pytest.fixture
+def server(home, tmp_path, monkeypatch):
+    """`aiptrain serve --port 0` in its own home, as a process; the CLI here in client mode."""
+    server_home = tmp_path / "server-home"
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "AIPTRAIN_HOME": str(server_home)}
+    env.pop("AIPTRAIN_API", None)
+    with log.open("w") as output:
+        process = subprocess.Popen([sys.executable, "-m", "aiptrain", "serve", "--port", "0"], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=output)
+    try:
+        first = wait_for(lambda: log.read_text().partition("\n")[0] if "\n" in log.read_text() else None,
+                         what="the server to say where it listens")
+        assert first.startswith("Serving the ml v1 API"), log.read_text()
+        url = first.split(" on ", 1)[1].split()[0]
+        monkeypatch.setenv("AIPTRAIN_API", url)
+        monkeypatch.delenv("CLOUDSDK_CORE_PROJECT", raising=False)
+        yield Server(url, server_home)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def in_home(monkeypatch, server_home: Path):
+    """Local mode on the server's own home: what the CLI prints there."""
+    monkeypatch.setenv("AIPTRAIN_HOME", str(server_home))
+    monkeypatch.delenv("AIPTRAIN_API")
+
+
+def submit_args(job_id: str, *flags: str) -> list[str]:
+    """`jobs submit training` of the sample trainer, staged to a gs:// bucket; trainer args follow."""
+    return ["jobs", "submit", "training", job_id, "--package-path", str(SAMPLE_TRAINER), "--module-name",
+            "trainer.task", "--staging-bucket", "gs://team-bucket", "--job-dir", f"gs://team-bucket/out/{job_id}",
+            "--runtime-version", "minimal", *flags, "--"]
+
+
+@pytest.mark.docker
+def test_the_cli_in_client_mode_submits_streams_describes_lists_and_relabels(server, run, minimal_runtime,
+                                                                                docker_api, monkeypatch, home):
+    code, out, err = run(*submit_args("remote_1", "--stream-logs"), "--steps", "3")
+    assert code == 0, err
+    assert "Job [remote_1] submitted successfully." in err
+    assert "master-replica-0\t\tStarting chief 0: 3 steps" in err
+    assert "master-replica-0\t\tWrote model to gs://team-bucket/out/remote_1/model.json" in err
+    assert "state: SUCCEEDED" in out
+    # The package went through the server's Cloud Storage, into its home, where the job found it.
+    staged = sorted((server.home / "gcs" / "team-bucket" / "remote_1").glob("*/trainer-0.0.0.tar.gz"))
+    assert len(staged) == 1
+    assert not (home / "jobs.db").exists()  # the client's home holds no job
+
+    assert run("jobs", "update", "remote_1", "--update-labels", "team=ml,stage=dev")[0] == 0
+    code, _, err = run("jobs", "update", "remote_1", "--update-labels", "team=ml")
+    assert (code, err.strip()) == (0, "No update to perform.")
+    assert run("jobs", "update", "remote_1", "--remove-labels", "stage")[0] == 0
+
+    client_said = {args: run(*args)[:2] for args in [
+        ("jobs", "describe", "remote_1"),
+        ("jobs", "describe", "remote_1", "--format", "json"),
+        ("jobs", "list"),
+        ("jobs", "list", "--filter", "labels.team=ml", "--format", "value(jobId,labels)"),
+        ("jobs", "stream-logs", "remote_1", "--task-name", "master-replica-0"),
+    ]}
+    in_home(monkeypatch, server.home)
+    for args, said in client_said.items():
+        assert run(*args)[:2] == said, args
+    assert json.loads(client_said[("jobs", "describe", "remote_1", "--format", "json")][1])["labels"] == {
+        "team": "ml"}
+    wait_for(lambda: not job_resources(docker_api, "remote_1"), what="the job's containers to go")
+
+
+@pytest.mark.docker
+def test_the_cli_in_client_mode_cancels_a_running_job(server, run, minimal_runtime, docker_api):
+    code, _, err = run(*submit_args("remote_cancel"), "--steps", "1000", "--sleep", "1")
+    assert code == 0, err
+    wait_for(lambda: run("jobs", "describe", "remote_cancel", "--format", "value(state)")[1].strip() == "RUNNING",
+             timeout=120, interval=0.5, what="RUNNING")
+    assert run("jobs", "cancel", "remote_cancel")[0] == 0
+    code, out, _ = run("jobs", "describe", "remote_cancel", "--format", "value(state,errorMessage)")
+    assert out.strip() == "CANCELLED\tJob cancelled by the user."
+    assert run("jobs", "cancel", "remote_cancel")[0] == 0  # ended: left as it is, as in local mode
+    wait_for(lambda: not job_resources(docker_api, "remote_cancel"), what="the job's containers to go")
+
+
+def seed(server_home: Path, job_id: str, labels: dict | None = None) -> None:
+    with Client(settings=Settings(home=server_home)) as client:
+        client.store.create(Job(job_id=job_id, labels=labels))
+        client.store.transition(job_id, State.SUCCEEDED, [State.QUEUED])
+
+
+def test_the_gcloud_shim_follows_api_endpoint_overrides_ml(server, home, monkeypatch):
+    seed(server.home, "seeded_job")
+    monkeypatch.delenv("AIPTRAIN_API")
+
+    def gcloud(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "aiptrain.cli.shim", *args], capture_output=True, text=True,
+                              timeout=60, env={**os.environ})
+
+    assert gcloud("ai-platform", "jobs", "list", "--format", "value(jobId)").stdout == ""
+    assert gcloud("config", "set", "api_endpoint_overrides/ml", server.url + "/").returncode == 0
+    listed = gcloud("ai-platform", "jobs", "list", "--format", "value(jobId)")
+    assert (listed.returncode, listed.stdout) == (0, "seeded_job\n"), listed.stderr
+    monkeypatch.setenv("CLOUDSDK_API_ENDPOINT_OVERRIDES_ML", "http://127.0.0.1:1")  # the variable wins, as in gcloud
+    refused = gcloud("ai-platform", "jobs", "describe", "seeded_job")
+    assert refused.returncode == 3 and refused.stderr.startswith("ERROR: Cannot reach the aiptrain API at")
+
+
+@pytest.mark.parametrize("url, code, message", [
+    ("http://127.0.0.1:1", 3, "Cannot reach the aiptrain API at http://127.0.0.1:1 (AIPTRAIN_API): "),
+    ("http://no-such-host.invalid:8080", 3, "Cannot reach the aiptrain API at http://no-such-host.invalid:8080"),
+    ("ftp://host:8080", 2, "AIPTRAIN_API [ftp://host:8080] is not an http:// or https:// URL"),
+    ("127.0.0.1:8080", 2, "AIPTRAIN_API [127.0.0.1:8080] is not an http:// or https:// URL"),
+])
+def test_a_bad_aiptrain_api_is_one_line(run, monkeypatch, url, code, message):
+    monkeypatch.setenv("AIPTRAIN_API", url)
+    for args in (("jobs", "list"), ("jobs", "describe", "x"), ("jobs", "cancel", "x")):
+        got, out, err = run(*args)
+        assert (got, out) == (code, "")
+        assert err.startswith("ERROR: " + message) and err.count("\n") == 1, err
+
+
+@pytest.mark.docker
+def test_a_pipeline_uploads_creates_polls_and_reads_logs(server, minimal_runtime, docker_api, tmp_path, monkeypatch):
+    """An Airflow task's steps, with the clients such tasks use, against `aiptrain serve`."""
+    from google.cloud import storage
+
+    from aiptrain.packaging import cached_sdist
+
+    sdist = cached_sdist(SAMPLE_TRAINER, tmp_path / "cache").path
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", server.url)
+    gcs = storage.Client(project=PROJECT, credentials=AnonymousCredentials())
+    gcs.create_bucket("pipeline-bucket")
+    gcs.bucket("pipeline-bucket").blob(f"packages/{sdist.name}").upload_from_filename(str(sdist))
+    package = f"gs://pipeline-bucket/packages/{sdist.name}"
+
+    jobs = ml_api(server.url).projects().jobs()
+    jobs.create(parent=f"projects/{PROJECT}", body={
+        "jobId": "pipeline_1", "trainingInput": {
+            "scaleTier": "BASIC", "pythonModule": "trainer.task", "packageUris": [package], "region": "us-central1",
+            "runtimeVersion": "minimal", "jobDir": "gs://pipeline-bucket/out", "args": ["--steps", "2"]}}).execute()
+    done = poll(jobs, f"projects/{PROJECT}/jobs/pipeline_1")
+    assert done["state"] == "SUCCEEDED", done
+    entries = logging_api(server.url).entries().list(body={
+        "resourceNames": [f"projects/{PROJECT}"], "orderBy": "timestamp asc",
+        "filter": 'resource.type="ml_job" AND resource.labels.job_id="pipeline_1"'}).execute()["entries"]
+    assert any(e["jsonPayload"]["message"] == "Wrote model to gs://pipeline-bucket/out/model.json" for e in entries)
+    assert gcs.bucket("pipeline-bucket").blob(f"packages/{sdist.name}").download_as_bytes() == sdist.read_bytes()
+    wait_for(lambda: not job_resources(docker_api, "pipeline_1"), what="the job's containers to go")
+
+
+def test_the_storage_endpoint_keeps_the_api_s_token_rules(home, tmp_path, monkeypatch):
+    """Any token reads, one that is not read-only writes, no token is refused: 401/403 in Google's body."""
+    from google.api_core.exceptions import Forbidden
+    from google.cloud import storage
+
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(json.dumps([{"name": "writer", "token": "w" * 24, "projects": ["p"]},
+                                  {"name": "reader", "token": "r" * 24, "projects": ["p"], "readOnly": True}]))
+    server = make_server(App(Settings(), load_tokens(tokens)), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{server.server_address[1]}")
+
+        def bucket(credentials):
+            return storage.Client(project="p", credentials=credentials).bucket("team-b")
+
+        writer, reader = bucket(Credentials("w" * 24)), bucket(Credentials("r" * 24))
+        writer.create()
+        writer.blob("a/x.txt").upload_from_string(b"hello")
+        assert reader.blob("a/x.txt").download_as_bytes() == b"hello"
+        assert (Settings().gcs_root / "team-b" / "a" / "x.txt").read_bytes() == b"hello"
+        with pytest.raises(Forbidden, match="read-only"):
+            reader.blob("a/y.txt").upload_from_string(b"no")
+        url = f"http://127.0.0.1:{server.server_address[1]}"  # 401: google-auth would try to refresh a token
+        for headers in ({}, {"Authorization": "Bearer " + "x" * 24}):
+            code, body = raw(url, "GET", "/storage/v1/b/team-b/o/a%2Fx.txt", headers=headers)
+            assert (code, body["error"]["status"]) == (401, "UNAUTHENTICATED")
+        code, body = raw(url, "POST", "/upload/storage/v1/b/team-b/o?uploadType=media&name=a/z.txt", b"z" * 1000)
+        assert code == 401
+        assert sorted(p.name for p in (Settings().gcs_root / "team-b" / "a").iterdir()) == ["x.txt"]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
