@@ -157,17 +157,17 @@ class Client:
         """The job; JobNotFound if there is none."""
         return jobs.get_job(job_id, self.settings, self.store)
 
+    def list_resources(self, filter: str | None = None, sort_by: str | Iterable[str] | None = None,
+                       limit: int | None = None, fields: Iterable[str] | None = None) -> list[dict]:
+        """`list` as REST resources (dicts), only `fields` of each when given."""
+        return listing.list_resources(self.settings, filter, sort_by, limit, fields, table=self.store)
+
     def list(self, filter: str | None = None, sort_by: str | Iterable[str] | None = None,
              limit: int | None = None) -> list[Job]:
         """Jobs as `jobs list` selects them: gcloud's --filter expression and --sort-by keys
         (`~` for descending; newest first by default), sorted, then filtered, then limited."""
         found = listing.list_resources(self.settings, filter, sort_by, limit, table=self.store)
         return [Job.model_validate(resource) for resource in found]
-
-    def list_resources(self, filter: str | None = None, sort_by: str | Iterable[str] | None = None,
-                       limit: int | None = None, fields: Iterable[str] | None = None) -> list[dict]:
-        """`list` as REST resources (dicts), only `fields` of each when given."""
-        return listing.list_resources(self.settings, filter, sort_by, limit, fields, table=self.store)
 
     @property
     def local_gcs_root(self) -> Path:

@@ -173,6 +173,8 @@ class ApiClient:
         if files or submission.remote_packages:  # packageUris of a --config count only without package flags
             ti.package_uris = [*submission.remote_packages, *self._upload(files, submission, report)]
         body = {key: value for key, value in job.to_resource().items() if key not in _OUTPUT_ONLY}
+        if submission.runtime and submission.runtime_given_as == "AIPTRAIN_DEFAULT_RUNTIME":
+            del body["trainingInput"]["runtimeVersion"]  # not asked for: the server's default applies
         request = self._jobs.create(parent=f"projects/{project}", body=body)
         said = False
         while True:
@@ -263,10 +265,6 @@ class ApiClient:
         keys = filtering.parse_sort_keys(sort_by)
         return filtering.select(found, None, keys, limit, lambda resource: resource)
 
-    def list(self, filter: str | None = None, sort_by: str | Iterable[str] | None = None,
-             limit: int | None = None) -> list[Job]:
-        return [Job.model_validate(resource) for resource in self.list_resources(filter, sort_by, limit)]
-
     def job_ids(self, prefix: str = "") -> list[str]:
         return [r["jobId"] for r in self.list_resources() if r.get("jobId", "").startswith(prefix)]
 
@@ -289,34 +287,39 @@ class ApiClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             job = self.get(job_id)
-            if job.state.is_terminal or (deadline is not None and time.monotonic() >= deadline):
+            if _ended(job) or (deadline is not None and time.monotonic() >= deadline):
                 return job
             time.sleep(poll_seconds)
 
     def log_blocks(self, job_id: str, poll_seconds: float = 0.2) -> Iterator[bytes]:
         """The job's log as local mode reads it (blocks of JSON lines for logs.format_lines),
-        from entries.list: everything, then what is newer, until the job has ended. The job's
-        state is read before each round, so a round after the end reads the last lines."""
+        from entries.list: everything, then what is newer, until the job has ended."""
+        return self._follow(job_id, poll_seconds)
+
+    def log_batches(self, job_id: str, task_name: str | None = None, poll_seconds: float = 0.2,
+                    on_poll: Callable[[Job], None] | None = None) -> Iterator[list[logs.LogRecord]]:
+        for block in self._follow(job_id, poll_seconds, on_poll):
+            batch = logs.records_of(block, task_name)
+            if batch:
+                yield batch
+
+    def _follow(self, job_id: str, poll_seconds: float,
+                on_poll: Callable[[Job], None] | None = None) -> Iterator[bytes]:
+        """The job's state is read before each round of entries.list, so the round after the
+        job ended reads its last lines; `on_poll` sees the job each time."""
         self.get(job_id)  # JobNotFound before anything else
         interval = max(poll_seconds, 0.5)
         after: tuple[str, str] | None = None
         while True:
-            ended = self.get(job_id).state.is_terminal
+            job = self.get(job_id)
+            if on_poll:
+                on_poll(job)
             for entries in self._entry_pages(job_id, after):
                 yield "".join(_record_line(entry) for entry in entries).encode()
                 after = entries[-1]["timestamp"], entries[-1]["insertId"]
-            if ended:
+            if _ended(job):
                 return
             time.sleep(interval)
-
-    def log_batches(self, job_id: str, task_name: str | None = None, poll_seconds: float = 0.2,
-                    on_poll: Callable[[Job], None] | None = None) -> Iterator[list[logs.LogRecord]]:
-        for block in self.log_blocks(job_id, poll_seconds):
-            batch = logs.records_of(block, task_name)
-            if on_poll:
-                on_poll(self.get(job_id))
-            if batch:
-                yield batch
 
     def stream_logs(self, job_id: str, task_name: str | None = None,
                     poll_seconds: float = 0.2) -> Iterator[logs.LogRecord]:
@@ -388,6 +391,12 @@ class ApiClient:
                     raise
         raise ValidationError(f"The labels of job [{job_id}] kept changing while they were updated: try again.")
 
+    # -- list: after every method annotated with the builtin `list`, which it shadows -------
+
+    def list(self, filter: str | None = None, sort_by: str | Iterable[str] | None = None,
+             limit: int | None = None) -> list[Job]:
+        return [Job.model_validate(resource) for resource in self.list_resources(filter, sort_by, limit)]
+
     # -- not served over the API -----------------------------------------------------------
 
     def dry_run_tfjob(self, submission):
@@ -414,6 +423,10 @@ def _resource(item: dict) -> dict:
 
 def _job(item: dict) -> Job:
     return Job.model_validate(_resource(item))
+
+
+def _ended(job: Job) -> bool:
+    return job.state is not None and job.state.is_terminal
 
 
 def _record_line(entry: dict) -> str:

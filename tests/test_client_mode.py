@@ -63,16 +63,17 @@ def in_home(monkeypatch, server_home: Path):
 
 
 def submit_args(job_id: str, *flags: str) -> list[str]:
-    """`jobs submit training` of the sample trainer, staged to a gs:// bucket; trainer args follow."""
+    """`jobs submit training` of the sample trainer, staged to a gs:// bucket; trainer args follow.
+    No --runtime-version: the server's default (AIPTRAIN_DEFAULT_RUNTIME=minimal) applies."""
     return ["jobs", "submit", "training", job_id, "--package-path", str(SAMPLE_TRAINER), "--module-name",
             "trainer.task", "--staging-bucket", "gs://team-bucket", "--job-dir", f"gs://team-bucket/out/{job_id}",
-            "--runtime-version", "minimal", *flags, "--"]
+            *flags, "--"]
 
 
 @pytest.mark.docker
 def test_the_cli_in_client_mode_submits_streams_describes_lists_and_relabels(server, run, minimal_runtime,
                                                                                 docker_api, monkeypatch, home):
-    code, out, err = run(*submit_args("remote_1", "--stream-logs"), "--steps", "3")
+    code, out, err = run(*submit_args("remote_1", "--runtime-version", "minimal", "--stream-logs"), "--steps", "3")
     assert code == 0, err
     assert "Job [remote_1] submitted successfully." in err
     assert "master-replica-0\t\tStarting chief 0: 3 steps" in err
@@ -110,8 +111,9 @@ def test_the_cli_in_client_mode_cancels_a_running_job(server, run, minimal_runti
     wait_for(lambda: run("jobs", "describe", "remote_cancel", "--format", "value(state)")[1].strip() == "RUNNING",
              timeout=120, interval=0.5, what="RUNNING")
     assert run("jobs", "cancel", "remote_cancel")[0] == 0
-    code, out, _ = run("jobs", "describe", "remote_cancel", "--format", "value(state,errorMessage)")
-    assert out.strip() == "CANCELLED\tJob cancelled by the user."
+    code, out, _ = run("jobs", "describe", "remote_cancel", "--format",
+                       "value(state,errorMessage,trainingInput.runtimeVersion)")
+    assert out.strip() == "CANCELLED\tJob cancelled by the user.\tminimal"
     assert run("jobs", "cancel", "remote_cancel")[0] == 0  # ended: left as it is, as in local mode
     wait_for(lambda: not job_resources(docker_api, "remote_cancel"), what="the job's containers to go")
 
