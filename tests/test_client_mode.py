@@ -22,6 +22,7 @@ from aiptrain.api.server import make_server
 from aiptrain.client import Client
 from aiptrain.model import Job, State
 from aiptrain.settings import Settings
+from aiptrain.storage.local import REPLICA_IDS
 from conftest import SAMPLE_TRAINER, job_resources, wait_for
 from test_rest_api import logging_api, ml_api, poll, raw
 
@@ -205,7 +206,11 @@ def test_the_storage_endpoint_keeps_the_api_s_token_rules(home, tmp_path, monkey
         writer.create()
         writer.blob("a/x.txt").upload_from_string(b"hello")
         assert reader.blob("a/x.txt").download_as_bytes() == b"hello"
-        assert (Settings().gcs_root / "team-b" / "a" / "x.txt").read_bytes() == b"hello"
+        stored = Settings().gcs_root / "team-b" / "a" / "x.txt"
+        assert stored.read_bytes() == b"hello"
+        if os.geteuid() == 0:  # a server run as root hands what it writes to the replicas' user
+            assert {(p.stat().st_uid, p.stat().st_gid) for p in (stored, stored.parent, stored.parent.parent)} == {
+                REPLICA_IDS}
         with pytest.raises(Forbidden, match="read-only"):
             reader.blob("a/y.txt").upload_from_string(b"no")
         url = f"http://127.0.0.1:{server.server_address[1]}"  # 401: google-auth would try to refresh a token

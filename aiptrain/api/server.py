@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import socket
 from http.server import ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -145,6 +146,15 @@ class _Handler(endpoint_server.Handler):
         log.info("%s %s", self.client_address[0], format % args)
 
 
+def replica_owner() -> tuple[int, int] | None:
+    """Who what the server writes in the gcs tree belongs to: the replicas' user when it runs as
+    root (as every host-side writer of the tree does, aiptrain.storage.local.give_to_replicas),
+    so the endpoint in the replicas' container may write beside it."""
+    from aiptrain.storage.local import REPLICA_IDS
+
+    return REPLICA_IDS if os.geteuid() == 0 else None
+
+
 def is_storage_path(target: str) -> bool:
     """Whether a request target is Cloud Storage's JSON API (objects, uploads, downloads, batch)."""
     path = urlsplit(target).path.lstrip("/")
@@ -165,7 +175,7 @@ def make_server(app: App, host: str = "127.0.0.1", port: int = 8080) -> Threadin
     `.server_address[1]` is the port (port 0 picks a free one)."""
     check_listening(host, app.access)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    tree = endpoint_server.Tree(str(app.settings.gcs_root))  # gs://BUCKET/NAME is gcs/BUCKET/NAME
+    tree = endpoint_server.Tree(str(app.settings.gcs_root), replica_owner())  # gs://BUCKET/NAME: gcs/BUCKET/NAME
     handler = type("Handler", (_Handler,), {"app": app, "tree": tree, "uploads": endpoint_server.Uploads()})
     try:
         return _Server((host, port), handler, family)

@@ -146,10 +146,21 @@ class Tree:
     """Buckets and objects as directories and files under `root`. Every path is walked one
     component at a time from a directory descriptor with O_NOFOLLOW: a link is never followed."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, owner: tuple[int, int] | None = None):
+        """`owner`: uid and gid to hand what is created to (the replicas' user, when the host's
+        `aiptrain serve` runs this tree as root), so the endpoint in the replicas' container may
+        write beside it; None: created as whoever runs this."""
         self.root = os.path.abspath(root)
+        self.owner = owner
         self.uploads = os.path.join(self.root, UPLOADS_DIR)
-        os.makedirs(self.uploads, exist_ok=True)
+        for path in (self.root, self.uploads):
+            if not os.path.isdir(path):
+                os.makedirs(path, exist_ok=True)
+                self._hand_over(path)
+
+    def _hand_over(self, name: str, dir_fd: int | None = None) -> None:
+        if self.owner is not None:
+            os.chown(name, *self.owner, dir_fd=dir_fd, follow_symlinks=False)
 
     # descriptors
 
@@ -157,7 +168,7 @@ class Tree:
         """A descriptor of the directory ROOT/parts..., made when `create`; ENOENT/ENOTDIR otherwise."""
         root = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            return self._open_dir_at(root, parts, create)
+            return self._open_dir_at(root, parts, create, self.owner)
         finally:
             os.close(root)
 
@@ -201,14 +212,17 @@ class Tree:
         raise ApiError(404, f"No such object: {bucket}/{name}")
 
     @staticmethod
-    def _open_dir_at(fd: int, parts: list[str], create: bool = False) -> int:
-        """A descriptor of the directory fd/parts..., walked one part at a time through no link."""
+    def _open_dir_at(fd: int, parts: list[str], create: bool = False, owner: tuple[int, int] | None = None) -> int:
+        """A descriptor of the directory fd/parts..., walked one part at a time through no link;
+        directories it makes are handed to `owner`."""
         current = os.dup(fd)
         try:
             for part in parts:
                 if create:
                     try:
                         os.mkdir(part, 0o755, dir_fd=current)
+                        if owner is not None:
+                            os.chown(part, *owner, dir_fd=current, follow_symlinks=False)
                     except FileExistsError:
                         pass
                 child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=current)
@@ -309,6 +323,7 @@ class Tree:
         upload_id = secrets.token_hex(16)
         path = os.path.join(self.uploads, upload_id)
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+        self._hand_over(path)  # renamed into place by commit: the object is the owner's too
         return upload_id, path
 
     def commit(self, partial: str, bucket: str, name: str, if_generation_match: str | None) -> dict:
@@ -322,7 +337,7 @@ class Tree:
         try:
             self._check_precondition(bucket, name, if_generation_match)
             try:
-                parent = self._open_dir_at(bucket_fd, parts[:-1], create=True)
+                parent = self._open_dir_at(bucket_fd, parts[:-1], create=True, owner=self.owner)
             except PermissionError as exc:
                 raise ApiError.not_writable(exc) from None
             except OSError:
@@ -331,6 +346,7 @@ class Tree:
                 if name.endswith("/"):  # a directory marker: the directory itself
                     try:
                         os.mkdir(parts[-1], 0o755, dir_fd=parent)
+                        self._hand_over(parts[-1], parent)
                     except FileExistsError:
                         pass
                     os.unlink(partial)
@@ -421,6 +437,7 @@ class Tree:
     def create_bucket(self, bucket: str) -> dict:
         try:
             os.mkdir(os.path.join(self.root, check_bucket(bucket)), 0o755)
+            self._hand_over(os.path.join(self.root, bucket))
         except FileExistsError:
             raise ApiError(409, f"Your previous request to create the named bucket succeeded and you already own "
                                 f"it: {bucket}") from None
