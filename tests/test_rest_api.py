@@ -523,7 +523,7 @@ def test_aiptrain_serve_listens_until_stopped(api_home):
                                stderr=subprocess.PIPE, text=True)
     try:
         first = process.stderr.readline()
-        assert first.startswith("Serving the ml v1 API and Cloud Logging entries.list on http://127.0.0.1:")
+        assert first.startswith("Serving the ml v1 API, Cloud Logging entries.list and Cloud Storage on http://127.0.0.1:")
         url = first.split(" on ", 1)[1].split()[0]
         listed = ml_api(url).projects().jobs().list(parent=f"projects/{PROJECT}").execute()
         assert [job["jobId"] for job in listed["jobs"]] == ["job_a"]

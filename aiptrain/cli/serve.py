@@ -1,5 +1,5 @@
-"""`aiptrain serve`: the ml v1 REST API (projects.jobs) and Cloud Logging's entries.list for
-job logs, over this installation's jobs (aiptrain.api)."""
+"""`aiptrain serve`: the ml v1 REST API (projects.jobs), Cloud Logging's entries.list for job
+logs and Cloud Storage's JSON API for uploads, over this installation's jobs (aiptrain.api)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import click
 @click.option("--tokens", "tokens_file", type=click.Path(dir_okay=False),
               help="YAML file of bearer tokens: each with a name, the projects it may use and readOnly.")
 def serve(host: str, port: int, tokens_file: str | None) -> None:
-    """Serve the AI Platform Training REST API (ml v1 projects.jobs) and job logs in Cloud
-    Logging's shape, so googleapiclient, Airflow and pipelines drive this installation.
+    """Serve the AI Platform Training REST API (ml v1 projects.jobs), job logs in Cloud
+    Logging's shape and Cloud Storage uploads (STORAGE_EMULATOR_HOST=the same URL), so
+    googleapiclient, Airflow, pipelines and `aiptrain` with AIPTRAIN_API drive this installation.
 
     \b
     from googleapiclient import discovery
@@ -43,7 +44,7 @@ def serve(host: str, port: int, tokens_file: str | None) -> None:
     address, bound_port = server.server_address[:2]
     shown = f"[{address}]" if ":" in address else address
     who = "tokens from " + tokens_file if tokens_file else "no tokens (loopback only)"
-    click.echo(f"Serving the ml v1 API and Cloud Logging entries.list on http://{shown}:{bound_port} "
+    click.echo(f"Serving the ml v1 API, Cloud Logging entries.list and Cloud Storage on http://{shown}:{bound_port} "
                f"({who}), the console at http://{shown}:{bound_port}/; Ctrl-C stops.", err=True)
     signal.signal(signal.SIGTERM, _stop)  # a service manager's stop: as Ctrl-C, the port is released
     try:
