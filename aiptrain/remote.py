@@ -33,6 +33,9 @@ TIMEOUT_SECONDS = 60  # per HTTP request
 LOG_PAGE_SIZE = 1000  # Cloud Logging's most per page
 CANCEL_POLL_SECONDS = 0.5
 PATCH_ATTEMPTS = 5  # labels changed by someone else between our get and patch: read again
+# Where packages go without a gs:// --staging-bucket or --job-dir (AIPTRAIN_STAGING_BUCKET
+# counts when it is gs://): a bucket of the server's, as local mode's default is a directory of its home.
+DEFAULT_STAGING_BUCKET = "gs://aiptrain-staging"
 
 
 def api_endpoint(url: str) -> str:
@@ -192,8 +195,9 @@ class ApiClient:
 
     def _upload(self, files: list[Path], submission, report: Callable[[str], None]) -> list[str]:
         """Put `files` where local mode would stage them (`<prefix>/<sha256>/<name>` of the
-        staging bucket, else the gs:// job dir's `packages/`), through the server's Cloud Storage
-        endpoint; an object already there with that content is not sent again."""
+        staging bucket, else the gs:// job dir's `packages/`, else DEFAULT_STAGING_BUCKET's
+        `<job>/`), through the server's Cloud Storage endpoint; an object already there with that
+        content is not sent again."""
         if not files:
             return []
         from aiptrain import staging
@@ -203,10 +207,8 @@ class ApiClient:
         gcs_job_dir = ti.job_dir if ti.job_dir and is_gcs(ti.job_dir) else None
         staging_bucket = submission.staging_bucket if submission.staging_bucket and is_gcs(
             submission.staging_bucket) else None
-        if not (staging_bucket or gcs_job_dir):
-            raise ValidationError("Packages are uploaded to the aiptrain API's Cloud Storage: give --staging-bucket "
-                                  "gs://BUCKET or a gs:// --job-dir.")
-        bucket_url, prefix = staging.staging_target(submission.job.job_id, staging_bucket, gcs_job_dir, "")
+        bucket_url, prefix = staging.staging_target(submission.job.job_id, staging_bucket, gcs_job_dir,
+                                                    DEFAULT_STAGING_BUCKET)
         bucket = self._bucket(bucket_url.removeprefix("gs://").split("/")[0])
         digest_prefix = f"{prefix}/{staging.combined_sha256(files)}"
         report(f"Uploading {len(files)} file(s) to gs://{bucket.name}/{digest_prefix}")
@@ -305,34 +307,32 @@ class ApiClient:
 
     def _follow(self, job_id: str, poll_seconds: float,
                 on_poll: Callable[[Job], None] | None = None) -> Iterator[bytes]:
-        """The job's state is read before each round of entries.list, so the round after the
-        job ended reads its last lines; `on_poll` sees the job each time."""
+        """Rounds of entries.list for the lines written since the last round, in the order they
+        were written (insertId is the line's offset in the job's log: a later line has a
+        greater one, whatever its timestamp, so none is skipped as a timestamp cursor would).
+        The job's state is read before each round, so the round after it ended reads its last
+        lines; `on_poll` sees the job each time."""
         self.get(job_id)  # JobNotFound before anything else
         interval = max(poll_seconds, 0.5)
-        after: tuple[str, str] | None = None
+        after = ""  # the greatest insertId read
         while True:
             job = self.get(job_id)
             if on_poll:
                 on_poll(job)
-            for entries in self._entry_pages(job_id, after):
+            entries = sorted((e for page in self._entry_pages(job_id, after) for e in page),
+                             key=lambda entry: entry["insertId"])
+            if entries:
                 yield "".join(_record_line(entry) for entry in entries).encode()
-                after = entries[-1]["timestamp"], entries[-1]["insertId"]
+                after = entries[-1]["insertId"]
             if _ended(job):
                 return
             time.sleep(interval)
 
-    def stream_logs(self, job_id: str, task_name: str | None = None,
-                    poll_seconds: float = 0.2) -> Iterator[logs.LogRecord]:
-        for batch in self.log_batches(job_id, task_name, poll_seconds):
-            yield from batch
-
-    def _entry_pages(self, job_id: str, after: tuple[str, str] | None) -> Iterator[list[dict]]:
-        """Pages of entries newer than `after` (timestamp, insertId), with the filter gcloud's
-        LogFetcher sends."""
+    def _entry_pages(self, job_id: str, after: str) -> Iterator[list[dict]]:
+        """Pages of the job's entries whose insertId is greater than `after`."""
         conditions = ['resource.type="ml_job"', f'resource.labels.job_id="{job_id}"']
         if after:
-            stamp, insert_id = after
-            conditions.append(f'((timestamp="{stamp}" AND insertId>"{insert_id}") OR timestamp>"{stamp}")')
+            conditions.append(f'insertId>"{after}"')
         token = None
         while True:
             body = {"resourceNames": [f"projects/{self.project}"], "filter": " AND ".join(conditions),

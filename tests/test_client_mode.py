@@ -57,6 +57,36 @@ def server(home, tmp_path, monkeypatch):
         process.wait(timeout=30)
 
 
+# The CLI's own job tests, collected here again: their `cli` is this module's, in client mode
+# against `server` (their `home` is the client's, which must stay empty of jobs). The server
+# runs on this machine, so their local --job-dir paths are its paths too.
+from test_jobs_docker import (  # noqa: E402,F401
+    test_async_submit_returns_and_the_supervisor_finishes_the_job,
+    test_basic_job_streams_logs_and_succeeds,
+    test_broken_setup_py_fails_packaging_with_gclouds_text_and_no_trace,
+    test_duplicate_job_id_exits_2_and_keeps_the_first_job,
+    test_failing_trainer_fails_the_job_with_its_log_tail,
+    test_invalid_job_ids_exit_2_with_one_line_and_no_trace,
+    test_missing_image_is_an_environment_error_with_no_trace,
+    test_missing_package_path_and_missing_init,
+    test_replicas_are_unprivileged_and_see_the_package_read_only,
+)
+
+
+@pytest.fixture
+def cli(server, home):
+    """`aiptrain ARGS...` as a process in client mode (AIPTRAIN_API is the server's)."""
+
+    def run(*args: str, timeout: float = 180, check_code: int | None = None) -> subprocess.CompletedProcess:
+        result = subprocess.run([sys.executable, "-m", "aiptrain", *args], capture_output=True, text=True,
+                                timeout=timeout, env={**os.environ})
+        if check_code is not None:
+            assert result.returncode == check_code, (result.returncode, result.stdout, result.stderr)
+        return result
+
+    return run
+
+
 def in_home(monkeypatch, server_home: Path):
     """Local mode on the server's own home: what the CLI prints there."""
     monkeypatch.setenv("AIPTRAIN_HOME", str(server_home))
