@@ -72,6 +72,10 @@ from test_jobs_docker import (  # noqa: E402,F401
     test_replicas_are_unprivileged_and_see_the_package_read_only,
 )
 
+for _test in [value for name, value in list(globals().items()) if name.startswith("test_") and
+              getattr(value, "__module__", "") == "test_jobs_docker"]:
+    pytest.mark.docker(_test)  # their module's pytestmark does not come with them
+
 
 @pytest.fixture
 def cli(server, home):
