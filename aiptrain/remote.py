@@ -408,9 +408,6 @@ class ApiClient:
         raise ValidationError("`jobs export` reads the job's staged packages on the machine that runs it: run it "
                               "there (unset AIPTRAIN_API here).")
 
-    def reconcile(self, job_id: str) -> None:
-        pass  # the server reconciles what it reads
-
 
 _OUTPUT_ONLY = ("trainingOutput", "createTime", "startTime", "endTime", "state", "errorMessage", "etag",
                 "jobPosition")

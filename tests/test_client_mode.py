@@ -61,7 +61,7 @@ def server(home, tmp_path, monkeypatch):
 # against `server` (their `home` is the client's, which must stay empty of jobs). The server
 # runs on this machine, so their local --job-dir paths are its paths too.
 from test_jobs_docker import (  # noqa: E402,F401
-    test_async_submit_returns_and_the_supervisor_finishes_the_job,
+    test_async_submit_returns_and_the_controller_finishes_the_job,
     test_basic_job_streams_logs_and_succeeds,
     test_broken_setup_py_fails_packaging_with_gclouds_text_and_no_trace,
     test_duplicate_job_id_exits_2_and_keeps_the_first_job,
