@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark 11's load: Locust (as a library, its own process: it monkey-patches the standard
+"""Benchmark 12's load: Locust (as a library, its own process: it monkey-patches the standard
 library with gevent) sends ml v1 `jobs.get` or `jobs.list` to an `aiptrain serve` at a steady
 rate for a bounded time, and prints one JSON line: requests, failures, the rate achieved, and
 the p50/p99 latency in milliseconds.

@@ -1120,7 +1120,7 @@ def bench_list(b: Bench) -> list[Row]:
     return [every, limited, describe]
 
 
-API_LOAD = Path(__file__).resolve().parent / "api_load.py"  # benchmark 11's Locust driver, its own process
+API_LOAD = Path(__file__).resolve().parent / "api_load.py"  # benchmark 12's Locust driver, its own process
 API_JOBS = 200  # jobs in the store the API answers from
 API_RATES = (50, 200)  # requests per second
 API_SECONDS = 10.0  # measured per (method, rate), after a 1 s warm-up
