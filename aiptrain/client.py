@@ -57,8 +57,6 @@ class Client:
     """One aiptrain installation (AIPTRAIN_HOME, or `home`): its jobs and its engine.
     The store and the engine are opened on first use; `close()` (or `with`) releases them."""
 
-    remote = False  # aiptrain.remote.ApiClient: the same methods over `aiptrain serve`
-
     def __init__(self, home: str | Path | None = None, settings: Settings | None = None,
                  backend: Backend | None = None):
         if settings is None:

@@ -36,6 +36,8 @@ PATCH_ATTEMPTS = 5  # labels changed by someone else between our get and patch: 
 # Where packages go without a gs:// --staging-bucket or --job-dir (AIPTRAIN_STAGING_BUCKET
 # counts when it is gs://): a bucket of the server's, as local mode's default is a directory of its home.
 DEFAULT_STAGING_BUCKET = "gs://aiptrain-staging"
+TOKEN_HINT = ("set AIPTRAIN_API_TOKEN to a token the server's --tokens file names for this project (writable to "
+              "change jobs).")
 
 
 def api_endpoint(url: str) -> str:
@@ -58,15 +60,15 @@ class ApiClient:
     (default: the settings' project, CLOUDSDK_CORE_PROJECT or `aiptrain`). Same methods as
     aiptrain.client.Client for what the CLI's job verbs use."""
 
-    remote = True
-
     def __init__(self, settings: Settings | None = None, project: str | None = None):
         self.settings = settings or Settings()
         self.url = api_endpoint(self.settings.api_url)
         self.project = project or self.settings.default_project
+        self._connections: list = []  # the httplib2.Http of each service: kept-alive connections
 
     def close(self) -> None:
-        pass  # every request has its own connection pool; nothing is held
+        for connections in self._connections:
+            connections.close()
 
     def __enter__(self) -> "ApiClient":
         return self
@@ -88,7 +90,10 @@ class ApiClient:
         import httplib2
         from googleapiclient import discovery
 
-        http = google_auth_httplib2.AuthorizedHttp(self._credentials(), http=httplib2.Http(timeout=TIMEOUT_SECONDS))
+        connections = httplib2.Http(timeout=TIMEOUT_SECONDS)
+        self._connections.append(connections)
+        # No refresh on 401: a bare token cannot be refreshed, and the server's answer says why.
+        http = google_auth_httplib2.AuthorizedHttp(self._credentials(), http=connections, refresh_status_codes=())
         return discovery.build(name, version, static_discovery=True, http=http,
                                client_options={"api_endpoint": self.url})
 
@@ -139,8 +144,7 @@ class ApiClient:
         if code == 409 and status == "ALREADY_EXISTS":
             return JobExists(message)
         if code in (401, 403):
-            return ValidationError(f"{message}{where}: set AIPTRAIN_API_TOKEN to a token the server's --tokens file "
-                                   "names for this project.")
+            return ValidationError(f"{message.rstrip('.')}{where}: {TOKEN_HINT}")
         if code == 503:
             return EnvironmentNotReady(message + where)
         if 400 <= code < 500:
@@ -233,6 +237,7 @@ class ApiClient:
 
     def _storage_call(self, method, *args):
         from google.api_core import exceptions
+        from google.auth.exceptions import GoogleAuthError
 
         from aiptrain.storage.gcs import _retry  # bounded, and never for a server that is not there
 
@@ -241,7 +246,11 @@ class ApiClient:
         except exceptions.GoogleAPICallError as exc:
             code = exc.code or 0
             error = ValidationError if 400 <= code < 500 else AiptrainError
-            raise error(f"Cloud Storage at {self.url} refused the upload ({code}): {exc.message}") from None
+            hint = f"; {TOKEN_HINT}" if code in (401, 403) else ""
+            raise error(f"Cloud Storage at {self.url} refused the upload ({code}): {exc.message}{hint}") from None
+        except GoogleAuthError:  # a 401, which google-auth tried to answer by refreshing the token
+            raise ValidationError(f"Cloud Storage at {self.url} refused the upload (401): the server wants a token; "
+                                  f"{TOKEN_HINT}") from None
         except (OSError, ConnectionError) as exc:
             raise self._unreachable(exc) from None
 

@@ -219,42 +219,72 @@ def test_a_pipeline_uploads_creates_polls_and_reads_logs(server, minimal_runtime
     wait_for(lambda: not job_resources(docker_api, "pipeline_1"), what="the job's containers to go")
 
 
-def test_the_storage_endpoint_keeps_the_api_s_token_rules(home, tmp_path, monkeypatch):
-    """Any token reads, one that is not read-only writes, no token is refused: 401/403 in Google's body."""
-    from google.api_core.exceptions import Forbidden
-    from google.cloud import storage
-
+@pytest.fixture
+def tokens_server(home, tmp_path):
+    """`aiptrain serve --tokens` on a free loopback port (in this process): its URL."""
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(json.dumps([{"name": "writer", "token": "w" * 24, "projects": ["p"]},
                                   {"name": "reader", "token": "r" * 24, "projects": ["p"], "readOnly": True}]))
     server = make_server(App(Settings(), load_tokens(tokens)), "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
-    try:
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{server.server_address[1]}")
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
 
-        def bucket(credentials):
-            return storage.Client(project="p", credentials=credentials).bucket("team-b")
 
-        writer, reader = bucket(Credentials("w" * 24)), bucket(Credentials("r" * 24))
-        writer.create()
-        writer.blob("a/x.txt").upload_from_string(b"hello")
-        assert reader.blob("a/x.txt").download_as_bytes() == b"hello"
-        stored = Settings().gcs_root / "team-b" / "a" / "x.txt"
-        assert stored.read_bytes() == b"hello"
-        if os.geteuid() == 0:  # a server run as root hands what it writes to the replicas' user
-            assert {(p.stat().st_uid, p.stat().st_gid) for p in (stored, stored.parent, stored.parent.parent)} == {
-                REPLICA_IDS}
-        with pytest.raises(Forbidden, match="read-only"):
-            reader.blob("a/y.txt").upload_from_string(b"no")
-        url = f"http://127.0.0.1:{server.server_address[1]}"  # 401: google-auth would try to refresh a token
-        for headers in ({}, {"Authorization": "Bearer " + "x" * 24}):
-            code, body = raw(url, "GET", "/storage/v1/b/team-b/o/a%2Fx.txt", headers=headers)
-            assert (code, body["error"]["status"]) == (401, "UNAUTHENTICATED")
-        code, body = raw(url, "POST", "/upload/storage/v1/b/team-b/o?uploadType=media&name=a/z.txt", b"z" * 1000)
-        assert code == 401
-        assert sorted(p.name for p in (Settings().gcs_root / "team-b" / "a").iterdir()) == ["x.txt"]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+def test_client_mode_without_a_good_token_is_one_line(tokens_server, run, monkeypatch, tmp_path):
+    monkeypatch.setenv("AIPTRAIN_API", tokens_server)
+    monkeypatch.setenv("CLOUDSDK_CORE_PROJECT", "p")
+    submit = ["jobs", "submit", "training", "refused", "--package-path", str(SAMPLE_TRAINER), "--module-name",
+              "trainer.task", "--job-dir", "gs://team-b/out", "--runtime-version", "minimal"]
+    for token, args, message in [
+        ("", ("jobs", "list"), "Request is missing required authentication credential"),
+        ("x" * 24, ("jobs", "describe", "j"), "Request had invalid authentication credentials"),
+        ("r" * 24, ("jobs", "cancel", "j"), "Permission denied on project [p]: the caller's token is read-only"),
+        ("", tuple(submit), "Cloud Storage at http://127.0.0.1:"),
+        ("r" * 24, tuple(submit), "Cloud Storage at http://127.0.0.1:"),
+    ]:
+        monkeypatch.setenv("AIPTRAIN_API_TOKEN", token)
+        code, out, err = run(*args)
+        assert (code, out) == (2, ""), err
+        assert err.startswith("ERROR: " + message) and err.count("\n") == 1, err
+        assert "AIPTRAIN_API_TOKEN" in err
+    token_file = tmp_path / "token"
+    token_file.write_text("r" * 24 + "\n")
+    monkeypatch.delenv("AIPTRAIN_API_TOKEN")
+    monkeypatch.setenv("AIPTRAIN_API_TOKEN_FILE", str(token_file))
+    code, _, err = run("jobs", "list")
+    assert (code, err.strip()) == (0, "Listed 0 items.")
+    assert not (Settings().gcs_root / "team-b").exists() or not any((Settings().gcs_root / "team-b").rglob("*.gz"))
+
+
+def test_the_storage_endpoint_keeps_the_api_s_token_rules(tokens_server, monkeypatch):
+    """Any token reads, one that is not read-only writes, no token is refused: 401/403 in Google's body."""
+    from google.api_core.exceptions import Forbidden
+    from google.cloud import storage
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", tokens_server)
+
+    def bucket(credentials):
+        return storage.Client(project="p", credentials=credentials).bucket("team-b")
+
+    writer, reader = bucket(Credentials("w" * 24)), bucket(Credentials("r" * 24))
+    writer.create()
+    writer.blob("a/x.txt").upload_from_string(b"hello")
+    assert reader.blob("a/x.txt").download_as_bytes() == b"hello"
+    stored = Settings().gcs_root / "team-b" / "a" / "x.txt"
+    assert stored.read_bytes() == b"hello"
+    if os.geteuid() == 0:  # a server run as root hands what it writes to the replicas' user
+        assert {(p.stat().st_uid, p.stat().st_gid) for p in (stored, stored.parent, stored.parent.parent)} == {
+            REPLICA_IDS}
+    with pytest.raises(Forbidden, match="read-only"):
+        reader.blob("a/y.txt").upload_from_string(b"no")
+    for headers in ({}, {"Authorization": "Bearer " + "x" * 24}):  # raw: google-auth would try to refresh
+        code, body = raw(tokens_server, "GET", "/storage/v1/b/team-b/o/a%2Fx.txt", headers=headers)
+        assert (code, body["error"]["status"]) == (401, "UNAUTHENTICATED")
+    code, body = raw(tokens_server, "POST", "/upload/storage/v1/b/team-b/o?uploadType=media&name=a/z.txt",
+                     b"z" * 1000)
+    assert code == 401
+    assert sorted(p.name for p in (Settings().gcs_root / "team-b" / "a").iterdir()) == ["x.txt"]
