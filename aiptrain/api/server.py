@@ -44,7 +44,7 @@ def check_listening(host: str, access: Access) -> None:
 
 
 class _Handler(endpoint_server.Handler):
-    """The API's requests go to the App; Cloud Storage's (STORAGE_PREFIXES) to the storage
+    """The API's requests go to the App; Cloud Storage's (is_storage_path) to the storage
     endpoint's handler this class extends, once the caller may make them."""
 
     protocol_version = "HTTP/1.1"
