@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
 from aiptrain import logs
@@ -70,7 +70,7 @@ class ApiClient:
         for connections in self._connections:
             connections.close()
 
-    def __enter__(self) -> "ApiClient":
+    def __enter__(self) -> ApiClient:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -23,6 +23,7 @@ from aiptrain.client import Client
 from aiptrain.model import Job, State
 from aiptrain.settings import Settings
 from aiptrain.storage.local import REPLICA_IDS
+
 from conftest import SAMPLE_TRAINER, job_resources, wait_for
 from test_rest_api import logging_api, ml_api, poll, raw
 
