@@ -19,8 +19,9 @@ def serve(host: str, port: int, tokens_file: str | None) -> None:
     googleapiclient, Airflow, pipelines and `aiptrain` with AIPTRAIN_API drive this installation.
 
     \b
+    from google.auth.credentials import AnonymousCredentials
     from googleapiclient import discovery
-    ml = discovery.build("ml", "v1", static_discovery=True,
+    ml = discovery.build("ml", "v1", static_discovery=True, credentials=AnonymousCredentials(),
                          client_options={"api_endpoint": "http://127.0.0.1:8080"})
     """
     import logging
