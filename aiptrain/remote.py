@@ -32,6 +32,7 @@ from aiptrain.settings import Settings
 TIMEOUT_SECONDS = 60  # per HTTP request
 LOG_PAGE_SIZE = 1000  # Cloud Logging's most per page
 CANCEL_POLL_SECONDS = 0.5
+BUILD_POLL_SECONDS, BUILD_WAIT_SECONDS = 5, 3600  # a runtime image the server builds for a create: ask again
 PATCH_ATTEMPTS = 5  # labels changed by someone else between our get and patch: read again
 # Where packages go without a gs:// --staging-bucket or --job-dir (AIPTRAIN_STAGING_BUCKET
 # counts when it is gs://): a bucket of the server's, as local mode's default is a directory of its home.
@@ -183,18 +184,18 @@ class ApiClient:
         if submission.runtime and submission.runtime_given_as == "AIPTRAIN_DEFAULT_RUNTIME":
             del body["trainingInput"]["runtimeVersion"]  # not asked for: the server's default applies
         request = self._jobs.create(parent=f"projects/{project}", body=body)
-        said = False
+        said, deadline = False, time.monotonic() + BUILD_WAIT_SECONDS
         while True:
             try:
                 created = self._call(request, None)
                 break
             except EnvironmentNotReady as exc:
-                if "is building it now" not in str(exc):
+                if "is building it now" not in str(exc) or time.monotonic() > deadline:
                     raise
                 if not said:
                     (build_progress or report)(str(exc).split(" (aiptrain API at")[0])
                     said = True
-                time.sleep(5)
+                time.sleep(BUILD_POLL_SECONDS)
         return _job(created)
 
     def _upload(self, files: list[Path], submission, report: Callable[[str], None]) -> list[str]:
