@@ -114,11 +114,11 @@ def prune(settings: Settings, max_age_days: float | None = None, max_size_mb: fl
 
 
 def _jobs_active(settings: Settings) -> bool:
-    if not settings.store_path.exists():
+    if not settings.store_url and not settings.store_path.exists():
         return False
     from aiptrain.store import JobStore
 
-    store = JobStore(settings.store_path)
+    store = JobStore(settings.store)
     try:
         return bool(store.active_job_ids())
     finally:

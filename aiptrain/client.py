@@ -70,7 +70,7 @@ class Client:
     @cached_property
     def store(self) -> JobStore:
         self.settings.ensure_dirs()
-        return JobStore(self.settings.store_path)
+        return JobStore(self.settings.store)
 
     def backend_named(self, name: str | None = None) -> Backend:
         """The backend called `name` (default: the settings'), opened once per client."""

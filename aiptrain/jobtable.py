@@ -1,10 +1,10 @@
-"""The job store's SQLite database without the pydantic model: the schema, its migrations, and
+"""The job store's database without the pydantic model: the schema, its migrations, and
 the reads `jobs list` needs, which hand back REST resources as plain dicts.
 
 Only this module knows the schema; aiptrain.store adds the typed `Job` API on top. It stays free
 of aiptrain.model so that listing thousands of jobs neither imports pydantic nor parses each
-resource into a model. SQLite in WAL mode with a busy timeout lets many CLI processes and
-supervisors read and write at once.
+resource into a model. The database is SQLite (the home's jobs.db) or PostgreSQL (AIPTRAIN_STORE);
+the SQL here is written once, and aiptrain.dialects says where the two differ.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from aiptrain import dialects
 from aiptrain.errors import EnvironmentNotReady
 from aiptrain.filtering import COLUMNS, Condition, Query, listed_only
 
@@ -53,8 +53,10 @@ CREATE TABLE IF NOT EXISTS admission (      -- jobs waiting to start or holding 
     reason   TEXT                                -- why it waits, as describe shows it
 );
 """
-# Columns added after the first release: name -> how to fill it in from the stored resource.
-ADDED_COLUMNS = {"labels": "json_extract(resource, '$.labels')", "backend": "'docker'"}
+# Columns added after the first release: name -> the resource's member that fills it in, or None
+# for the value every earlier job had (their backend was docker, the only one then).
+ADDED_COLUMNS = {"labels": "labels", "backend": None}
+_ADDED_DEFAULT = "docker"
 # The columns `jobs list` prints from without reading the resource, by the resource's key.
 LISTED = {**COLUMNS, "labels": "labels"}
 # The states of aiptrain.model.State that are not TERMINAL_STATES, spelled out here so that this
@@ -72,18 +74,23 @@ class StoreUnusable(EnvironmentNotReady):
 class DamagedRecord(EnvironmentNotReady):
     """One job's row in the store cannot be read; the other jobs can."""
 
-    def __init__(self, job_id: str, path: Path, problem: str):
+    def __init__(self, job_id: str, path: Path | str, problem: str):
         self.job_id, self.problem = job_id, problem
+        where = dialects.shown_url(path) if dialects.is_postgres_url(path) else path
+        forget = (f"psql '{where}' -c" if dialects.is_postgres_url(path) else f"sqlite3 {path}")
         super().__init__(
-            f"The record of job [{job_id}] in the job store [{path}] is damaged ({problem}); the other jobs are "
+            f"The record of job [{job_id}] in the job store [{where}] is damaged ({problem}); the other jobs are "
             f"unaffected: restore the store from a backup, or forget the job with "
-            f"`sqlite3 {path} \"DELETE FROM jobs WHERE job_id = '{job_id}'\"`."
+            f"`{forget} \"DELETE FROM jobs WHERE job_id = '{job_id}'\"`."
         )
 
 
-def store_problem(path: Path, exc: Exception) -> StoreUnusable:
-    """One line naming the store file, what is wrong with it and what to do."""
+def store_problem(path: Path | str, exc: Exception) -> StoreUnusable:
+    """One line naming the store (a file, or a PostgreSQL URL without its password), what is
+    wrong with it and what to do."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if dialects.is_postgres_url(path):
+        return _postgres_problem(str(path), text)
     if isinstance(exc, sqlite3.OperationalError) and "locked" in text:
         fix = "another aiptrain process holds it too long; try again"
     elif isinstance(exc, sqlite3.OperationalError) and ("full" in text or "disk" in text):
@@ -96,24 +103,37 @@ def store_problem(path: Path, exc: Exception) -> StoreUnusable:
     return StoreUnusable(f"The job store [{path}] cannot be used ({text}): {fix}.")
 
 
+def _postgres_problem(url: str, text: str) -> StoreUnusable:
+    for secret in dialects.passwords_in(url):  # servers do not echo it; a driver's parse error might
+        text = text.replace(secret, "***")
+    return StoreUnusable(
+        f"The job store [{dialects.shown_url(url)}] cannot be used ({text.strip()}): check that the PostgreSQL "
+        "server runs and accepts connections there, and that AIPTRAIN_STORE names its user, password and database "
+        "(or unset AIPTRAIN_STORE for the SQLite store in AIPTRAIN_HOME)."
+    )
+
+
 def warn_on_stderr(message: str) -> None:
     print(f"WARNING: {message}", file=sys.stderr, flush=True)
 
 
 class JobTable:
-    def __init__(self, path: Path, warn: Callable[[str], None] = warn_on_stderr):
+    def __init__(self, path: Path | str, warn: Callable[[str], None] = warn_on_stderr):
+        """`path`: the SQLite file, or a postgresql:// URL (Settings.store gives the one configured)."""
         self.path = path
         self._warn = warn
         self._warned: set[str] = set()  # jobs whose damaged record was reported already
         self._db = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db = dialects.connect(path)
             self._ensure_schema()
-        except (sqlite3.DatabaseError, OSError) as exc:
+        except StoreUnusable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - only the database's own errors and OSError are expected
             if self._db is not None:
                 self._db.close()
+            if not is_database_error(exc):
+                raise
             raise store_problem(path, exc) from None
 
     def skip_damaged(self, job_id: str, problem: str,
@@ -125,39 +145,37 @@ class JobTable:
                        f"{consequence}.")
 
     def _ensure_schema(self) -> None:
-        """WAL mode, the tables and the added columns, set up once per database file. Every CLI
-        process opens the store, many at once: only the first must write, and it does so inside
-        BEGIN IMMEDIATE, which waits for the lock (an autocommit CREATE that reads the schema,
-        then finds another process changed it, fails at once with "database is locked")."""
-        for attempt in range(100):  # WAL is kept in the file: only a new database switches
-            try:
-                if self._db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                    self._db.execute("PRAGMA journal_mode=WAL")
-                break
-            except sqlite3.OperationalError as exc:  # another process is switching it right now
-                if "locked" not in str(exc) or attempt == 99:
-                    raise
-                time.sleep(0.05)
+        """The tables and the added columns, set up once per database. Every CLI process opens
+        the store, many at once: only the first must write, and it does so inside the store's
+        write transaction, which waits for the write lock (an autocommit CREATE that reads the
+        schema, then finds another process changed it, fails at once with "database is locked")."""
         if not self._schema_is_current():
             with self._transaction():
                 for statement in filter(str.strip, (SCHEMA + INDEXES).split(";")):
+                    self._db.execute(self._db.ddl(statement))
+                for statement in self._db.extra_schema:
                     self._db.execute(statement)
                 self._add_columns()
 
     def _schema_is_current(self) -> bool:
-        tables = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master")}
-        return {"jobs", "events", "verdicts", "jobs_by_state", "admission"} <= tables and not self._missing_columns()
+        names = self._db.schema_names()
+        return {"jobs", "events", "verdicts", "jobs_by_state", "admission"} <= names and not self._missing_columns()
 
     def _missing_columns(self) -> list[str]:
-        present = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        present = self._db.columns("jobs")
         return [name for name in ADDED_COLUMNS if name not in present]
 
     def _add_columns(self) -> None:
         """Columns a database made before them lacks, filled in from each stored resource (under
         the write lock the caller holds, so no row is written meanwhile)."""
         for name in self._missing_columns():
-            self._db.execute(f"ALTER TABLE jobs ADD COLUMN {name} TEXT")
-            self._db.execute(f"UPDATE jobs SET {name} = {ADDED_COLUMNS[name]}")
+            self._db.execute(self._db.ddl(f"ALTER TABLE jobs ADD COLUMN {name} TEXT"))
+            member = ADDED_COLUMNS[name]
+            if member is None:
+                self._db.execute(f"UPDATE jobs SET {name} = ?", (_ADDED_DEFAULT,))
+            else:
+                self._db.execute(f"UPDATE jobs SET {name} = {self._db.json_member('resource')}",
+                                 (self._db.member_path(member),))
 
     def close(self) -> None:
         if self._db is not None:
@@ -170,7 +188,8 @@ class JobTable:
         self.close()
 
     def _transaction(self):
-        return _Immediate(self._db)
+        """The store's write transaction: no other writer until it commits (aiptrain.dialects)."""
+        return self._db.transaction()
 
     def exists(self, job_id: str) -> bool:
         return self._db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job_id,)).fetchone() is not None
@@ -201,13 +220,14 @@ class JobTable:
         alone, without reading or parsing the stored JSON."""
         where, params = [], []
         for condition in query.conditions:
-            clause, values = _sql_condition(condition)
+            clause, values = _sql_condition(self._db, condition)
             where.append(clause)
             params += values
         order = []
         for key in query.order:
-            expression, values = _sql_sort_key(key.key)
-            order.append(f"{expression} {'DESC' if key.descending else 'ASC'}")
+            expression, values = _sql_sort_key(self._db, key.key)
+            # No label sorts first, as SQLite sorts NULL; PostgreSQL would sort it last.
+            order.append(f"{expression} {'DESC NULLS LAST' if key.descending else 'ASC NULLS FIRST'}")
             params += values
         if any(key not in COLUMNS for key in [c.key for c in query.conditions] + [k.key for k in query.order]):
             self._report_damaged_labels()
@@ -227,7 +247,7 @@ class JobTable:
 
     def _report_damaged_labels(self) -> None:
         """Jobs whose labels column is damaged: SQL on labels reads them as having none, so say so."""
-        rows = self._db.execute("SELECT job_id FROM jobs WHERE labels IS NOT NULL AND NOT json_valid(labels)")
+        rows = self._db.execute(f"SELECT job_id FROM jobs WHERE labels IS NOT NULL AND NOT {self._db.json_valid('labels')}")
         for (job_id,) in rows.fetchall():
             self.skip_damaged(job_id, "its labels column is not JSON", "filters and sorts read it as having no labels; "
                               f"{LABELS_REWRITTEN}")
@@ -274,40 +294,33 @@ def labels_column(resource: dict) -> str | None:
     return None if labels is None else json.dumps(labels)
 
 
-def _label_path(key: str) -> str:
-    """The JSON path of `labels.KEY` inside the labels column (KEY quoted: it may hold `-`)."""
-    return f'$."{key.split(".", 1)[1]}"'
-
-
-def _sql_sort_key(key: str) -> tuple[str, list]:
+def _sql_sort_key(sql, key: str) -> tuple[str, list]:
+    """The SQL expression of a listed key and its parameters; `sql`: the store's dialect."""
     if key in COLUMNS:
         return COLUMNS[key], []
-    # A damaged labels column has no labels, rather than failing the query of every job.
-    return "CASE WHEN json_valid(labels) THEN json_extract(labels, ?) END", [_label_path(key)]
+    # `labels.KEY`: a damaged labels column has no labels, rather than failing the query of every job.
+    label = sql.member_path(key.split(".", 1)[1])
+    return f"CASE WHEN {sql.json_valid('labels')} THEN {sql.json_member('labels')} END", [label]
 
 
-def _sql_condition(condition: Condition) -> tuple[str, list]:
-    column, params = _sql_sort_key(condition.key)
+def _sql_condition(sql, condition: Condition) -> tuple[str, list]:
+    column, params = _sql_sort_key(sql, condition.key)
     value = condition.value
     if condition.op == "IN":
         return f"{column} IN ({','.join('?' * len(value))})", [*params, *value]
     if condition.op == "NOT_IN":  # a missing label is not any of the values
-        return f"coalesce({column} NOT IN ({','.join('?' * len(value))}), 1)", [*params, *value]
+        return f"coalesce({column} NOT IN ({','.join('?' * len(value))}), TRUE)", [*params, *value]
     if condition.op == "PREFIX":
         return f"substr({column}, 1, ?) = ?", [*params, len(value), value]
     if condition.op == "CONTAINS_NOCASE":
-        return f"instr(lower({column}), ?) > 0", [*params, value.lower()]
+        return sql.contains(f"lower({column})"), [*params, value.lower()]
     return f"{column} {_SQL_OPERATORS[condition.op]} ?", [*params, value]
 
 
-class _Immediate:
-    """`with` block that runs inside BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error)."""
-
-    def __init__(self, db: sqlite3.Connection):
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self._db.execute("ROLLBACK" if exc_type else "COMMIT")
+def is_database_error(exc: BaseException) -> bool:
+    """Whether the store's database failed (rather than aiptrain): SQLite's errors, PostgreSQL's
+    (psycopg's, looked up only when it was imported), or the file system's."""
+    if isinstance(exc, (sqlite3.DatabaseError, OSError)):
+        return True
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(exc, psycopg.Error)

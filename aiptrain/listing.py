@@ -26,7 +26,7 @@ def list_resources(settings: Settings, filter: str | None = None,
     expression = filtering.parse(filter) if filter else None
     keys = filtering.parse_sort_keys(sort_by)
     if table is None:
-        with JobTable(settings.store_path) as table:
+        with JobTable(settings.store) as table:
             return list_resources(settings, filter, sort_by, limit, fields, table)
     if table.active_job_ids():
         control.ensure_running(settings)  # a controller that died is replaced: its jobs go on

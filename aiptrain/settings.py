@@ -114,6 +114,18 @@ def _env_token() -> str:
                               "at a file holding the token, or set AIPTRAIN_API_TOKEN.") from None
 
 
+def _env_store() -> str:
+    """AIPTRAIN_STORE: a postgresql:// URL for a team server's store; unset, the home's SQLite file."""
+    url = os.environ.get("AIPTRAIN_STORE", "").strip()
+    if url and not url.startswith(("postgresql://", "postgres://")):
+        from aiptrain.dialects import shown_url
+
+        raise ValidationError(f"AIPTRAIN_STORE [{shown_url(url)}] is not a PostgreSQL URL: set it to "
+                              "postgresql://USER:PASSWORD@HOST:PORT/DATABASE, or unset it for the SQLite store in "
+                              "AIPTRAIN_HOME.")
+    return url
+
+
 def _default_home() -> Path:
     if os.environ.get("AIPTRAIN_HOME"):
         return Path(os.environ["AIPTRAIN_HOME"]).expanduser().resolve()
@@ -125,6 +137,8 @@ def _default_home() -> Path:
 @dataclass(frozen=True)
 class Settings:
     home: Path = field(default_factory=_default_home)
+    # The job store's PostgreSQL database (a postgresql:// URL); empty: the SQLite file in the home.
+    store_url: str = field(default_factory=_env_store, repr=False)  # repr: it may hold a password
     # Where packages are staged when neither --staging-bucket nor --job-dir says otherwise.
     default_bucket: str = field(default_factory=lambda: os.environ.get("AIPTRAIN_STAGING_BUCKET", ""))
     default_runtime_version: str = field(
@@ -199,7 +213,13 @@ class Settings:
 
     @property
     def store_path(self) -> Path:
+        """The SQLite store's file (used unless AIPTRAIN_STORE names a PostgreSQL database)."""
         return self.home / "jobs.db"
+
+    @property
+    def store(self) -> Path | str:
+        """The job store to open (aiptrain.jobtable.JobTable): the PostgreSQL URL, or the SQLite file."""
+        return self.store_url or self.store_path
 
     @property
     def bucket_root(self) -> Path:

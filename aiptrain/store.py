@@ -1,16 +1,16 @@
-"""The job store: one SQLite database, the record of every job and its state changes.
+"""The job store: one database (the home's SQLite file, or PostgreSQL), the record of every job
+and its state changes.
 
 aiptrain.jobtable holds the schema and the untyped reads; this module adds the `Job` API.
-SQLite in WAL mode with a busy timeout lets many CLI processes and supervisors read and
-write at once; state changes are compare-and-set inside `BEGIN IMMEDIATE`, so two processes
-never both move a job out of the same state, and a committed change survives a crash of
-the writer.
+Many CLI processes and the controller read and write at once; state changes are compare-and-set
+inside the store's write transaction (aiptrain.dialects: SQLite's `BEGIN IMMEDIATE`, PostgreSQL's
+advisory lock), so two processes never both move a job out of the same state, and a committed
+change survives a crash of the writer.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
@@ -40,7 +40,7 @@ class JobStore(JobTable):
                      labels_column(resource), backend),
                 )
                 self._event(job.job_id, job.create_time, State.QUEUED, None)
-        except sqlite3.IntegrityError:
+        except self._db.integrity_errors:
             raise duplicate_job(job.job_id) from None
         return job
 
@@ -97,26 +97,31 @@ class JobStore(JobTable):
     def update_resource(self, job: Job) -> None:
         """Replace the stored resource (e.g. packageUris after staging), keeping the state."""
         resource = job.to_resource()
-        with self._transaction():
-            self._db.execute(
-                "UPDATE jobs SET resource = json_set(?, '$.state', state), labels = ? WHERE job_id = ?",
-                (json.dumps(resource), labels_column(resource), job.job_id),
-            )
+        with self._transaction():  # the stored state, read and kept under the write lock
+            row = self._db.execute("SELECT state FROM jobs WHERE job_id = ?", (job.job_id,)).fetchone()
+            if row is None:
+                return
+            resource["state"] = row[0]
+            self._db.execute("UPDATE jobs SET resource = ?, labels = ? WHERE job_id = ?",
+                             (json.dumps(resource), labels_column(resource), job.job_id))
 
     def set_training_output(self, job_id: str, output: TrainingOutput) -> None:
         """Replace trainingOutput only: state, errorMessage and the rest stay as they are, so
         this never undoes a concurrent transition (a cancel, say)."""
         with self._transaction():
-            self._db.execute(
-                "UPDATE jobs SET resource = json_set(resource, '$.trainingOutput', json(?)) WHERE job_id = ?",
-                (json.dumps(output.to_resource()), job_id),
-            )
+            row = self._db.execute("SELECT resource FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            if row is None:
+                return
+            resource = _json_object(job_id, self.path, row[0])
+            resource["trainingOutput"] = output.to_resource()
+            self._db.execute("UPDATE jobs SET resource = ? WHERE job_id = ?", (json.dumps(resource), job_id))
 
     def record_verdict(self, job_id: str, verdict: dict) -> None:
         """Keep a supervisor's decision before it tears the job down: one that dies meanwhile is
         followed by one that finishes the same ending instead of judging the remains."""
         with self._transaction():
-            self._db.execute("INSERT OR REPLACE INTO verdicts (job_id, verdict) VALUES (?, ?)",
+            self._db.execute("INSERT INTO verdicts (job_id, verdict) VALUES (?, ?) "
+                             "ON CONFLICT (job_id) DO UPDATE SET verdict = excluded.verdict",
                              (job_id, json.dumps(verdict)))
 
     def verdict(self, job_id: str) -> dict | None:
@@ -195,7 +200,8 @@ class JobStore(JobTable):
         lock, so two jobs never both take the last capacity. Admitted: the job is PREPARING. A job
         no longer QUEUED (cancelled meanwhile) is not admitted."""
         with self._transaction():
-            self._db.execute("INSERT OR IGNORE INTO admission (job_id, replicas) VALUES (?, ?)", (job_id, replicas))
+            self._db.execute("INSERT INTO admission (job_id, replicas) VALUES (?, ?) ON CONFLICT (job_id) DO NOTHING",
+                             (job_id, replicas))
             queue, used = self.admission_queue()
             verdict = rule(queue, used)
             if verdict.admitted:
@@ -222,6 +228,16 @@ class JobStore(JobTable):
             counts[task_name] = counts.get(task_name, 0) + 1
             self._db.execute("UPDATE jobs SET restarts = ? WHERE job_id = ?", (json.dumps(counts), job_id))
         return counts[task_name]
+
+
+def _json_object(job_id: str, path, text: str) -> dict:
+    try:
+        resource = json.loads(text)
+    except ValueError as exc:
+        raise DamagedRecord(job_id, path, f"not JSON: {exc}") from None
+    if not isinstance(resource, dict):
+        raise DamagedRecord(job_id, path, "not a JSON object")
+    return resource
 
 
 def duplicate_job(job_id: str) -> JobExists:

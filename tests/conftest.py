@@ -299,3 +299,43 @@ def drive_to_end(driver, max_steps: int = 10_000):
         if driver.step() is None:
             return driver.final_state
     raise AssertionError(f"job {driver.job_id} did not end in {max_steps} steps (phase {driver.phase})")
+
+
+# -- the job store on both of its databases ----------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A PostgreSQL server of the session's own (tests/pgserver.py); with CI=true a missing
+    PostgreSQL (or psycopg) is a failure, never a skip."""
+    import pgserver
+
+    programs = pgserver.bin_dir()
+    if programs is None:
+        _unavailable("no PostgreSQL: scripts/install-postgresql.sh (apt-get install postgresql), as root")
+    try:
+        import psycopg  # noqa: F401 - the driver the store uses
+    except ImportError:
+        _unavailable("no psycopg: pip install -e '.[postgresql]' (make install)")
+    server = pgserver.Server(programs)
+    try:
+        server.start()
+    except RuntimeError as exc:
+        server.stop()
+        _unavailable(f"PostgreSQL did not start: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server):
+    """The URL of an empty database on the session's server."""
+    return postgres_server.new_database()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_location(request, tmp_path):
+    """Where a store test's JobStore lives: the SQLite file, then a PostgreSQL database."""
+    if request.param == "sqlite":
+        return tmp_path / "jobs.db"
+    return request.getfixturevalue("postgres_url")

@@ -151,13 +151,14 @@ def _environment_error(exc: Exception) -> AiptrainError | None:
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         where = f" writing [{exc.filename}]" if exc.filename else ""
         return EnvironmentNotReady(f"The disk is full{where} ({exc.strerror}): free space on it, then try again.")
-    sqlite3 = sys.modules.get("sqlite3")
-    if sqlite3 is None or not isinstance(exc, sqlite3.DatabaseError):
+    database_errors = tuple(getattr(sys.modules.get(name), error, ())
+                            for name, error in (("sqlite3", "DatabaseError"), ("psycopg", "Error")))
+    if not isinstance(exc, database_errors):
         return None
     from aiptrain.jobtable import store_problem
     from aiptrain.settings import Settings
 
-    return store_problem(Settings().store_path, exc)
+    return store_problem(Settings().store, exc)
 
 
 def _printable(message: str) -> str:
