@@ -119,7 +119,8 @@ def warn_on_stderr(message: str) -> None:
 
 class JobTable:
     def __init__(self, path: Path | str, warn: Callable[[str], None] = warn_on_stderr):
-        """`path`: the SQLite file, or a postgresql:// URL (Settings.store gives the one configured)."""
+        """`path`: the SQLite file, or a postgresql:// URL (Settings.store gives the one configured;
+        messages name it without its password)."""
         self.path = path
         self._warn = warn
         self._warned: set[str] = set()  # jobs whose damaged record was reported already
@@ -141,7 +142,7 @@ class JobTable:
         """Say once, in one line, that a job's record is damaged, and what that does here."""
         if job_id not in self._warned:
             self._warned.add(job_id)
-            self._warn(f"The record of job [{job_id}] in the job store [{self.path}] is damaged ({problem}): "
+            self._warn(f"The record of job [{job_id}] in the job store [{self._db.where}] is damaged ({problem}): "
                        f"{consequence}.")
 
     def _ensure_schema(self) -> None:

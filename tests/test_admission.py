@@ -99,8 +99,8 @@ def test_a_study_holds_its_parallel_trials_replicas():
 
 
 @pytest.fixture
-def store(tmp_path):
-    store = JobStore(tmp_path / "jobs.db")
+def store(store_location):
+    store = JobStore(store_location)
     yield store
     store.close()
 

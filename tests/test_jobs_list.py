@@ -176,9 +176,12 @@ def _hold_running(settings: Settings, resources: list[dict]) -> list[JobLock]:
     return [JobLock.try_acquire(settings.job_lock_path(r["jobId"])) for r in resources if r["state"] == "RUNNING"]
 
 
-@pytest.fixture
-def filled(home):
-    """A client over the filled store; the RUNNING jobs' locks are held."""
+@pytest.fixture(params=["sqlite", "postgresql"])
+def filled(request, home, monkeypatch):
+    """A client over the filled store (the home's SQLite file, then PostgreSQL: AIPTRAIN_STORE);
+    the RUNNING jobs' locks are held."""
+    if request.param == "postgresql":
+        monkeypatch.setenv("AIPTRAIN_STORE", request.getfixturevalue("postgres_url"))
     client = Client()
     resources = _fill(client.store)
     locks = _hold_running(client.settings, resources)
@@ -342,8 +345,10 @@ def test_list_refuses_bad_flags(home, run, argv, message):
 # --- jobs update ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def labelled(home):
+@pytest.fixture(params=["sqlite", "postgresql"])
+def labelled(request, home, monkeypatch):
+    if request.param == "postgresql":
+        monkeypatch.setenv("AIPTRAIN_STORE", request.getfixturevalue("postgres_url"))
     client = Client()
     client.store.create(Job(job_id="lab", labels={"a": "1", "b": "2"}))
     client.store.transition("lab", State.SUCCEEDED, [State.QUEUED])  # finished jobs can be relabelled

@@ -12,8 +12,11 @@ import sys
 
 import pytest
 
+from aiptrain.dialects import shown_url
 from aiptrain.model import Job, State
+from aiptrain.settings import Settings
 from aiptrain.store import JobStore
+from pgserver import PASSWORD
 
 NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock", "STORAGE_EMULATOR_HOST": ""}
 
@@ -57,12 +60,15 @@ def test_a_store_damaged_inside_is_one_line_when_a_command_reaches_the_damage(ho
     assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
 
 
-@pytest.fixture
-def damaged(home):
+@pytest.fixture(params=["sqlite", "postgresql"])
+def damaged(request, home, monkeypatch):
     """Five jobs; job_b's resource is not JSON, job_c's labels column is not JSON, job_d's resource
-    is JSON but not an object. job_b is RUNNING with nobody driving it, so listing reconciles it."""
+    is JSON but not an object. job_b is RUNNING with nobody driving it, so listing reconciles it.
+    Once in the home's SQLite file, once in PostgreSQL (AIPTRAIN_STORE)."""
     home.mkdir(parents=True)
-    with JobStore(home / "jobs.db") as store:
+    if request.param == "postgresql":
+        monkeypatch.setenv("AIPTRAIN_STORE", request.getfixturevalue("postgres_url"))
+    with JobStore(Settings().store) as store:
         for job_id in ("job_a", "job_b", "job_c", "job_d", "job_e"):
             store.create(Job.model_validate({"jobId": job_id, "labels": {"team": "ml"}}))
             store.transition(job_id, State.SUCCEEDED, [State.QUEUED])
@@ -70,6 +76,11 @@ def damaged(home):
         store._db.execute("UPDATE jobs SET labels = '{broken' WHERE job_id = 'job_c'")
         store._db.execute("UPDATE jobs SET resource = '[1, 2]' WHERE job_id = 'job_d'")
     return home
+
+
+def shown(store) -> str:
+    """The store as messages name it: the SQLite file, or the URL without its password."""
+    return shown_url(store) if isinstance(store, str) else str(store)
 
 
 def warnings(stderr: str) -> list[str]:
@@ -87,7 +98,8 @@ def test_a_damaged_row_is_reported_once_and_left_out_of_a_listing(run, damaged):
     assert found == ["job_a", "job_c", "job_e"]
     lines = warnings(err)
     assert len(lines) == 2 and len(err.splitlines()) == 2, err
-    assert "[job_b]" in lines[0] and f"[{damaged / 'jobs.db'}]" in lines[0]
+    assert "[job_b]" in lines[0] and f"[{shown(Settings().store)}]" in lines[0]
+    assert PASSWORD not in err
 
 
 @pytest.mark.parametrize("args, expected", [
@@ -118,12 +130,13 @@ def test_describe_of_a_damaged_job_says_what_to_do_and_others_still_work(run, da
     assert code == 3 and out == ""
     assert err.startswith("ERROR: The record of job [job_b] in the job store [")
     assert "DELETE FROM jobs WHERE job_id = 'job_b'" in err and len(err.splitlines()) == 1
+    assert f"[{shown(Settings().store)}]" in err and PASSWORD not in err
     code, out, _ = run("jobs", "describe", "job_a")
     assert code == 0 and "jobId: job_a" in out
 
 
 def test_the_store_api_lists_the_readable_jobs(damaged, capsys):
-    with JobStore(damaged / "jobs.db") as store:
+    with JobStore(Settings().store) as store:
         assert [job.job_id for job in store.list()] == ["job_a", "job_c", "job_e"]  # one second: by ID
     assert len(warnings(capsys.readouterr().err)) == 2
 
