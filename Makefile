@@ -7,14 +7,14 @@ RUNTIMES ?= 2.11 minimal
 ALL_RUNTIMES := 2.11 2.10 2.9 2.8 2.7 2.6 2.5 2.4 2.3 2.2 2.1 minimal
 TEST_RUNTIMES ?= 2.1 2.3 2.5
 
-.PHONY: install images images-all lint docs browser test test-slow test-multinode test-runtimes unit chaos bench clean
+.PHONY: install images images-all lint docs browser postgresql test test-slow test-multinode test-runtimes unit chaos bench clean
 
 install: $(BIN)/aiptrain
 
 $(BIN)/aiptrain: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,postgresql]'
 	@touch $@
 
 # The images the tests run: the base images (debootstrap, no registry; bookworm for minimal,
@@ -43,7 +43,12 @@ docs: install
 browser:
 	scripts/install-chromium.sh
 
-test: images lint docs browser
+# Debian's postgresql for the store tests on PostgreSQL (installed when root; the tests start
+# and stop a server of their own).
+postgresql:
+	scripts/install-postgresql.sh
+
+test: images lint docs browser postgresql
 	$(BIN)/pytest -q --durations=25 -m "not slow and not multinode and not runtimes"
 
 # The scale tests (100 concurrent jobs): minutes on a 2-core machine.
