@@ -57,8 +57,8 @@ def passwords_in(url: str) -> list[str]:
     return sorted({secret for p in found if p for secret in (p, unquote(p))}, key=len, reverse=True)
 
 
-def connect(location: str | Path) -> "SQLiteDialect | PostgresDialect":
-    return PostgresDialect(location) if is_postgres_url(location) else SQLiteDialect(Path(location))
+def connect(location: str | Path) -> "Dialect":
+    return PostgresDialect(str(location)) if is_postgres_url(location) else SQLiteDialect(Path(location))
 
 
 class SQLiteDialect:
@@ -161,7 +161,7 @@ END $$""",)
         self.where = shown_url(url)
         try:
             import psycopg
-            from psycopg.conninfo import conninfo_to_dict
+            from psycopg.conninfo import conninfo_to_dict, make_conninfo
         except ImportError:
             from aiptrain.jobtable import StoreUnusable
 
@@ -170,10 +170,10 @@ END $$""",)
                 "installed: pip install 'aiptrain[postgresql]' (or unset AIPTRAIN_STORE for the SQLite store)."
             ) from None
         self.integrity_errors = (psycopg.IntegrityError,)
-        params = conninfo_to_dict(url)
-        params.setdefault("connect_timeout", CONNECT_TIMEOUT_SECONDS)
-        params.setdefault("application_name", "aiptrain")
-        self._db = psycopg.connect(autocommit=True, **params)
+        given = conninfo_to_dict(url)
+        defaults: dict[str, str | int] = {"connect_timeout": CONNECT_TIMEOUT_SECONDS, "application_name": "aiptrain"}
+        conninfo = make_conninfo(url, **{key: value for key, value in defaults.items() if key not in given})
+        self._db = psycopg.connect(conninfo, autocommit=True)
 
     def execute(self, sql: str, params=()):
         return self._db.execute(sql.replace("?", "%s"), params or None)
@@ -217,3 +217,6 @@ END $$""",)
 
     def forget_command(self, job_id: str) -> str:
         return f"psql '{self.where}' -c \"DELETE FROM jobs WHERE job_id = '{job_id}'\""
+
+
+Dialect = SQLiteDialect | PostgresDialect

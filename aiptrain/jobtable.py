@@ -76,7 +76,7 @@ class DamagedRecord(EnvironmentNotReady):
 
     def __init__(self, job_id: str, path: Path | str, problem: str):
         self.job_id, self.problem = job_id, problem
-        where = dialects.shown_url(path) if dialects.is_postgres_url(path) else path
+        where = dialects.shown_url(str(path)) if dialects.is_postgres_url(path) else path
         forget = (f"psql '{where}' -c" if dialects.is_postgres_url(path) else f"sqlite3 {path}")
         super().__init__(
             f"The record of job [{job_id}] in the job store [{where}] is damaged ({problem}); the other jobs are "
@@ -124,15 +124,15 @@ class JobTable:
         self.path = path
         self._warn = warn
         self._warned: set[str] = set()  # jobs whose damaged record was reported already
-        self._db = None
+        db = None
         try:
-            self._db = dialects.connect(path)
+            db = self._db = dialects.connect(path)
             self._ensure_schema()
         except StoreUnusable:
             raise
         except Exception as exc:  # noqa: BLE001 - only the database's own errors and OSError are expected
-            if self._db is not None:
-                self._db.close()
+            if db is not None:
+                db.close()
             if not is_database_error(exc):
                 raise
             raise store_problem(path, exc) from None
@@ -179,8 +179,7 @@ class JobTable:
                                  (self._db.member_path(member),))
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
+        self._db.close()
 
     def __enter__(self) -> JobTable:
         return self
@@ -295,7 +294,7 @@ def labels_column(resource: dict) -> str | None:
     return None if labels is None else json.dumps(labels)
 
 
-def _sql_sort_key(sql, key: str) -> tuple[str, list]:
+def _sql_sort_key(sql: dialects.Dialect, key: str) -> tuple[str, list]:
     """The SQL expression of a listed key and its parameters; `sql`: the store's dialect."""
     if key in COLUMNS:
         return COLUMNS[key], []
@@ -304,7 +303,7 @@ def _sql_sort_key(sql, key: str) -> tuple[str, list]:
     return f"CASE WHEN {sql.json_valid('labels')} THEN {sql.json_member('labels')} END", [label]
 
 
-def _sql_condition(sql, condition: Condition) -> tuple[str, list]:
+def _sql_condition(sql: dialects.Dialect, condition: Condition) -> tuple[str, list]:
     column, params = _sql_sort_key(sql, condition.key)
     value = condition.value
     if condition.op == "IN":
