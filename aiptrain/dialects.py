@@ -137,7 +137,9 @@ class SQLiteDialect:
 
 
 class PostgresDialect:
-    """A PostgreSQL database (psycopg 3), autocommit outside the store's write transactions."""
+    """A PostgreSQL database (psycopg 3), autocommit outside the store's write transactions. A
+    connection the server dropped (a restart, an idle timeout) is made again before the next
+    read or transaction, so a long-lived controller outlives a restart of the server."""
 
     # Text compares and sorts byte by byte, as in SQLite, whatever the database's locale.
     _DDL = (
@@ -170,20 +172,49 @@ END $$""",)
                 "installed: pip install 'aiptrain[postgresql]' (or unset AIPTRAIN_STORE for the SQLite store)."
             ) from None
         self.integrity_errors = (psycopg.IntegrityError,)
+        self._dropped = psycopg.OperationalError
         given = conninfo_to_dict(url)
         defaults: dict[str, str | int] = {"connect_timeout": CONNECT_TIMEOUT_SECONDS, "application_name": "aiptrain"}
-        conninfo = make_conninfo(url, **{key: value for key, value in defaults.items() if key not in given})
-        self._db = psycopg.connect(conninfo, autocommit=True)
+        self._conninfo = make_conninfo(url, **{key: value for key, value in defaults.items() if key not in given})
+        self._connect = lambda: psycopg.connect(self._conninfo, autocommit=True)
+        self._db = self._connect()
+        self._in_transaction = False
 
     def execute(self, sql: str, params=()):
-        return self._db.execute(sql.replace("?", "%s"), params or None)
+        sql = sql.replace("?", "%s")
+        if self._in_transaction:
+            return self._db.execute(sql, params or None)
+        return self._again_if_dropped(lambda: self._db.execute(sql, params or None))
+
+    def _again_if_dropped(self, action):
+        """`action`, once more on a new connection if the server had dropped this one. Only reads
+        and BEGIN run outside a transaction, so running one again is safe."""
+        if self._db.closed or self._db.broken:
+            self._db = self._connect()
+        try:
+            return action()
+        except self._dropped:
+            if not self._db.broken:
+                raise
+            self._db = self._connect()
+            return action()
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
         """READ COMMITTED: each statement after the lock sees every write committed before it."""
-        with self._db.transaction():
+        self._again_if_dropped(lambda: self._db.execute("BEGIN"))
+        self._in_transaction = True
+        try:
             self._db.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
             yield
+        except BaseException:
+            if not self._db.broken:
+                self._db.execute("ROLLBACK")
+            raise
+        else:
+            self._db.execute("COMMIT")
+        finally:
+            self._in_transaction = False
 
     def close(self) -> None:
         self._db.close()

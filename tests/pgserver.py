@@ -59,10 +59,17 @@ class Server:
             shutil.chown(pwfile, "postgres", "postgres")
         self._run("initdb", "-D", str(self.data), "-U", USER, f"--pwfile={pwfile}", "--auth-local=trust",
                   "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8", "--no-sync")
-        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
-        self._run("pg_ctl", "start", "-w", "-t", "60", "-D", str(self.data), "-l", str(self.dir / "server.log"),
-                  "-o", options)
+        self._pg_ctl("start")
         return self
+
+    def _pg_ctl(self, action: str) -> None:
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+        self._run("pg_ctl", action, "-m", "fast", "-w", "-t", "60", "-D", str(self.data),
+                  "-l", str(self.dir / "server.log"), "-o", options)
+
+    def restart(self) -> None:
+        """Stop and start again: every client's connection is dropped."""
+        self._pg_ctl("restart")
 
     def stop(self) -> None:
         try:

@@ -14,6 +14,7 @@ import pytest
 
 from aiptrain import filtering
 from aiptrain.errors import ValidationError
+from aiptrain.model import Job, State
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
 from pgserver import PASSWORD
@@ -91,3 +92,15 @@ def test_a_database_made_before_the_added_columns_takes_them_on(postgres_url):
             ("old", {"team": "ml"}, "docker"), ("older", None, "docker")]
         by_label = filtering.plan_query(filtering.parse("labels.team=ml"), (), None)
         assert [r["jobId"] for r in store.resources(by_label, ["jobId", "labels.team"])] == ["old"]
+
+
+def test_a_store_outlives_a_restart_of_the_server(postgres_server, postgres_url):
+    """The controller keeps its store open for as long as it runs: a restarted server costs it nothing."""
+    store = JobStore(postgres_url)
+    store.create(Job(job_id="a"))
+    postgres_server.restart()
+    assert store.get("a").state is State.QUEUED  # a read, on a new connection
+    postgres_server.restart()
+    assert store.transition("a", State.PREPARING, [State.QUEUED]).state is State.PREPARING  # a write
+    assert [state for _, state, _ in store.events("a")] == ["QUEUED", "PREPARING"]
+    store.close()
