@@ -226,8 +226,10 @@ class JobTable:
         order = []
         for key in query.order:
             expression, values = _sql_sort_key(self._db, key.key)
-            # No label sorts first, as SQLite sorts NULL; PostgreSQL would sort it last.
-            order.append(f"{expression} {'DESC NULLS LAST' if key.descending else 'ASC NULLS FIRST'}")
+            # No label sorts first, as SQLite sorts NULL; PostgreSQL would sort it last. (Columns
+            # are never NULL: they keep a plain order, which their indexes serve.)
+            nulls = "" if key.key in COLUMNS else (" NULLS LAST" if key.descending else " NULLS FIRST")
+            order.append(f"{expression} {'DESC' if key.descending else 'ASC'}{nulls}")
             params += values
         if any(key not in COLUMNS for key in [c.key for c in query.conditions] + [k.key for k in query.order]):
             self._report_damaged_labels()
