@@ -6,7 +6,7 @@ import multiprocessing
 import pytest
 
 from aiptrain.errors import ValidationError
-from aiptrain.model import Job, State, TrainingInput
+from aiptrain.model import Job, State, TrainingInput, TrainingOutput
 from aiptrain.store import JobStore
 
 
@@ -28,6 +28,27 @@ def test_duplicate_ids_are_rejected(store_location):
     store.create(Job(job_id="a"))
     with pytest.raises(ValidationError, match="already exists"):
         store.create(Job(job_id="a"))
+
+
+def test_writes_of_parts_never_undo_a_transition(store_location):
+    """update_resource keeps the stored state; set_training_output replaces trainingOutput alone;
+    a later verdict replaces an earlier one."""
+    store = JobStore(store_location)
+    created = store.create(Job(job_id="a", labels={"team": "ml"}))
+    store.transition("a", State.FAILED, [State.QUEUED], error_message="boom")
+    store.update_resource(created.model_copy(update={"training_input": TrainingInput(region="r2")}))
+    job = store.get("a")
+    assert (job.state, job.error_message, job.training_input.region) == (State.FAILED, None, "r2")
+    store.transition("a", State.FAILED, [State.FAILED], error_message="boom")
+    store.set_training_output("a", TrainingOutput(completed_trial_count=3))
+    job = store.get("a")
+    assert (job.state, job.error_message, job.training_output.completed_trial_count) == (State.FAILED, "boom", 3)
+    assert job.labels == {"team": "ml"}
+    store.record_verdict("a", {"state": "FAILED"})
+    store.record_verdict("a", {"state": "SUCCEEDED"})
+    assert store.verdict("a") == {"state": "SUCCEEDED"} and store.verdict("b") is None
+    store.set_training_output("b", TrainingOutput(completed_trial_count=1))  # no such job: nothing happens
+    assert store.get("b") is None
 
 
 def _create_many(path, worker, results):
