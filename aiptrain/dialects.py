@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import urlsplit
 
 # The advisory lock PostgreSQL writers take (any constant; only aiptrain's writers use it).
@@ -57,7 +57,7 @@ def passwords_in(url: str) -> list[str]:
     return sorted({secret for p in found if p for secret in (p, unquote(p))}, key=len, reverse=True)
 
 
-def connect(location: str | Path) -> "Dialect":
+def connect(location: str | Path) -> Dialect:
     return PostgresDialect(str(location)) if is_postgres_url(location) else SQLiteDialect(Path(location))
 
 

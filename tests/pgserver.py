@@ -52,7 +52,7 @@ class Server:
             log = self.dir / "server.log"
             raise RuntimeError(f"{argv[0]} failed: {result.stderr}{log.read_text() if log.exists() else ''}")
 
-    def start(self) -> "Server":
+    def start(self) -> Server:
         pwfile = self.dir / "pw"
         pwfile.write_text(PASSWORD + "\n")
         if self._as_postgres:

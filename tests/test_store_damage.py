@@ -11,12 +11,12 @@ import subprocess
 import sys
 
 import pytest
+from pgserver import PASSWORD
 
 from aiptrain.dialects import shown_url
 from aiptrain.model import Job, State
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
-from pgserver import PASSWORD
 
 NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock", "STORAGE_EMULATOR_HOST": ""}
 
