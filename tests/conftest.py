@@ -67,6 +67,7 @@ def home(tmp_path, monkeypatch):
     # tests of admission set their own cap.
     monkeypatch.setenv("AIPTRAIN_MAX_RUNNING_REPLICAS", "0")
     monkeypatch.delenv("AIPTRAIN_STAGING_BUCKET", raising=False)
+    monkeypatch.delenv("AIPTRAIN_STORE", raising=False)  # never a team's PostgreSQL store: the home's own
     monkeypatch.setenv("AIPTRAIN_CONTROLLER_IDLE_SECONDS", "10")  # a test's controller goes soon after it
     yield home
     stop_controller(home)
