@@ -243,8 +243,10 @@ class JobTable:
             limit = [query.limit + skipped] if query.limit else []
             rows = self._db.execute(sql + (" LIMIT ?" if limit else ""), [*params, *limit]).fetchall()
             found = [r for r in (self._row_resource(keys, row) for row in rows) if r is not None]
-            if not limit or len(found) >= query.limit or len(rows) < limit[0]:
-                return found[:query.limit] if limit else found
+            if not query.limit:  # None or 0: every row
+                return found
+            if len(found) >= query.limit or len(rows) < limit[0]:
+                return found[:query.limit]
             skipped = len(rows) - len(found)
 
     def _report_damaged_labels(self) -> None:

@@ -363,7 +363,7 @@ def _image_and_command(
         return inputs.runtime_image or "", None, ["sh", "-c", BOOTSTRAP, ti.python_module or "", *user_args]
     if installs_packages(job, inputs):
         # The image's ENTRYPOINT gives way to the bootstrap, as the service's pre-built containers run it.
-        return _replica_image(ti, replica.config), ["sh", "-c", BOOTSTRAP], [ti.python_module, *user_args]
+        return _replica_image(ti, replica.config), ["sh", "-c", BOOTSTRAP], [ti.python_module or "", *user_args]
     return _custom_container(ti, replica.config, user_args, hyperparameters)
 
 
@@ -386,7 +386,8 @@ def _custom_container(
 
 def _replica_image(ti: TrainingInput, config: ReplicaConfig | None) -> str:
     """A replica type's imageUri, defaulting to the master's as on the service."""
-    return (config.image_uri if config else None) or ti.master_config.image_uri
+    master = ti.master_config.image_uri if ti.master_config else None
+    return (config.image_uri if config else None) or master or ""
 
 
 def _totals(replicas: list[Replica]) -> tuple[int, float]:
@@ -463,9 +464,9 @@ def as_replicas_see_it(job: Job, inputs: PlanInputs) -> Job:
     if moves_job_dir:
         seen.training_input.job_dir = inputs.job_dir_mount
     if moves_args:
-        root = inputs.gcs_root.rstrip("/")
+        root = (inputs.gcs_root or "").rstrip("/")
         seen.training_input.args = [GCS_URL.sub(lambda m: root + "/" + m.group(0)[len("gs://"):], arg)
-                                    for arg in ti.args]
+                                    for arg in ti.args or []]
     return seen
 
 

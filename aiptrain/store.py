@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from aiptrain.admission import Queued, Verdict
-from aiptrain.errors import JobExists
+from aiptrain.errors import JobExists, JobNotFound
 from aiptrain.jobtable import DamagedRecord, JobTable, labels_column
 from aiptrain.model import Job, State, TrainingOutput, rfc3339, utc_now
 
@@ -30,16 +30,17 @@ class JobStore(JobTable):
     def create(self, job: Job, backend: str = "docker") -> Job:
         """Record a new job in QUEUED, run by `backend`. A job ID that exists already is a
         ValidationError."""
-        job = job.model_copy(update={"state": State.QUEUED, "create_time": job.create_time or utc_now()})
+        created = job.create_time or utc_now()
+        job = job.model_copy(update={"state": State.QUEUED, "create_time": created})
         try:
             with self._transaction():
                 resource = job.to_resource()
                 self._db.execute(
                     "INSERT INTO jobs (job_id, state, create_time, resource, labels, backend) VALUES (?, ?, ?, ?, ?, ?)",
-                    (job.job_id, job.state.value, rfc3339(job.create_time), json.dumps(resource),
+                    (job.job_id, State.QUEUED.value, rfc3339(created), json.dumps(resource),
                      labels_column(resource), backend),
                 )
-                self._event(job.job_id, job.create_time, State.QUEUED, None)
+                self._event(job.job_id, created, State.QUEUED, None)
         except self._db.integrity_errors:
             raise duplicate_job(job.job_id) from None
         return job
@@ -49,7 +50,14 @@ class JobStore(JobTable):
         row = self._db.execute("SELECT resource FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         return self._parsed(job_id, row[0]) if row else None
 
-    def list(self) -> list[Job]:
+    def require(self, job_id: str) -> Job:
+        """The job, which must exist (JobNotFound otherwise): for whoever drives or submitted it."""
+        job = self.get(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return job
+
+    def all(self) -> list[Job]:
         """Every job, newest first; a damaged row is reported once and left out."""
         rows = self._db.execute("SELECT job_id, resource FROM jobs ORDER BY create_time DESC, job_id").fetchall()
         jobs = []

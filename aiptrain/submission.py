@@ -28,7 +28,7 @@ from aiptrain.backends import Backend
 from aiptrain.config import SubmitFlags, build_job
 from aiptrain.errors import EnvironmentNotReady, ValidationError
 from aiptrain.logs import JobLogWriter
-from aiptrain.model import Job, State, TrainingInput
+from aiptrain.model import TERMINAL_STATES, Job, State, TrainingInput
 from aiptrain.ownership import JobLock
 from aiptrain.planning import (
     LABEL_INSTALL_FOR,
@@ -519,7 +519,7 @@ class Submitter:
         run, and a launch the engine refused is submit's error (exit 3), as when submit launched."""
         self._step("Starting the replicas")
         looked = time.monotonic()
-        while (job := self.store.get(job_id)).state is State.PREPARING:
+        while (job := self.store.require(job_id)).state is State.PREPARING:
             if time.monotonic() - looked > 1:  # a controller killed meanwhile is replaced
                 control.ensure_running(self.settings)
                 looked = time.monotonic()
@@ -539,9 +539,9 @@ class Submitter:
                 f"trainingInput.hyperparameters.resumePreviousJobId [{previous_id}] is not a hyperparameter "
                 "tuning job here: name one that `aiptrain jobs list` shows, or leave it out."
             )
-        if not previous.state.is_terminal:
+        if previous.state not in TERMINAL_STATES:
             raise ValidationError(
-                f"resumePreviousJobId [{previous_id}] is still {previous.state.value}: wait for it to end."
+                f"resumePreviousJobId [{previous_id}] is still {(previous.state or State.QUEUED).value}: wait for it to end."
             )
 
     def _record(self, submission: Submission, job: Job, job_log: JobLogWriter) -> None:
@@ -561,7 +561,7 @@ class Submitter:
         verdict = admission.request(self.store, job, self.settings.max_running_replicas)
         if not verdict.admitted:
             self._step("Queued: the job starts when the machine has room for it")
-            job_log.service(verdict.reason)
+            job_log.service(verdict.reason or "")
 
     def _stage_and_plan(self, submission: Submission, job: Job) -> tuple[LaunchPlan, PlanInputs]:
         """Package, resolve dependencies, stage, fetch and plan; on any error leave no trace

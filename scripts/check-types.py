@@ -16,6 +16,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "scripts" / "mypy-baseline.json"
+# The runtime core type-checks with no error at all (issue 17): no baseline for these.
+CORE = ("aiptrain/runner/", "aiptrain/lifecycle.py", "aiptrain/admission.py", "aiptrain/planning.py",
+        "aiptrain/store.py", "aiptrain/jobtable.py", "aiptrain/dialects.py", "aiptrain/jobs.py")
 
 
 def counts() -> dict[str, int]:
@@ -30,7 +33,8 @@ def main() -> int:
         BASELINE.write_text(json.dumps(now, indent=1) + "\n")
         print(f"mypy baseline: {sum(now.values())} errors in {len(now)} files, written to {BASELINE.name}")
         return 0
-    baseline = json.loads(BASELINE.read_text())
+    baseline = {path: count for path, count in json.loads(BASELINE.read_text()).items()
+                if not path.startswith(CORE)}
     grew = {path: (baseline.get(path, 0), count) for path, count in now.items() if count > baseline.get(path, 0)}
     for path, (before, after) in grew.items():
         print(f"{path}: {after} mypy errors, the baseline allows {before} (`.venv/bin/mypy {path}` lists them)")

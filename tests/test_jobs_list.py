@@ -167,7 +167,7 @@ def _fill(store: JobStore) -> list[dict]:
         state = STATES[n % len(STATES)]
         if state is not State.QUEUED:
             store.transition(job.job_id, state, [State.QUEUED])
-    return [job.to_resource() for job in store.list()]
+    return [job.to_resource() for job in store.all()]
 
 
 def _hold_running(settings: Settings, resources: list[dict]) -> list[JobLock]:

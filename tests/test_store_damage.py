@@ -137,7 +137,7 @@ def test_describe_of_a_damaged_job_says_what_to_do_and_others_still_work(run, da
 
 def test_the_store_api_lists_the_readable_jobs(damaged, capsys):
     with JobStore(Settings().store) as store:
-        assert [job.job_id for job in store.list()] == ["job_a", "job_c", "job_e"]  # one second: by ID
+        assert [job.job_id for job in store.all()] == ["job_a", "job_c", "job_e"]  # one second: by ID
     assert len(warnings(capsys.readouterr().err)) == 2
 
 

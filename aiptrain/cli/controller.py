@@ -49,8 +49,8 @@ def status() -> None:
     settings = Settings()
     info = control.running(settings)
     active = 0
-    if settings.store_path.exists():
-        with JobTable(settings.store_path) as table:
+    if settings.store_url or settings.store_path.exists():
+        with JobTable(settings.store) as table:
             active = len(table.active_job_ids())
     jobs = f"{active} active job{'s' * (active != 1)}"
     if info is None:

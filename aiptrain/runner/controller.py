@@ -59,7 +59,7 @@ class PerThreadStore:
     def __getattr__(self, name: str):
         store = getattr(self._local, "store", None)
         if store is None:
-            store = self._local.store = JobStore(self._settings.store_path)
+            store = self._local.store = JobStore(self._settings.store)
         return getattr(store, name)
 
 
