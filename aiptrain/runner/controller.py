@@ -131,6 +131,10 @@ class Controller:
                 self.store.skip_damaged(job_id, exc.problem)
                 self.skipped.add(job_id)
                 continue
+            except Exception as exc:  # noqa: BLE001 - e.g. a full disk: this job waits for the next look
+                log.warning("Could not take job %s on yet: %s", job_id, exc)
+                waiting = True
+                continue
             self.due[job_id] = 0.0
             log.info("Driving job %s", job_id)
         return waiting
