@@ -82,8 +82,8 @@ def ensure_running(settings: Settings) -> None:
 
 def _replace(settings: Settings) -> JobLock | None:
     """Ask an outdated controller to stop and take its lock once it has."""
-    send(settings, QUIT)
     deadline = time.monotonic() + REPLACE_PATIENCE_SECONDS
+    asked = False
     while time.monotonic() < deadline:
         lock = JobLock.try_acquire(settings.controller_lock_path)
         if lock is not None:
@@ -91,6 +91,7 @@ def _replace(settings: Settings) -> JobLock | None:
         info = running(settings)
         if info is not None and info.version == code_version():
             return None
+        asked = asked or send(settings, QUIT)  # one still starting does not read its FIFO yet
         time.sleep(0.05)
     return None
 
@@ -142,12 +143,12 @@ def wake(settings: Settings, job_id: str = "") -> None:
 def stop(settings: Settings, timeout: float = 60) -> bool:
     """Ask the controller to stop (it finishes the steps in hand; jobs keep running and the next
     command's controller drives them on); True once it has."""
-    if running(settings) is None:
-        return True
-    send(settings, QUIT)
     deadline = time.monotonic() + timeout
+    asked = False
     while time.monotonic() < deadline:
         if running(settings) is None:
             return True
+        # One that is still starting does not read its FIFO yet: ask until it hears.
+        asked = asked or send(settings, QUIT)
         time.sleep(0.05)
     return False

@@ -167,6 +167,8 @@ class Controller:
     def stepped(self, job_id: str, future: Future) -> None:
         """A step finished (in its pool thread): schedule the next or let the job go."""
         self.in_flight.pop(job_id, None)
+        if future.cancelled():  # dropped at shut-down
+            return
         delay = future.result()
         driver = self.drivers.get(job_id)
         if delay is None or driver is None or driver.ended:
@@ -274,7 +276,8 @@ class Controller:
 
     def shut_down(self) -> None:
         self.watchers_stop.set()
-        self.pool.shutdown(wait=True)  # the steps in hand finish; the next controller carries on
+        # The steps in hand finish; those not started yet are dropped: the next controller takes them.
+        self.pool.shutdown(wait=True, cancel_futures=True)
         for driver in self.drivers.values():
             driver.close()
         self.home_lock.release()
