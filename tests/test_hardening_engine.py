@@ -9,17 +9,8 @@ import struct
 import pytest
 from docker.errors import APIError
 
-from aiptrain.backends.docker import (
-    ENGINE_PART_BYTES,
-    _frame_blocks,
-    _LineAssembler,
-    _LogReader,
-    _unchunk,
-    engine_error,
-    pick_subnet,
-    subnet_pool,
-    subnet_prefix,
-)
+from aiptrain.backends.docker import engine_error, pick_subnet, subnet_pool, subnet_prefix
+from aiptrain.backends.engine_logs import ENGINE_PART_BYTES, _LineAssembler, _LogReader, frame_blocks, unchunk
 from aiptrain.errors import ValidationError
 from aiptrain.model import Job, ScaleTier, TrainingInput
 from aiptrain.planning import HOSTNAME_MAX, PlanInputs, Trial, plan
@@ -229,7 +220,7 @@ def engine_body(frames) -> bytes:
 def test_frames_come_whole_however_the_socket_cuts_the_body(piece):
     body = engine_body(FRAMES) + b"the next response on the connection: never read"
     sent = [body[i:i + piece] for i in range(0, len(body), piece)]
-    received = _frame_blocks(_unchunk(lambda: sent.pop(0) if sent else b""))
+    received = frame_blocks(unchunk(lambda: sent.pop(0) if sent else b""))
     assert [frame for block in received for frame in block] == FRAMES
     assert sent == [] or b"never read" in b"".join(sent)
 
@@ -237,7 +228,7 @@ def test_frames_come_whole_however_the_socket_cuts_the_body(piece):
 def test_a_body_cut_off_ends_the_frames():
     body = engine_body(FRAMES)
     sent = [body[:-40]]
-    received = [frame for block in _frame_blocks(_unchunk(lambda: sent.pop(0) if sent else b"")) for frame in block]
+    received = [frame for block in frame_blocks(unchunk(lambda: sent.pop(0) if sent else b"")) for frame in block]
     assert received == FRAMES[:3]
 
 

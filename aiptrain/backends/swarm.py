@@ -74,13 +74,11 @@ from aiptrain.backends.docker import (
     NETWORK_PATIENCE_SECONDS,
     DockerBackend,
     NoEndpointImage,
-    _body_blocks,
-    _frame_blocks,
     engine_error,
     labelled_observation,
-    read_log_lines,
     subnet_pool,
 )
+from aiptrain.backends.engine_logs import body_blocks, frame_blocks, read_log_lines
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import (
@@ -767,7 +765,7 @@ def _pump(response, batches: queue.Queue) -> None:
     """Copy a log stream's batches of frames into a queue (None at its end): the follow can
     then stop waiting for frames that will never come."""
     try:
-        for batch in _frame_blocks(_body_blocks(response)):
+        for batch in frame_blocks(body_blocks(response)):
             batches.put(batch)
     except Exception:  # noqa: BLE001 - the stream was hung up: the end
         pass
