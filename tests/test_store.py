@@ -74,7 +74,7 @@ def test_concurrent_processes_never_create_the_same_job_twice(store_location):
     created = [results.get() for _ in range(results.qsize())]
     assert sorted(created) == sorted({*created})  # nobody created an ID twice
     assert len([c for c in created if c.startswith("shared_")]) == 20
-    assert len(JobStore(path).list()) == 20 + 6 * 20
+    assert len(JobStore(path).all()) == 20 + 6 * 20
 
 
 def test_restart_counts_persist(store_location):

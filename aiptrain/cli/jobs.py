@@ -21,9 +21,12 @@ def _client():
 
 
 def _complete_job_ids(ctx, param, incomplete: str):
-    """Shell completion of JOB: the IDs in the store that start with what was typed."""
+    """Shell completion of JOB: the IDs in the store that start with what was typed. (No click
+    context is current while click completes: the global flags are not read.)"""
+    from aiptrain.client import open_client
+
     try:
-        with _client() as client:
+        with open_client() as client:
             return client.job_ids(incomplete)
     except Exception:  # noqa: BLE001 - completion must never print a traceback into the shell
         return []
