@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
@@ -171,3 +172,9 @@ def _find_below(fd: int, prefix: str, matches, depth: int, budget: list[int]) ->
             yield from _find_below(child, f"{prefix}{name}/", matches, depth - 1, budget)
         finally:
             os.close(child)
+
+
+def partial_name(name: str) -> str:
+    """Where `name` is written before it is renamed into place: unique to this process and thread,
+    so two writers (two submits, or two threads of one pipeline) never rename each other's file."""
+    return f".{name}.partial-{os.getpid()}-{threading.get_ident()}"

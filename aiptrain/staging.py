@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aiptrain.safe_files import partial_name
 from aiptrain.storage import Bucket, is_gcs, open_bucket, split_url
 from aiptrain.storage.local import feed_file, link_or_copy, md5_base64
 
@@ -104,7 +105,7 @@ class StagedIndex:
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_name(f".{self.path.name}.partial-{os.getpid()}")
+        partial = self.path.with_name(partial_name(self.path.name))
         partial.write_text(json.dumps(self.entries, indent=0))
         os.replace(partial, self.path)
 

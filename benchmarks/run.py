@@ -660,7 +660,7 @@ def bench_copy_many(b: Bench) -> list[Row]:
               "first line printed -> last line in its job log, over every job",
               "first -> last line stamped by the engine, over every job", "~1.0x")
     home = b.new_home()
-    ids = [b.job_id("copy") for _ in range(COPY_JOBS)]
+    ids = [b.job_id(f"copy{i}") for i in range(COPY_JOBS)]
     previous = os.environ.get("AIPTRAIN_MAX_RUNNING_REPLICAS")
     os.environ["AIPTRAIN_MAX_RUNNING_REPLICAS"] = "0"  # all at once: the home's controller starts with it
     try:
@@ -952,9 +952,8 @@ def bench_memory(b: Bench) -> list[Row]:
     try:
         with ThreadPoolExecutor(max_workers=4) as pool:
             for n in MEMORY_JOB_COUNTS:
-                more = [b.job_id("mem") for _ in range(n - len(running))]
-                for job_id in more:  # job IDs in the order submitted (b.job_id counts them)
-                    running.append(job_id)
+                more = [b.job_id(f"mem{len(running) + i}") for i in range(n - len(running))]
+                running += more
                 list(pool.map(start, more))
                 time.sleep(2)  # every follower attached, the controller in its steady state
                 megabytes_rss, private[n] = controller_memory_mb(home)

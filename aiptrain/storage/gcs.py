@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from aiptrain.errors import ValidationError, first_line
+from aiptrain.safe_files import partial_name
 from aiptrain.storage import bucket_name, object_name
 
 # Files above this size are sent as resumable uploads, in chunks of this size
@@ -104,7 +105,7 @@ class GcsBucket:
 
     def download(self, path: str, destination: Path) -> None:
         destination.parent.mkdir(parents=True, exist_ok=True)
-        partial = destination.with_name(f".{destination.name}.partial-{os.getpid()}")
+        partial = destination.with_name(partial_name(destination.name))
         with self._translated(missing_object=self.uri(path)):
             try:
                 self._bucket.blob(self._name(path)).download_to_filename(

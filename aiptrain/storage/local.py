@@ -11,6 +11,7 @@ from pathlib import Path
 
 from aiptrain import safe_files
 from aiptrain.errors import ValidationError
+from aiptrain.safe_files import partial_name
 from aiptrain.storage import bucket_name, check_gcs_uri, object_name
 
 
@@ -146,7 +147,7 @@ class LocalBucket:
         with self._parent(target, create=True) as (fd, name):
             # Written beside the target and renamed, so a reader never sees half an object; the
             # name is new (O_EXCL), so nothing a trainer put there is written through.
-            partial = f".{name}.partial-{os.getpid()}"
+            partial = partial_name(name)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(partial, dir_fd=fd)
             out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd)
@@ -161,7 +162,7 @@ class LocalBucket:
             return None
         target = self._object_path(path)
         with self._parent(original) as (source_fd, source_name), self._parent(target, create=True) as (fd, name):
-            partial = f".{name}.partial-{os.getpid()}"
+            partial = partial_name(name)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(partial, dir_fd=fd)
             os.link(source_name, partial, src_dir_fd=source_fd, dst_dir_fd=fd, follow_symlinks=False)
