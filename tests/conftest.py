@@ -87,6 +87,7 @@ def stop_controller(home: Path) -> None:
 def gcs_home(home, monkeypatch):
     """A home where gs:// is kept on this machine (no Google credentials, no emulator)."""
     monkeypatch.setenv("AIPTRAIN_GCS", "local")
+    monkeypatch.setenv("AIPTRAIN_CONTROLLER_IDLE_SECONDS", "2")  # the endpoint goes with the controller
     for name in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "GCE_METADATA_HOST"):
         monkeypatch.delenv(name, raising=False)
     return home

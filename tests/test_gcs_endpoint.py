@@ -306,7 +306,7 @@ def test_the_endpoint_is_one_per_installation_never_outlives_its_jobs_and_goes_w
     def endpoints() -> list[dict]:
         return docker_api.containers(all=True, filters={"label": [owner, "aiptrain.role=storage-endpoint"]})
 
-    def released() -> bool:  # the controller takes it down right after the last job ends
+    def released() -> bool:  # the controller takes it down when it goes, idle (2 s here)
         deadline = time.monotonic() + 60
         while endpoints() and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -10,7 +10,7 @@ followed by one whose first steps pick up where each job stood.
 
 It owns what the jobs of the home share: one engine event stream per backend, admission (the
 drivers ask aiptrain.admission in turn), the cache's pruning, and the storage endpoint, released
-when the last active job ends. It exits after `controller_idle_seconds` with nothing active
+when the controller goes with no job active. It exits after `controller_idle_seconds` with nothing active
 (started detached), or runs until stopped (`aiptrain controller run`).
 """
 
@@ -177,7 +177,6 @@ class Controller:
             if driver is not None:
                 driver.close()
                 log.info("Job %s ended: %s", job_id, driver.final_state.value if driver.final_state else "left")
-                self.release_shared(driver.backend)
             self.wake_queue_head()  # its replicas' room may let the next job start
         elif driver.phase == "launch":
             self.due[job_id] = 0.0
@@ -236,13 +235,15 @@ class Controller:
                              name=f"watch-{name}").start()
         return self.backends[name]
 
-    def release_shared(self, backend: Backend) -> None:
-        """The last active job of the home takes down what its jobs share (the storage endpoint);
-        a failure there never changes how the job ended."""
-        try:
-            backend.release_shared(lambda: bool(self.store.active_job_ids()))
-        except Exception as exc:  # noqa: BLE001 - logged; the next job's end or launch tries again
-            log.warning("Could not release what the home's jobs share: %s", exc)
+    def release_shared(self) -> None:
+        """Take down what the home's jobs share (the storage endpoint) unless a job is active: when
+        the controller goes, not when each job ends, so jobs run one after another do not start it
+        each time. Each backend asks the store under the lock its launches start it with."""
+        for backend in self.backends.values():
+            try:
+                backend.release_shared(lambda: bool(self.drivable_job_ids()))
+            except Exception as exc:  # noqa: BLE001 - logged; the next controller's exit tries again
+                log.warning("Could not release what the home's jobs share: %s", exc)
 
     def prune_cache(self) -> None:
         from aiptrain import cache
@@ -278,6 +279,7 @@ class Controller:
         self.watchers_stop.set()
         # The steps in hand finish; those not started yet are dropped: the next controller takes them.
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.release_shared()  # gone with nothing active: nothing needs the endpoint
         for driver in self.drivers.values():
             driver.close()
         self.home_lock.release()
