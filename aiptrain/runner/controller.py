@@ -230,6 +230,9 @@ class Controller:
         """The named backend, opened once, with its engine event watcher."""
         if name not in self.backends:
             backend = open_backend(self.settings, name)
+            # Connected here, in the main thread, before any other thread imports the engine's SDK:
+            # docker-py imported by two threads at once can leave it half-initialized for good.
+            backend.warm_up()
             self.backends[name] = backend
             threading.Thread(target=backend.watch, args=(self.watchers_stop, self.changed), daemon=True,
                              name=f"watch-{name}").start()

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
+
+import tenacity
 
 from aiptrain import admission
 from aiptrain.backends import Backend, ReplicaObservation, ReplicaStatus
@@ -39,6 +42,10 @@ if TYPE_CHECKING:
     from aiptrain.runner.study import Study
 
 log = logging.getLogger(__name__)
+
+# Packages imported by two threads at once can end half-initialized (circular imports inside
+# them): the steps' lazy imports of big packages go one thread at a time.
+STUDY_IMPORT = threading.Lock()
 
 LOG_TAIL_LINES = 20
 TRACEBACK_LINES = 60
@@ -220,9 +227,9 @@ class JobDriver:
             return 0
         if job.training_input.hyperparameters:
             if self.study is None:
-                from aiptrain.runner.study import Study
-
-                self.study = Study(self)  # optuna is imported for studies only
+                with STUDY_IMPORT:  # optuna, for studies only, imported by one thread at a time
+                    from aiptrain.runner.study import Study
+                self.study = Study(self)
             return self.study.step(job)
         observations = self.observe()
         decision = self.step_group([r.task_name for r in replicas_for(job.training_input)], observations, job.state)
@@ -288,8 +295,6 @@ class JobDriver:
     def observe(self, trial_id: str | None = None) -> list[ReplicaObservation]:
         """The replicas' states (of one trial, when given), riding out a Docker engine that is
         briefly unreachable (restarting, overloaded) instead of failing a healthy job."""
-        import tenacity
-
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_delay(ENGINE_PATIENCE_SECONDS),
             wait=tenacity.wait_exponential(multiplier=0.1, max=2),
