@@ -14,6 +14,7 @@ means.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -649,6 +650,21 @@ def bench_log_throughput(b: Bench) -> list[Row]:
     return [read, parallel, copy]
 
 
+@contextlib.contextmanager
+def no_admission_cap():
+    """Every job of the figure runs at once: the home's controller, started by its first submit,
+    reads AIPTRAIN_MAX_RUNNING_REPLICAS=0 from that submit's environment."""
+    previous = os.environ.get("AIPTRAIN_MAX_RUNNING_REPLICAS")
+    os.environ["AIPTRAIN_MAX_RUNNING_REPLICAS"] = "0"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("AIPTRAIN_MAX_RUNNING_REPLICAS", None)
+        else:
+            os.environ["AIPTRAIN_MAX_RUNNING_REPLICAS"] = previous
+
+
 COPY_JOBS, COPY_JOB_LINES = 50, 10_000  # figure 5e: jobs printing at once, lines each
 
 
@@ -661,19 +677,11 @@ def bench_copy_many(b: Bench) -> list[Row]:
               "first -> last line stamped by the engine, over every job", "~1.0x")
     home = b.new_home()
     ids = [b.job_id(f"copy{i}") for i in range(COPY_JOBS)]
-    previous = os.environ.get("AIPTRAIN_MAX_RUNNING_REPLICAS")
-    os.environ["AIPTRAIN_MAX_RUNNING_REPLICAS"] = "0"  # all at once: the home's controller starts with it
-    try:
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(lambda job_id: b.submit(home, job_id, trainer_args=(
-                "--lines", str(COPY_JOB_LINES), "--sleep", "2")), ids))
-            copies = list(pool.map(lambda job_id: watch_copy(home / "logs" / f"{job_id}.jsonl", COPY_JOB_LINES,
-                                                             time.monotonic() + 1800), ids))
-    finally:
-        if previous is None:
-            os.environ.pop("AIPTRAIN_MAX_RUNNING_REPLICAS", None)
-        else:
-            os.environ["AIPTRAIN_MAX_RUNNING_REPLICAS"] = previous
+    with no_admission_cap(), ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda job_id: b.submit(home, job_id, trainer_args=(
+            "--lines", str(COPY_JOB_LINES), "--sleep", "2")), ids))
+        copies = list(pool.map(lambda job_id: watch_copy(home / "logs" / f"{job_id}.jsonl", COPY_JOB_LINES,
+                                                         time.monotonic() + 1800), ids))
     b.ended.update(ids)
     spans = [engine_span(home / "logs" / f"{job_id}.jsonl") for job_id in ids]
     first, last = min(span[0] for span in spans), max(span[1] for span in spans)
@@ -950,7 +958,7 @@ def bench_memory(b: Bench) -> list[Row]:
         first_user_lines(home / "logs" / f"{job_id}.jsonl", 1, time.monotonic() + 600)
 
     try:
-        with ThreadPoolExecutor(max_workers=4) as pool:
+        with no_admission_cap(), ThreadPoolExecutor(max_workers=4) as pool:
             for n in MEMORY_JOB_COUNTS:
                 more = [b.job_id(f"mem{len(running) + i}") for i in range(n - len(running))]
                 running += more
