@@ -80,7 +80,25 @@ def stop_controller(home: Path) -> None:
     from aiptrain.settings import Settings
 
     if (home / "controller.lock").exists():
-        control.stop(Settings(home=home), timeout=30)
+        settings = Settings(home=home)
+        control.stop(settings, timeout=30)
+        remove_jobs_left_running(settings.installation_id)
+
+
+def remove_jobs_left_running(installation: str) -> None:
+    """A test that ends while its job still runs leaves it to nobody once its controller is
+    stopped: its containers and networks go with the test."""
+    try:
+        import docker
+
+        api = docker.APIClient(timeout=60)
+        label = f"aiptrain.installation={installation}"
+        for container in api.containers(all=True, filters={"label": label}):
+            api.remove_container(container["Id"], force=True)
+        for network in api.networks(filters={"label": label}):
+            api.remove_network(network["Id"])
+    except Exception:  # noqa: BLE001 - no engine (a pure test), or already gone
+        pass
 
 
 @pytest.fixture
