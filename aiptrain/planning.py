@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiptrain.model import Job, ReplicaConfig, TrainingInput
-from aiptrain.storage.endpoint import StorageEndpoint, replica_env
+from aiptrain.storage.endpoint import TLS_DIR_NAME, StorageEndpoint, replica_env
 from aiptrain.topology import EVALUATOR, MASTER, PS, WORKER, Replica
+
+if TYPE_CHECKING:
+    from aiptrain.settings import Settings
 
 TF_PORT = 2222
 PACKAGES_DIR = "/opt/aiptrain/packages"  # read-only inside every runtime replica
@@ -65,6 +69,9 @@ class Mount:
 
 
 # A hostname is one DNS label: the kernel refuses longer ones (sethostname).
+NOBODY_ID = 65534
+NOBODY = f"{NOBODY_ID}:{NOBODY_ID}"
+
 HOSTNAME_MAX = 63
 DIGEST_CHARS = 8
 
@@ -468,6 +475,20 @@ def as_replicas_see_it(job: Job, inputs: PlanInputs) -> Job:
         seen.training_input.args = [GCS_URL.sub(lambda m: root + "/" + m.group(0)[len("gs://"):], arg)
                                     for arg in ti.args or []]
     return seen
+
+
+def replica_user() -> str:
+    """Replicas run as the calling user, or as nobody when that is root."""
+    uid, gid = os.getuid(), os.getgid()
+    return NOBODY if uid == 0 else f"{uid}:{gid}"
+
+
+def storage_endpoint_for(settings: Settings, gcs_root: Path, runtime_image: str | None = None) -> StorageEndpoint:
+    """The installation's storage endpoint (one per home), run by the first image the engine
+    has: the job's runtime image (present: the job runs in it), then the base every runtime is built on."""
+    images = tuple(dict.fromkeys(filter(None, (runtime_image, settings.base_image))))
+    return StorageEndpoint(gcs_root=str(gcs_root), tls_dir=str(settings.home / TLS_DIR_NAME), user=replica_user(),
+                           installation=settings.installation_id, images=images)
 
 
 def install_env(package_paths: str, wheelhouse: str | None) -> dict[str, str]:

@@ -33,12 +33,15 @@ from aiptrain.ownership import JobLock
 from aiptrain.planning import (
     LABEL_INSTALL_FOR,
     LABEL_INSTALLATION,
+    NOBODY_ID,
     PACKAGES_DIR,
     LaunchPlan,
     Mount,
     PlanInputs,
     gcs_urls_in,
     plan,
+    replica_user,
+    storage_endpoint_for,
 )
 from aiptrain.runner import control
 from aiptrain.runtime_catalog import Runtime
@@ -59,8 +62,6 @@ from aiptrain.validation import (
 )
 
 log = logging.getLogger(__name__)
-NOBODY_ID = 65534
-NOBODY = f"{NOBODY_ID}:{NOBODY_ID}"
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 SERVICE_MIN_WAIT_SECONDS = 1800  # the service refuses a shorter scheduling.maxWaitTime
 
@@ -112,12 +113,6 @@ def recorded_project(settings: Settings, job_id: str) -> str | None:
 
 def record_project(settings: Settings, job_id: str, project: str) -> None:
     _project_path(settings, job_id).write_text(project + "\n")
-
-
-def replica_user() -> str:
-    """Replicas run as the calling user, or as nobody when that is root."""
-    uid, gid = os.getuid(), os.getgid()
-    return NOBODY if uid == 0 else f"{uid}:{gid}"
 
 
 def _local_job_dir(job_dir: str, home: Path) -> str:
@@ -364,19 +359,17 @@ def storage_endpoint(submission: Submission, settings: Settings, prepare_files: 
     the gcs tree made ready for it first, unless `prepare_files` is False: a dry run)."""
     if not submission.serves_gcs or submission.gcs_root is None:
         return None
-    from aiptrain.storage.endpoint import ensure_tls
+    from aiptrain.storage.endpoint import TLS_DIR_NAME, ensure_tls
     from aiptrain.storage.local import give_to_replicas
 
-    tls_dir = settings.home / "storage-endpoint"
     if prepare_files:
+        tls_dir = settings.home / TLS_DIR_NAME
         made = not (tls_dir / "trust.pem").is_file()
         submission.gcs_root.mkdir(parents=True, exist_ok=True)
         ensure_tls(tls_dir, (NOBODY_ID, NOBODY_ID) if os.getuid() == 0 else None)
         if made:  # the first time: what the host wrote before becomes the replicas' to write beside
             give_to_replicas(submission.gcs_root, submission.gcs_root, whole_tree=True)
-    images = tuple(dict.fromkeys(filter(None, (submission.runtime_image, settings.base_image))))
-    return StorageEndpoint(gcs_root=str(submission.gcs_root), tls_dir=str(tls_dir), user=replica_user(),
-                           installation=settings.installation_id, images=images)
+    return storage_endpoint_for(settings, submission.gcs_root, submission.runtime_image)
 
 
 def _dry_run_packages(submission: Submission) -> tuple[list[str], list[str], bool]:

@@ -254,6 +254,11 @@ class FakeBackend:
         if gone:
             self._notify(job_id)
 
+    def ensure_storage_endpoint(self, endpoint) -> str:
+        self.calls.append(("ensure_storage_endpoint", endpoint.name))
+        self._maybe_fail("ensure_storage_endpoint")
+        return "192.0.2.1"  # TEST-NET-1: an address nothing answers at
+
     def release_shared(self, still_needed: Callable[[], bool]) -> None:
         self.calls.append(("release_shared",))
         self._maybe_fail("release_shared")

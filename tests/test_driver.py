@@ -219,3 +219,36 @@ def test_a_study_runs_its_trials_as_groups_of_the_same_driver(settings, store):
     assert sorted(t.hyperparameters["n"] for t in trials.values()) == ["1", "2", "3"]
     assert [plan.trial_id for plan in backend.launched] == ["1", "2", "3"] and len(backend.restarted) == 1
     assert sorted(trial for _, trial in backend.removed if trial) == ["1", "2", "3"] and not backend.replicas
+
+
+@pytest.mark.parametrize("gcs_mode, tls, started", [
+    ("local", True, True),  # gs:// kept here: the endpoint starts while the submit stages
+    ("local", False, False),  # the home's first submit is still making the TLS files: not yet
+    ("remote", True, False),  # Cloud Storage itself: no endpoint
+])
+def test_the_controller_gets_ready_for_a_job_its_submit_still_stages(settings, store, monkeypatch, gcs_mode, tls,
+                                                                     started):
+    from aiptrain.ownership import JobLock
+    from aiptrain.runner import controller as controller_module
+    from aiptrain.storage.endpoint import TLS_DIR_NAME, TLS_FILES
+
+    settings = replace(settings, gcs_mode=gcs_mode)
+    store.create(Job(job_id="job", training_input=BASIC))
+    if tls:
+        (settings.home / TLS_DIR_NAME).mkdir()
+        for name in TLS_FILES:
+            (settings.home / TLS_DIR_NAME / name).write_text("made\n")
+    backend = FakeBackend()
+    monkeypatch.setattr(controller_module, "open_backend", lambda s, name: backend)
+    submit_lock = JobLock.try_acquire(settings.job_lock_path("job"))  # as submit holds it while staging
+    controller = controller_module.Controller(settings, JobLock.try_acquire(settings.controller_lock_path))
+    try:
+        assert controller.adopt() is True  # left to its submit
+        controller.adopt()  # looked at again: got ready once
+        controller.pool.shutdown(wait=True)
+    finally:
+        submit_lock.release()
+        controller.home_lock.release()
+    calls = [call for call in backend.calls if call[0] == "ensure_storage_endpoint"]
+    assert len(calls) == (1 if started else 0)
+    assert "job" not in controller.drivers

@@ -17,6 +17,7 @@ from typing import NamedTuple, Protocol
 
 from aiptrain.planning import ContainerSpec, LaunchPlan
 from aiptrain.settings import BACKEND_NAMES, Settings
+from aiptrain.storage.endpoint import StorageEndpoint
 
 # name -> (module, class); every class has `from_settings(settings)`.
 _BACKEND_CLASSES = {
@@ -92,6 +93,10 @@ class Backend(Protocol):
     def remove(self, job_id: str, trial_id: str | None = None) -> None:
         """Remove the containers and networks of the job (of one trial only, when given);
         nothing if there are none."""
+
+    def ensure_storage_endpoint(self, endpoint: StorageEndpoint) -> str:
+        """Start the installation's storage endpoint unless it runs already; the address
+        replicas reach it at."""
 
     def release_shared(self, still_needed: Callable[[], bool]) -> None:
         """Remove what the installation's jobs share (the storage endpoint) unless

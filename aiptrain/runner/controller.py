@@ -34,9 +34,12 @@ from aiptrain.jobtable import DamagedRecord
 from aiptrain.lifecycle import SETTLE_CHECKS, SETTLE_SECONDS
 from aiptrain.model import rfc3339, utc_now
 from aiptrain.ownership import JobLock
+from aiptrain.planning import storage_endpoint_for
 from aiptrain.runner import control
 from aiptrain.runner.driver import JobDriver
 from aiptrain.settings import Settings
+from aiptrain.storage import gcs_root_for
+from aiptrain.storage.endpoint import StorageEndpoint, tls_ready
 from aiptrain.store import JobStore
 
 log = logging.getLogger("aiptrain.controller")
@@ -74,6 +77,7 @@ class Controller:
         self.quick_looks: dict[str, int] = {}  # job -> looks left at SETTLE_SECONDS after an engine event
         self.in_flight: dict[str, Future] = {}
         self.skipped: set[str] = set()  # jobs whose record cannot be read: left as they are
+        self.readied: set[str] = set()  # jobs still being staged by their submit, whose launch we got ready for
         self.backends: dict[str, Backend] = {}
         self.wake = threading.Event()
         self.news = threading.Event()  # a command wrote to the FIFO: look for new jobs now
@@ -116,12 +120,15 @@ class Controller:
         """Drive every active job nobody drives yet. A job whose submit still holds its lock is
         left to it (the submit wakes us when done); True while there is such a job."""
         waiting = False
-        for job_id in self.drivable_job_ids():
+        active = self.drivable_job_ids()
+        self.readied.intersection_update(active)
+        for job_id in active:
             if job_id in self.drivers:
                 continue
             lock = JobLock.try_acquire(self.settings.job_lock_path(job_id))
             if lock is None:
                 waiting = True
+                self.get_ready_for(job_id)
                 continue
             lock.remove()  # the job is the controller's now, and the controller's lock is the home's
             try:
@@ -237,6 +244,33 @@ class Controller:
             threading.Thread(target=backend.watch, args=(self.watchers_stop, self.changed), daemon=True,
                              name=f"watch-{name}").start()
         return self.backends[name]
+
+    def get_ready_for(self, job_id: str) -> None:
+        """While its submit still stages a job (the sdist, the install container), start what its
+        launch wants first: the engine's connection and the installation's storage endpoint,
+        a quarter of a second of a first job's start paid meanwhile. A failure here is left for
+        the launch to meet and report."""
+        if job_id in self.readied:
+            return
+        try:
+            backend = self.backend(self.store.backend_of(job_id))
+            gcs_root, _ = gcs_root_for(self.settings.gcs_mode, self.settings.gcs_root)
+        except Exception as exc:  # noqa: BLE001 - the launch meets it again, and says it
+            log.info("Could not get ready for job %s: %s", job_id, exc)
+            self.readied.add(job_id)
+            return
+        if gcs_root is not None and not tls_ready(self.settings.home):
+            return  # the first submit of a home is making the endpoint's TLS files: look again
+        self.readied.add(job_id)
+        if gcs_root is not None:
+            self.pool.submit(self.start_storage_endpoint, backend, storage_endpoint_for(self.settings, gcs_root))
+
+    @staticmethod
+    def start_storage_endpoint(backend: Backend, endpoint: StorageEndpoint) -> None:
+        try:
+            backend.ensure_storage_endpoint(endpoint)
+        except Exception as exc:  # noqa: BLE001 - the launch meets it again, and says it
+            log.info("Could not start the storage endpoint ahead of a launch: %s", exc)
 
     def release_shared(self) -> None:
         """Take down what the home's jobs share (the storage endpoint) unless a job is active: when

@@ -98,6 +98,13 @@ def replica_env() -> dict[str, str]:
     }
 
 
+TLS_DIR_NAME = "storage-endpoint"  # in the home: the endpoint's certificate, key and the bundle replicas trust
+
+
+def tls_ready(home: Path) -> bool:
+    return all((home / TLS_DIR_NAME / name).is_file() for name in TLS_FILES)
+
+
 def code_digest() -> str:
     return hashlib.sha256(SERVER_CODE.read_bytes()).hexdigest()[:12]
 
