@@ -23,10 +23,11 @@ from aiptrain import jobs, listing, logs, runtimes
 from aiptrain.backends import Backend, open_backend
 from aiptrain.config import SubmitFlags
 from aiptrain.errors import EnvironmentNotReady, ValidationError
+from aiptrain.exports import dry_run_tfjob, tfjob_export
 from aiptrain.model import Job
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore, duplicate_job
-from aiptrain.submission import Submission, Submitter, dry_run_tfjob, prepare, tfjob_export
+from aiptrain.submission import Submission, Submitter, prepare
 from aiptrain.tfjob import Export
 from aiptrain.validation import check_label_count, validate_labels
 

@@ -410,7 +410,7 @@ class ApiClient:
     # -- not served over the API -----------------------------------------------------------
 
     def dry_run_tfjob(self, submission):
-        from aiptrain.submission import dry_run_tfjob
+        from aiptrain.exports import dry_run_tfjob
 
         return dry_run_tfjob(submission, self.settings)
 

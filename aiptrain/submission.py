@@ -11,12 +11,12 @@ later failures are recorded on the job, not undone.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +28,7 @@ from aiptrain.backends import Backend
 from aiptrain.config import SubmitFlags, build_job
 from aiptrain.errors import EnvironmentNotReady, ValidationError
 from aiptrain.logs import JobLogWriter
-from aiptrain.model import TERMINAL_STATES, Job, State, TrainingInput
+from aiptrain.model import TERMINAL_STATES, Job, State
 from aiptrain.ownership import JobLock
 from aiptrain.planning import (
     LABEL_INSTALL_FOR,
@@ -47,14 +47,18 @@ from aiptrain.runner import control
 from aiptrain.runtime_catalog import Runtime
 from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings
-from aiptrain.staging import WHEELHOUSE, staging_target
+from aiptrain.staging import WHEELHOUSE
 from aiptrain.storage import check_gcs_uri, gcs_root_for, is_gcs, local_path
 from aiptrain.storage.endpoint import StorageEndpoint
 from aiptrain.store import JobStore, duplicate_job
-from aiptrain.tfjob import Export, build_tfjob, with_note, with_warning
 from aiptrain.topology import Replica, replicas_for
 from aiptrain.validation import (
+    check_custom_container,
+    check_local_bucket,
+    check_package_in_image,
+    check_unique_names,
     scheduling_seconds,
+    split_packages,
     validate_job_id,
     validate_labels,
     validate_module_name,
@@ -143,7 +147,7 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
     ti = job.training_input
     if job.labels:  # from --labels or from --config: the same rules
         validate_labels(job.labels)
-    _check_custom_container(ti)
+    check_custom_container(ti)
     if not ti.region:
         ti.region = os.environ.get("CLOUDSDK_COMPUTE_REGION", "us-central1")
     notices = []
@@ -159,11 +163,11 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
         _check_parallel_trials(ti.hyperparameters, len(replicas), settings)
 
     package_path = validate_package_path(flags.package_path) if flags.package_path else None
-    local_packages, remote_packages = _split_packages(flags.packages)
+    local_packages, remote_packages = split_packages(flags.packages)
     runtime_image, rt, runtime_given_as = None, None, "--runtime-version"
     has_packages = bool(package_path or local_packages or remote_packages or ti.package_uris)
     if ti.uses_custom_container and has_packages:
-        _check_package_in_image(ti)
+        check_package_in_image(ti)
     if not ti.uses_custom_container:
         if not has_packages:
             raise ValidationError(
@@ -178,7 +182,7 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
         runtime_image = rt.image
 
     staging_bucket = flags.staging_bucket or settings.default_bucket or None
-    _check_local_bucket(staging_bucket)
+    check_local_bucket(staging_bucket)
     gcs_root, gcs_notice = _gcs_mode(
         [ti.job_dir, staging_bucket, *remote_packages, *(ti.package_uris or []), *gcs_urls_in(ti.args)], settings
     )
@@ -233,91 +237,11 @@ def _gcs_mode(urls: list[str | None], settings: Settings) -> tuple[Path | None, 
     return gcs_root, notice if gcs_urls else None
 
 
-def _check_local_bucket(bucket: str | None) -> None:
-    """A local staging bucket is a directory (made if missing), never an existing file."""
-    if bucket and not is_gcs(bucket):
-        path = Path(local_path(bucket))
-        if path.exists() and not path.is_dir():
-            raise ValidationError(f"--staging-bucket [{bucket}] is a file, not a directory: name a directory.")
-
-
 def _runtime_given_as(flags: SubmitFlags, runtime_version: str | None) -> str:
     """Where the runtime version came from, as errors about it name it."""
     if flags.runtime_version:
         return "--runtime-version"
     return "runtimeVersion in the config file" if runtime_version else "AIPTRAIN_DEFAULT_RUNTIME"
-
-
-# Each ReplicaConfig: its field, its name in the REST resource, and where users set its image.
-_REPLICA_CONFIGS = (
-    ("master_config", "masterConfig", "--master-image-uri"),
-    ("worker_config", "workerConfig", "--worker-image-uri"),
-    ("parameter_server_config", "parameterServerConfig", "--parameter-server-image-uri"),
-    ("evaluator_config", "evaluatorConfig", "evaluatorConfig.imageUri"),
-)
-
-
-def _check_custom_container(ti: TrainingInput) -> None:
-    """gcloud's and the REST API's rules for custom containers (reference §1.3, §3.3)."""
-    if ti.uses_custom_container and ti.runtime_version:
-        raise ValidationError("Only one of --master-image-uri, --runtime-version can be set.")
-    for field, name, image_flag in _REPLICA_CONFIGS:
-        config = getattr(ti, field)
-        if config is None:
-            continue
-        sets_command = bool(config.container_command or config.container_args)
-        if not ti.uses_custom_container and config.image_uri:
-            # Other replica types default to the master's image; a runtime-version master has none.
-            raise ValidationError(f"{image_flag} needs --master-image-uri: set the master's image too.")
-        if not ti.uses_custom_container and sets_command:
-            raise ValidationError(
-                f"{name}.containerCommand and containerArgs need a custom container: set --master-image-uri."
-            )
-        if sets_command and ti.args:
-            raise ValidationError(
-                f"User args (after `--` or `args:` in --config) cannot be combined with {name}.containerCommand "
-                "or containerArgs: put them in containerArgs instead."
-            )
-
-
-def _check_package_in_image(ti: TrainingInput) -> None:
-    """A custom image with packages runs `python3 -m MODULE` after installing them (AI Platform's
-    pre-built framework containers): that needs the module, and leaves no room for
-    containerCommand or containerArgs."""
-    if not ti.python_module:
-        raise ValidationError(
-            "--module-name is required to run a package in the --master-image-uri image: name the module "
-            "(e.g. `trainer.task`), or drop the packages to run the image's own entrypoint."
-        )
-    validate_module_name(ti.python_module)
-    for field, name, _ in _REPLICA_CONFIGS:
-        config = getattr(ti, field)
-        if config and (config.container_command or config.container_args):
-            raise ValidationError(
-                f"{name}.containerCommand and containerArgs cannot be combined with a package and --module-name: "
-                "the package's module is the command; drop one or the other."
-            )
-
-
-def _split_packages(packages: list[str]) -> tuple[list[Path], list[str]]:
-    local, remote = [], []
-    for entry in packages:
-        if is_gcs(entry):
-            remote.append(entry)
-            continue
-        path = Path(entry).expanduser()
-        if not path.is_file():
-            raise ValidationError(f"--packages entry [{entry}] is not a file: give a path to a .tar.gz or .whl.")
-        local.append(path.resolve())
-    check_unique_names([p.name for p in local] + [u.rsplit("/", 1)[-1] for u in remote])
-    return local, remote
-
-
-def check_unique_names(names: list[str]) -> None:
-    """Packages share one directory in the replicas, as they share one upload in gcloud."""
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ValidationError(f"Cannot upload multiple packages with the same filename: [{', '.join(duplicates)}]")
 
 
 def plan_inputs(
@@ -372,93 +296,18 @@ def storage_endpoint(submission: Submission, settings: Settings, prepare_files: 
     return storage_endpoint_for(settings, submission.gcs_root, submission.runtime_image)
 
 
-def _dry_run_packages(submission: Submission) -> tuple[list[str], list[str], bool]:
-    """(names of the files submit would stage, gs:// URLs it would pass through, whether a
-    wheelhouse would go with them), learnt without the bucket: the sdist is built in a
-    temporary directory to learn its file name and requirements."""
-    staged = [p.name for p in submission.local_packages]
-    remote = list(submission.remote_packages)
-    if not staged and not remote and not submission.package_path:  # as submit: packageUris from --config
-        remote = list(submission.job.training_input.package_uris or [])
-    wheelhouse = False
-    if submission.package_path:
-        from aiptrain.packaging import build_sdist
-        from aiptrain.wheelhouse import requirements_for
-
-        with tempfile.TemporaryDirectory() as tmp:
-            sdist = build_sdist(submission.package_path, Path(tmp)).path
-            staged.append(sdist.name)
-            wheelhouse = bool(submission.runtime_image and requirements_for([*submission.local_packages, sdist]))
-    return staged, remote, wheelhouse
-
-
-def dry_run_plan(submission: Submission) -> LaunchPlan:
-    """The plan submit would launch, built without the bucket, the store or Docker."""
-    staged, remote, wheelhouse = _dry_run_packages(submission)
-    sdist = staged[len(submission.local_packages):]
-    files = staged[:len(submission.local_packages)] + [u.rsplit("/", 1)[-1] for u in remote] + sdist
-    inputs = plan_inputs(submission, Path("<job work dir>/packages"), files, wheelhouse,
-                         gcs_endpoint=storage_endpoint(submission, Settings(), prepare_files=False))
-    trial = None
-    if submission.job.training_input.hyperparameters:
-        from aiptrain.tuning import first_trial
-
-        trial = first_trial(submission.job.training_input.hyperparameters, "<job work dir>/trials/1")
-    return plan(submission.job, submission.replicas, inputs, trial)
-
-
-# What stands for the digest of a dry run's staged packages: submit computes it when it stages them.
-DIGEST_PLACEHOLDER = "<sha256>"
-
-
-def dry_run_tfjob(submission: Submission, settings: Settings) -> Export:
-    """The TFJob of the job submit would run, its packages where submit would stage them."""
-    staged, remote, _ = _dry_run_packages(submission)
-    ti = submission.job.training_input
-    bucket_url, prefix = staging_target(
-        submission.job.job_id, submission.staging_bucket, ti.job_dir, str(settings.bucket_root)
-    )
-    uris = remote + [f"{bucket_url.rstrip('/')}/{prefix}/{DIGEST_PLACEHOLDER}/{name}" for name in staged]
-    export = tfjob_export(submission.job, uris, settings)
-    if staged and is_gcs(bucket_url):
-        export = with_note(export, f"A dry run: {DIGEST_PLACEHOLDER} in the package URLs is the digest submit gives "
-                                   "them; export the submitted job for a manifest to apply.")
-    return export
-
-
-def tfjob_export(job: Job, package_uris: list[str], settings: Settings) -> Export:
-    """The job as a Kubeflow TFJob (aiptrain.tfjob), with what that needs from this machine:
-    the runtime's image, the restart budget, and whether its gs:// packages are kept here."""
-    ti = job.training_input
-    runtime_image = None
-    if not ti.uses_custom_container:
-        runtime_image = lookup_runtime(ti.runtime_version or settings.default_runtime_version, settings.home,
-                                       "runtimeVersion").image
-    export = build_tfjob(job, replicas_for(ti), runtime_image, package_uris, settings.max_restarts,
-                         scheduling_seconds(job, "max_running_time"))
-    gcs_uris = [uri for uri in package_uris if is_gcs(uri)]
-    gcs_root = gcs_root_for(settings.gcs_mode, settings.gcs_root)[0] if gcs_uris else None
-    if gcs_root is not None:
-        export = with_warning(export, (
-            f"The gs:// packages of job [{job.job_id}] are kept on this machine (AIPTRAIN_GCS=local), under "
-            f"{gcs_root}: copy them to Cloud Storage (`gsutil cp -r {gcs_root}/BUCKET gs://BUCKET`) before applying."
-        ))
-    return export
-
-
 def launch_failure(error_message: str) -> str:
     """The engine's refusal in a job's error message, without the pointer to the logs."""
     return error_message.split("\n\nTo find out more", 1)[0]
 
 
-def _undo_all(steps: list[Callable[[], object] | None]) -> None:
-    """Undo a refused submission, every step tried even when one fails (a full disk, say), so the
-    error shown is the one that refused it, and whatever can go goes."""
-    for step in filter(None, steps):
-        try:
-            step()
-        except Exception as exc:
-            log.info("Undoing the submission left something behind: %s", exc)
+def _tried(step: Callable[[], object]) -> None:
+    """One step of undoing a refused submission: every step is tried even when one fails (a full
+    disk, say), so the error shown is the one that refused it, and whatever can go goes."""
+    try:
+        step()
+    except Exception as exc:
+        log.info("Undoing the submission left something behind: %s", exc)
 
 
 class Submitter:
@@ -562,13 +411,18 @@ class Submitter:
         no wheel) is refused before anything is written to the bucket."""
         from aiptrain import staging
 
-        staged = None
-        created_dirs: list[Path | None] = []  # undone if the submission is refused
         work_dir = self.settings.job_work_dir(job.job_id)
         package_dir = work_dir / "packages"
-        try:
-            if submission.job_dir_mount:
-                created_dirs.append(self._ensure_job_dir(Path(submission.job_dir_mount), submission.gcs_root))
+        with contextlib.ExitStack() as undo:  # a refused submission: its steps undone in reverse
+            for forget in (functools.partial(self.store.delete, job.job_id),
+                           functools.partial(_project_path(self.settings, job.job_id).unlink, missing_ok=True),
+                           functools.partial(self.settings.job_log_path(job.job_id).unlink, missing_ok=True),
+                           functools.partial(shutil.rmtree, work_dir, ignore_errors=True)):
+                undo.callback(_tried, forget)
+            created = self._ensure_job_dir(Path(submission.job_dir_mount), submission.gcs_root) \
+                if submission.job_dir_mount else None
+            if created is not None:
+                undo.callback(_tried, functools.partial(shutil.rmtree, created, ignore_errors=True))
             ti = job.training_input
             files = list(submission.local_packages)
             if submission.package_path:
@@ -598,6 +452,7 @@ class Submitter:
             self._step(f"Staging {len(files) + len(wheels)} file(s) to {bucket_url}")
             index = staging.StagedIndex(self.settings.cache_dir / "staged-objects.json")
             staged = staging.stage(files, bucket_url, prefix, index, wheels, submission.gcs_root)
+            undo.callback(_tried, staged.discard)
             ti.package_uris = (remote + staged.uris) or None  # the service omits empty lists
             self.store.update_resource(job)
             package_files = staging.fetch(ti.package_uris or [], package_dir, submission.gcs_root)
@@ -610,17 +465,8 @@ class Submitter:
             if submission.runtime_image and package_files and self.backend.host_dirs_reach_replicas:
                 inputs = dataclasses.replace(inputs, installed=self._install_once(submission, inputs))
                 launch_plan = plan(job, submission.replicas, inputs)
+            undo.pop_all()  # accepted: nothing to undo
             return launch_plan, inputs
-        except BaseException:
-            _undo_all([
-                staged.discard if staged is not None else None,
-                *(functools.partial(shutil.rmtree, created, ignore_errors=True) for created in filter(None, created_dirs)),
-                functools.partial(shutil.rmtree, work_dir, ignore_errors=True),
-                functools.partial(self.settings.job_log_path(job.job_id).unlink, missing_ok=True),
-                functools.partial(_project_path(self.settings, job.job_id).unlink, missing_ok=True),
-                functools.partial(self.store.delete, job.job_id),
-            ])
-            raise
 
     def _install_once(self, submission: Submission, inputs: PlanInputs) -> str:
         """The packages installed for the runtime image once, for every replica (aiptrain.installs)."""

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiptrain.errors import ValidationError
 from aiptrain.logs import printable
+from aiptrain.storage import is_gcs, local_path
+
+if TYPE_CHECKING:
+    from aiptrain.model import TrainingInput
 
 JOB_ID_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")
 MODULE_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -149,3 +154,83 @@ def validate_image_reference(image: str) -> str:
         f"Invalid image name [{printable(image, one_line=True)}]: write it as Docker does, e.g. "
         "`registry.example.com/team/trainer:1.0` (repository in lowercase; tag of letters, digits, `.`, `-`, `_`)."
     )
+
+
+def check_local_bucket(bucket: str | None) -> None:
+    """A local staging bucket is a directory (made if missing), never an existing file."""
+    if bucket and not is_gcs(bucket):
+        path = Path(local_path(bucket))
+        if path.exists() and not path.is_dir():
+            raise ValidationError(f"--staging-bucket [{bucket}] is a file, not a directory: name a directory.")
+
+
+# Each ReplicaConfig: its field, its name in the REST resource, and where users set its image.
+_REPLICA_CONFIGS = (
+    ("master_config", "masterConfig", "--master-image-uri"),
+    ("worker_config", "workerConfig", "--worker-image-uri"),
+    ("parameter_server_config", "parameterServerConfig", "--parameter-server-image-uri"),
+    ("evaluator_config", "evaluatorConfig", "evaluatorConfig.imageUri"),
+)
+
+
+def check_custom_container(ti: TrainingInput) -> None:
+    """gcloud's and the REST API's rules for custom containers (reference §1.3, §3.3)."""
+    if ti.uses_custom_container and ti.runtime_version:
+        raise ValidationError("Only one of --master-image-uri, --runtime-version can be set.")
+    for field, name, image_flag in _REPLICA_CONFIGS:
+        config = getattr(ti, field)
+        if config is None:
+            continue
+        sets_command = bool(config.container_command or config.container_args)
+        if not ti.uses_custom_container and config.image_uri:
+            # Other replica types default to the master's image; a runtime-version master has none.
+            raise ValidationError(f"{image_flag} needs --master-image-uri: set the master's image too.")
+        if not ti.uses_custom_container and sets_command:
+            raise ValidationError(
+                f"{name}.containerCommand and containerArgs need a custom container: set --master-image-uri."
+            )
+        if sets_command and ti.args:
+            raise ValidationError(
+                f"User args (after `--` or `args:` in --config) cannot be combined with {name}.containerCommand "
+                "or containerArgs: put them in containerArgs instead."
+            )
+
+
+def check_package_in_image(ti: TrainingInput) -> None:
+    """A custom image with packages runs `python3 -m MODULE` after installing them (AI Platform's
+    pre-built framework containers): that needs the module, and leaves no room for
+    containerCommand or containerArgs."""
+    if not ti.python_module:
+        raise ValidationError(
+            "--module-name is required to run a package in the --master-image-uri image: name the module "
+            "(e.g. `trainer.task`), or drop the packages to run the image's own entrypoint."
+        )
+    validate_module_name(ti.python_module)
+    for field, name, _ in _REPLICA_CONFIGS:
+        config = getattr(ti, field)
+        if config and (config.container_command or config.container_args):
+            raise ValidationError(
+                f"{name}.containerCommand and containerArgs cannot be combined with a package and --module-name: "
+                "the package's module is the command; drop one or the other."
+            )
+
+
+def split_packages(packages: list[str]) -> tuple[list[Path], list[str]]:
+    local, remote = [], []
+    for entry in packages:
+        if is_gcs(entry):
+            remote.append(entry)
+            continue
+        path = Path(entry).expanduser()
+        if not path.is_file():
+            raise ValidationError(f"--packages entry [{entry}] is not a file: give a path to a .tar.gz or .whl.")
+        local.append(path.resolve())
+    check_unique_names([p.name for p in local] + [u.rsplit("/", 1)[-1] for u in remote])
+    return local, remote
+
+
+def check_unique_names(names: list[str]) -> None:
+    """Packages share one directory in the replicas, as they share one upload in gcloud."""
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValidationError(f"Cannot upload multiple packages with the same filename: [{', '.join(duplicates)}]")

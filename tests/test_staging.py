@@ -20,7 +20,7 @@ from aiptrain.storage.gcs import (
     replica_access,
 )
 from aiptrain.storage.local import LocalBucket, md5_base64
-from aiptrain.submission import _split_packages
+from aiptrain.validation import split_packages
 
 from conftest import SAMPLE_TRAINER
 
@@ -176,13 +176,13 @@ def test_fetch_links_local_objects_in_order(tmp_path, files):
 
 
 def test_split_packages_keeps_gs_uris_unchanged_and_resolves_local_paths(files):
-    local, remote = _split_packages([str(files[0]), "gs://b/deps/extra-1.0.tar.gz"])
+    local, remote = split_packages([str(files[0]), "gs://b/deps/extra-1.0.tar.gz"])
     assert local == [files[0].resolve()] and remote == ["gs://b/deps/extra-1.0.tar.gz"]
 
 
 def test_duplicate_basenames_are_rejected_with_gclouds_message(files):
     with pytest.raises(ValidationError) as caught:
-        _split_packages([str(files[0]), f"gs://b/x/{files[0].name}"])
+        split_packages([str(files[0]), f"gs://b/x/{files[0].name}"])
     assert str(caught.value) == f"Cannot upload multiple packages with the same filename: [{files[0].name}]"
 
 

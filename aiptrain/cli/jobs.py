@@ -155,7 +155,7 @@ def submit() -> None:
 def training(job_id, user_args, config, labels, packages, async_, stream_logs, dry_run, **flags) -> None:
     """Submit a training job, as `gcloud ai-platform jobs submit training`."""
     from aiptrain.config import SubmitFlags
-    from aiptrain.submission import dry_run_plan
+    from aiptrain.exports import dry_run_plan
 
     if async_ and stream_logs:
         raise click.UsageError("argument --async: At most one of --async | --stream-logs may be specified.")

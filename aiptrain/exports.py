@@ -1,0 +1,93 @@
+"""What submit would launch, without launching it: a dry run's plan, and a job as a Kubeflow
+TFJob (aiptrain.tfjob builds the manifest; this adds what it needs from this machine: the
+runtime's image, the restart budget, where gs:// packages are kept)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from aiptrain.model import Job
+from aiptrain.planning import LaunchPlan, plan
+from aiptrain.runtimes import lookup as lookup_runtime
+from aiptrain.settings import Settings
+from aiptrain.staging import staging_target
+from aiptrain.storage import gcs_root_for, is_gcs
+from aiptrain.submission import Submission, plan_inputs, storage_endpoint
+from aiptrain.tfjob import Export, build_tfjob, with_note, with_warning
+from aiptrain.topology import replicas_for
+from aiptrain.validation import scheduling_seconds
+
+
+def dry_run_packages(submission: Submission) -> tuple[list[str], list[str], bool]:
+    """(names of the files submit would stage, gs:// URLs it would pass through, whether a
+    wheelhouse would go with them), learnt without the bucket: the sdist is built in a
+    temporary directory to learn its file name and requirements."""
+    staged = [p.name for p in submission.local_packages]
+    remote = list(submission.remote_packages)
+    if not staged and not remote and not submission.package_path:  # as submit: packageUris from --config
+        remote = list(submission.job.training_input.package_uris or [])
+    wheelhouse = False
+    if submission.package_path:
+        from aiptrain.packaging import build_sdist
+        from aiptrain.wheelhouse import requirements_for
+
+        with tempfile.TemporaryDirectory() as tmp:
+            sdist = build_sdist(submission.package_path, Path(tmp)).path
+            staged.append(sdist.name)
+            wheelhouse = bool(submission.runtime_image and requirements_for([*submission.local_packages, sdist]))
+    return staged, remote, wheelhouse
+
+
+def dry_run_plan(submission: Submission) -> LaunchPlan:
+    """The plan submit would launch, built without the bucket, the store or Docker."""
+    staged, remote, wheelhouse = dry_run_packages(submission)
+    sdist = staged[len(submission.local_packages):]
+    files = staged[:len(submission.local_packages)] + [u.rsplit("/", 1)[-1] for u in remote] + sdist
+    inputs = plan_inputs(submission, Path("<job work dir>/packages"), files, wheelhouse,
+                         gcs_endpoint=storage_endpoint(submission, Settings(), prepare_files=False))
+    trial = None
+    if submission.job.training_input.hyperparameters:
+        from aiptrain.tuning import first_trial
+
+        trial = first_trial(submission.job.training_input.hyperparameters, "<job work dir>/trials/1")
+    return plan(submission.job, submission.replicas, inputs, trial)
+
+
+# What stands for the digest of a dry run's staged packages: submit computes it when it stages them.
+DIGEST_PLACEHOLDER = "<sha256>"
+
+
+def dry_run_tfjob(submission: Submission, settings: Settings) -> Export:
+    """The TFJob of the job submit would run, its packages where submit would stage them."""
+    staged, remote, _ = dry_run_packages(submission)
+    ti = submission.job.training_input
+    bucket_url, prefix = staging_target(
+        submission.job.job_id, submission.staging_bucket, ti.job_dir, str(settings.bucket_root)
+    )
+    uris = remote + [f"{bucket_url.rstrip('/')}/{prefix}/{DIGEST_PLACEHOLDER}/{name}" for name in staged]
+    export = tfjob_export(submission.job, uris, settings)
+    if staged and is_gcs(bucket_url):
+        export = with_note(export, f"A dry run: {DIGEST_PLACEHOLDER} in the package URLs is the digest submit gives "
+                                   "them; export the submitted job for a manifest to apply.")
+    return export
+
+
+def tfjob_export(job: Job, package_uris: list[str], settings: Settings) -> Export:
+    """The job as a Kubeflow TFJob (aiptrain.tfjob), with what that needs from this machine:
+    the runtime's image, the restart budget, and whether its gs:// packages are kept here."""
+    ti = job.training_input
+    runtime_image = None
+    if not ti.uses_custom_container:
+        runtime_image = lookup_runtime(ti.runtime_version or settings.default_runtime_version, settings.home,
+                                       "runtimeVersion").image
+    export = build_tfjob(job, replicas_for(ti), runtime_image, package_uris, settings.max_restarts,
+                         scheduling_seconds(job, "max_running_time"))
+    gcs_uris = [uri for uri in package_uris if is_gcs(uri)]
+    gcs_root = gcs_root_for(settings.gcs_mode, settings.gcs_root)[0] if gcs_uris else None
+    if gcs_root is not None:
+        export = with_warning(export, (
+            f"The gs:// packages of job [{job.job_id}] are kept on this machine (AIPTRAIN_GCS=local), under "
+            f"{gcs_root}: copy them to Cloud Storage (`gsutil cp -r {gcs_root}/BUCKET gs://BUCKET`) before applying."
+        ))
+    return export
