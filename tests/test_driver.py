@@ -252,3 +252,16 @@ def test_the_controller_gets_ready_for_a_job_its_submit_still_stages(settings, s
     calls = [call for call in backend.calls if call[0] == "ensure_storage_endpoint"]
     assert len(calls) == (1 if started else 0)
     assert "job" not in controller.drivers
+
+
+def test_a_controller_starting_sets_a_large_log_aside(settings, monkeypatch):
+    from aiptrain.runner import control
+
+    monkeypatch.setattr(control, "LOG_KEEP_BYTES", 10)
+    log_path = settings.controller_log_path
+    log_path.write_text("an old controller's lines\n")
+    control.keep_log_small(log_path)
+    assert not log_path.exists() and log_path.with_name("controller.log.1").read_text().startswith("an old")
+    log_path.write_text("small\n")
+    control.keep_log_small(log_path)  # small: stays
+    assert log_path.read_text() == "small\n"

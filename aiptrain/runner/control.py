@@ -28,6 +28,7 @@ from aiptrain.ownership import JobLock
 from aiptrain.settings import Settings
 
 WAKE, QUIT = b"wake", b"quit"  # one word per line; a wake may name the job it is about
+LOG_KEEP_BYTES = 8 * 1024 * 1024  # the controller's log, before it is set aside at a controller's start
 REPLACE_PATIENCE_SECONDS = 60  # how long an outdated controller may take to finish its steps
 
 
@@ -99,6 +100,7 @@ def _replace(settings: Settings) -> JobLock | None:
 def start(settings: Settings, lock: JobLock) -> int:
     """Start a detached controller that inherits `lock`; its PID."""
     make_fifo(settings.controller_wake_path)
+    keep_log_small(settings.controller_log_path)
     with open(settings.controller_log_path, "ab") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "aiptrain.runner.controller", str(lock.fd)],
@@ -107,6 +109,17 @@ def start(settings: Settings, lock: JobLock) -> int:
             env={**os.environ, "AIPTRAIN_HOME": str(settings.home)},
         )
     return process.pid
+
+
+def keep_log_small(path: Path) -> None:
+    """A controller starts again after every quiet spell, appending to the home's one log: past
+    LOG_KEEP_BYTES it becomes `controller.log.1` (the one before that goes), so a home used for
+    years keeps two logs' worth."""
+    try:
+        if path.stat().st_size > LOG_KEEP_BYTES:
+            os.replace(path, path.with_name(path.name + ".1"))
+    except FileNotFoundError:
+        pass
 
 
 def make_fifo(path: Path) -> None:
