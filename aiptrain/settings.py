@@ -49,9 +49,12 @@ def base_image(base_name: str) -> str:
     return f"{os.environ.get('AIPTRAIN_BASE_REPOSITORY') or DEFAULT_BASE_REPOSITORY}:{base_name}"
 
 
-def gcloud_project() -> str | None:
-    """gcloud's core/project property as its variable says it (the shim passes it on so)."""
-    return os.environ.get("CLOUDSDK_CORE_PROJECT") or None
+def gcloud_property(prop: str) -> str | None:
+    """A gcloud property (aiptrain.gcloud_properties): its CLOUDSDK_ variable, else what the shim
+    stored in the home."""
+    from aiptrain import gcloud_properties
+
+    return gcloud_properties.get(prop, _default_home())
 
 
 def debug() -> bool:
@@ -60,9 +63,13 @@ def debug() -> bool:
 
 
 def local_python_override(environ: Mapping[str, str] | None = None) -> str | None:
-    """The Python LOCAL_PYTHON_VARS name for `local train`, if any does."""
+    """The Python LOCAL_PYTHON_VARS name for `local train`, else gcloud's ml_engine/local_python
+    property as the shim stored it."""
     environ = os.environ if environ is None else environ
-    return next((environ[name] for name in LOCAL_PYTHON_VARS if environ.get(name)), None)
+    from aiptrain import gcloud_properties
+
+    return next((environ[name] for name in LOCAL_PYTHON_VARS if environ.get(name)), None) \
+        or gcloud_properties.stored(_default_home()).get("ml_engine/local_python")
 
 
 def _env_number(name: str, default, kind):
@@ -165,7 +172,9 @@ class Settings:
     cache_max_age_days: float = field(default_factory=lambda: _env_float("AIPTRAIN_CACHE_MAX_AGE_DAYS", 30.0))
     cache_max_size_mb: int = field(default_factory=lambda: _env_int("AIPTRAIN_CACHE_MAX_SIZE_MB", 10240))
     # The project in jobs' REST URIs when neither --project nor the submit named one (gcloud's variable).
-    default_project: str = field(default_factory=lambda: gcloud_project() or "aiptrain")
+    default_project: str = field(default_factory=lambda: gcloud_property("core/project") or "aiptrain")
+    # The region recorded on a job when neither --region nor its config names one (gcloud's compute/region).
+    default_region: str = field(default_factory=lambda: gcloud_property("compute/region") or "us-central1")
     # A submit whose runtime image is missing builds it first, as `docker run` pulls; 0 refuses (exit 3).
     auto_build: bool = field(default_factory=lambda: os.environ.get("AIPTRAIN_AUTO_BUILD", "1") != "0")
     # Where jobs' bridge networks get their subnets (one per job, sized to its replicas).
@@ -196,9 +205,9 @@ class Settings:
         default_factory=lambda: _env_float("AIPTRAIN_CONTROLLER_IDLE_SECONDS", 60.0)
     )
     # Client mode: the `aiptrain serve` that runs this CLI's jobs (AIPTRAIN_API, else gcloud's
-    # api_endpoint_overrides/ml property as the shim passes it); empty: jobs run on this machine.
+    # api_endpoint_overrides/ml property); empty: jobs run on this machine.
     api_url: str = field(default_factory=lambda: (os.environ.get("AIPTRAIN_API")
-                                                  or os.environ.get("CLOUDSDK_API_ENDPOINT_OVERRIDES_ML") or "").strip())
+                                                  or gcloud_property("api_endpoint_overrides/ml") or "").strip())
     # The bearer token sent to that server (one with --tokens): AIPTRAIN_API_TOKEN, else the
     # first line of the file AIPTRAIN_API_TOKEN_FILE names.
     api_token: str = field(default_factory=lambda: _env_token())

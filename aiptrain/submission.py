@@ -149,7 +149,7 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
         validate_labels(job.labels)
     check_custom_container(ti)
     if not ti.region:
-        ti.region = os.environ.get("CLOUDSDK_COMPUTE_REGION", "us-central1")
+        ti.region = settings.default_region
     notices = []
     scheduling_seconds(job, "max_running_time")  # malformed: refused here, not when the job runs
     max_wait = scheduling_seconds(job, "max_wait_time")

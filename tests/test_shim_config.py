@@ -52,3 +52,21 @@ def test_properties_reach_submit(gcloud, tmp_path):
                     "--module-name", "trainer.task", "--runtime-version", "minimal", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert '\\"region\\": \\"europe-west4\\"' in result.stdout or '"region": "europe-west4"' in result.stdout
+
+
+def test_stored_properties_are_read_by_settings_with_their_variables_winning(gcloud, monkeypatch):
+    """aiptrain reads the properties where it needs them: the shim passes nothing through the
+    environment, so `aiptrain` itself (and the Python API) see `gcloud config set` too."""
+    from aiptrain.settings import Settings, local_python_override
+
+    for prop, value in (("compute/region", "europe-west4"), ("project", "proj-1"),
+                        ("ml_engine/local_python", "/opt/py/bin/python3")):
+        assert gcloud("config", "set", prop, value).returncode == 0
+    settings = Settings()
+    assert (settings.default_region, settings.default_project) == ("europe-west4", "proj-1")
+    assert local_python_override({}) == "/opt/py/bin/python3"
+    monkeypatch.setenv("CLOUDSDK_COMPUTE_REGION", "us-east1")
+    assert Settings().default_region == "us-east1"
+    assert gcloud("config", "unset", "compute/region").returncode == 0
+    monkeypatch.delenv("CLOUDSDK_COMPUTE_REGION")
+    assert Settings().default_region == "us-central1"

@@ -9,7 +9,7 @@ import sys
 import click
 
 from aiptrain.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK
-from aiptrain.settings import BACKEND_NAMES, gcloud_project
+from aiptrain.settings import BACKEND_NAMES, gcloud_property
 
 
 def _client():
@@ -172,7 +172,7 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
     client = _client()
     submit_flags = SubmitFlags(
         job_id=job_id, config=config, labels=_labels(labels), packages=_packages(packages),
-        user_args=list(user_args), project=_global_flags().project or gcloud_project(), **flags,
+        user_args=list(user_args), project=_global_flags().project or gcloud_property("core/project"), **flags,
     )
     submit_flags.kms_key = _kms_key_name(submit_flags)
     submission = client.prepare(submit_flags)

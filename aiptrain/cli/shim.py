@@ -5,8 +5,8 @@ refuses every other gcloud command, so a pipeline written for gcloud runs unedit
 Pipelines also read and set properties (`PROJECT=$(gcloud config get-value project)`,
 `gcloud config set compute/region us-east1`) and log in (`gcloud auth
 activate-service-account`): the shim keeps properties in `$AIPTRAIN_HOME/gcloud-properties.json`
-(gcloud's `CLOUDSDK_SECTION_NAME` variables win, as in gcloud) and passes them to aiptrain,
-and answers `gcloud auth ...` with a note that it has no local effect.
+(gcloud's `CLOUDSDK_SECTION_NAME` variables win, as in gcloud), where aiptrain's Settings
+read them (aiptrain.gcloud_properties), and answers `gcloud auth ...` with a note that it has no local effect.
 
 `python -m aiptrain.cli.shim ARGS...` is what the installed script runs.
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import click
 
+from aiptrain import gcloud_properties
 from aiptrain.errors import EXIT_USAGE
 
 MARKER = "# aiptrain gcloud shim"
@@ -103,7 +104,7 @@ def _write_scripts(directory: Path, scripts: dict[Path, str]) -> None:
 def _properties_path() -> Path:
     from aiptrain.settings import Settings
 
-    return Settings().home / "gcloud-properties.json"
+    return Settings().home / gcloud_properties.FILE_NAME
 
 
 def _property_name(name: str) -> str:
@@ -111,18 +112,13 @@ def _property_name(name: str) -> str:
     return name if "/" in name else f"core/{name}"
 
 
-def _env_name(prop: str) -> str:
-    return "CLOUDSDK_" + prop.replace("/", "_").upper()
+def _stored() -> dict[str, str]:
+    return gcloud_properties.stored(_properties_path().parent)
 
 
 def load_properties() -> dict[str, str]:
-    import json
-
-    try:
-        stored = json.loads(_properties_path().read_text())
-    except (FileNotFoundError, ValueError):
-        stored = {}
-    return {**stored, **{prop: os.environ[_env_name(prop)] for prop in stored if _env_name(prop) in os.environ}}
+    """The stored properties, each as its CLOUDSDK_ variable overrides it."""
+    return {prop: os.environ.get(gcloud_properties.env_name(prop)) or value for prop, value in _stored().items()}
 
 
 def _save_properties(properties: dict[str, str]) -> None:
@@ -134,7 +130,7 @@ def _save_properties(properties: dict[str, str]) -> None:
 
 
 def get_property(prop: str) -> str | None:
-    return os.environ.get(_env_name(prop)) or load_properties().get(prop)
+    return gcloud_properties.get(prop, _properties_path().parent)
 
 
 def config_command(args: list[str], format_spec: str | None) -> int:
@@ -149,12 +145,12 @@ def config_command(args: list[str], format_spec: str | None) -> int:
         return 0
     if verb == "set" and len(names) == 2:
         prop = _property_name(names[0])
-        _save_properties({**load_properties(), prop: names[1]})
+        _save_properties({**_stored(), prop: names[1]})
         click.echo(f"Updated property [{prop}].", err=True)
         return 0
     if verb == "unset" and len(names) == 1:
         prop = _property_name(names[0])
-        _save_properties({k: v for k, v in load_properties().items() if k != prop})
+        _save_properties({k: v for k, v in _stored().items() if k != prop})
         click.echo(f"Unset property [{prop}].", err=True)
         return 0
     if verb == "list" and len(names) <= 1:
@@ -202,8 +198,6 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"aiptrain's gcloud shim: `gcloud {' '.join(rest[:2])}` has no local effect "
                    "(jobs run as the calling user, with no Google credentials).", err=True)
         sys.exit(0)
-    for prop, value in load_properties().items():
-        os.environ.setdefault(_env_name(prop), value)  # gcloud's properties reach aiptrain
     if not is_gcloud_surface(rest):
         command = " ".join(["gcloud", *rest[:2]])
         click.echo(

@@ -264,9 +264,14 @@ def replica_access(host_gateway: str | None) -> tuple[dict[str, str], list[tuple
     emulator = os.environ.get("STORAGE_EMULATOR_HOST")
     if emulator:
         env["STORAGE_EMULATOR_HOST"] = reachable_from_containers(emulator, host_gateway)
-    for name in ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT", "CLOUDSDK_CORE_PROJECT"):
+    for name in ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT"):
         if os.environ.get(name):
             env[name] = os.environ[name]
+    from aiptrain.settings import gcloud_property
+
+    project = gcloud_property("core/project")  # its variable, or `gcloud config set project` through the shim
+    if project:
+        env["CLOUDSDK_CORE_PROJECT"] = project
     mounts = []
     credentials = credentials_file()
     if credentials is not None:
