@@ -48,7 +48,7 @@ from aiptrain.runtime_catalog import Runtime
 from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings
 from aiptrain.staging import WHEELHOUSE
-from aiptrain.storage import check_gcs_uri, gcs_root_for, is_gcs, local_path
+from aiptrain.storage import check_gcs_uri, emulator_host, gcs_root_for, is_gcs, local_path
 from aiptrain.storage.endpoint import StorageEndpoint
 from aiptrain.store import JobStore, duplicate_job
 from aiptrain.topology import Replica, replicas_for
@@ -486,7 +486,7 @@ class Submitter:
     def _host_gateway(self, submission: Submission) -> str | None:
         """This host's address as replicas reach it, needed only to point them at a storage
         emulator running here for a gs:// job dir."""
-        if not (submission.remote_job_dir and os.environ.get("STORAGE_EMULATOR_HOST")):
+        if not (submission.remote_job_dir and emulator_host()):
             return None
         return self.backend.host_address()
 

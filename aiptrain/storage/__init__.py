@@ -160,6 +160,11 @@ def kept_locally(gcs_root: Path, uris: list[str]) -> list[tuple[str, Path]]:
 # -- real Cloud Storage, or kept on this machine -------------------------------------------------------
 
 
+def emulator_host() -> str | None:
+    """STORAGE_EMULATOR_HOST, which the Google client libraries read: a storage emulator, not Cloud Storage."""
+    return os.environ.get("STORAGE_EMULATOR_HOST") or None
+
+
 def gcs_root_for(mode: str, root: Path) -> tuple[Path | None, str | None]:
     """(`root` when gs:// paths are kept on this machine, else None; a one-line notice when that
     was decided for the user). `mode` is AIPTRAIN_GCS: `local`, `remote`, or `auto` (empty):
@@ -168,7 +173,7 @@ def gcs_root_for(mode: str, root: Path) -> tuple[Path | None, str | None]:
     mode = (mode or "auto").strip().lower()
     if mode not in GCS_MODES:
         raise ValidationError(f"AIPTRAIN_GCS=[{mode}] is not one of local, remote, auto: set one of them or unset it.")
-    if mode == "remote" or (mode == "auto" and (os.environ.get("STORAGE_EMULATOR_HOST") or has_google_credentials())):
+    if mode == "remote" or (mode == "auto" and (emulator_host() or has_google_credentials())):
         return None, None
     if mode == "local":
         return root, None

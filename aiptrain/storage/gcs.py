@@ -20,7 +20,7 @@ from pathlib import Path
 
 from aiptrain.errors import ValidationError, first_line
 from aiptrain.safe_files import partial_name
-from aiptrain.storage import bucket_name, object_name
+from aiptrain.storage import bucket_name, emulator_host, object_name
 
 # Files above this size are sent as resumable uploads, in chunks of this size
 # (a multiple of 256 KiB, as the API requires); a failed chunk is resent, not the file.
@@ -32,7 +32,7 @@ EMULATOR_PROJECT = "test"
 
 def endpoint() -> str:
     """Where requests go: the emulator, or Google's service."""
-    return os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com"
+    return emulator_host() or "https://storage.googleapis.com"
 
 
 class GcsBucket:
@@ -180,7 +180,7 @@ class GcsBucket:
             raise ValidationError(self._unreachable(exc)) from None
 
     def _unreachable(self, exc: BaseException) -> str:
-        if os.environ.get("STORAGE_EMULATOR_HOST"):
+        if emulator_host():
             fix = "start the emulator there, or unset STORAGE_EMULATOR_HOST to use Google's service"
         else:
             fix = "check the network connection and try again"
@@ -193,7 +193,7 @@ class GcsBucket:
 def _client():
     from google.cloud import storage
 
-    if os.environ.get("STORAGE_EMULATOR_HOST"):
+    if emulator_host():
         from google.auth.credentials import AnonymousCredentials
 
         project = os.environ.get("GOOGLE_CLOUD_PROJECT") or EMULATOR_PROJECT
@@ -261,7 +261,7 @@ def replica_access(host_gateway: str | None) -> tuple[dict[str, str], list[tuple
     container can reach), the project, and the credentials file that Application Default
     Credentials would use here. The credentials travel as a mounted file, never as a value."""
     env: dict[str, str] = {}
-    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    emulator = emulator_host()
     if emulator:
         env["STORAGE_EMULATOR_HOST"] = reachable_from_containers(emulator, host_gateway)
     for name in ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT"):
