@@ -1,4 +1,4 @@
-"""The trainer every aiptrain job of the benchmarks runs (benchmarks/run.py copies this package
+"""The trainer every aiptrain job of the benchmarks runs (benchmarks/harness.py copies this package
 into its temporary directory): it prints a line, optionally --lines more, optionally a timed
 tick every half second (--ticks), optionally sleeps, and ignores the --job-dir aiptrain appends."""
 
