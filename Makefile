@@ -2,20 +2,33 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# The extras `make install` puts into $(VENV).
+EXTRAS := test,postgresql
 RUNTIMES ?= 2.11 minimal
 # Every 2.x runtime version (`make images-all`), and the ones `make test-runtimes` needs.
 ALL_RUNTIMES := 2.11 2.10 2.9 2.8 2.7 2.6 2.5 2.4 2.3 2.2 2.1 minimal
 TEST_RUNTIMES ?= 2.1 2.3 2.5
 
-.PHONY: install images images-all lint docs browser postgresql test test-slow test-multinode test-runtimes unit chaos bench clean
+.PHONY: install images images-all lint docs browser postgresql test test-slow test-multinode test-runtimes unit chaos bench bench-install clean
+
+# The benchmarks' own virtual environment (`make bench`): the bench extra's TorchX pulls older
+# packages (kubernetes, urllib3) than the test extra wants, so it never goes into $(VENV).
+BENCH_VENV ?= .venv-bench
+
+# $(call virtualenv,DIR,EXTRAS): DIR holds a virtual environment with this checkout installed
+# (editable) with EXTRAS; its bin/aiptrain is touched, so that make rebuilds it when
+# pyproject.toml changes.
+define virtualenv
+$(PYTHON) -m venv $(1)
+$(1)/bin/pip install --quiet --upgrade pip
+$(1)/bin/pip install --quiet -e '.[$(2)]'
+@touch $(1)/bin/aiptrain
+endef
 
 install: $(BIN)/aiptrain
 
 $(BIN)/aiptrain: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,postgresql]'
-	@touch $@
+	$(call virtualenv,$(VENV),$(EXTRAS))
 
 # The images the tests run: the base images (debootstrap, no registry; bookworm for minimal,
 # bullseye for the 2.x runtimes) and the runtimes. AIPTRAIN_IMAGE_REPOSITORY and
@@ -75,10 +88,15 @@ CHAOS_RUNS ?= 10
 chaos: images
 	CHAOS_RUNS=$(CHAOS_RUNS) $(BIN)/pytest -q -m chaos tests/test_chaos.py
 
-# The bench extra brings TorchX, the baseline of figures 9 and 10 (they are skipped without it).
-bench: images
-	$(BIN)/pip install --quiet -e '.[bench]'
-	$(BIN)/python benchmarks/run.py
+# The benchmarks run from $(BENCH_VENV), with the bench extra: TorchX, the baseline of figure 9,
+# and Locust, the load of figure 12 (they are skipped without it). $(VENV) stays as `make install` made it.
+bench-install: $(BENCH_VENV)/bin/aiptrain
+
+$(BENCH_VENV)/bin/aiptrain: pyproject.toml
+	$(call virtualenv,$(BENCH_VENV),bench)
+
+bench: images bench-install
+	$(BENCH_VENV)/bin/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .pytest_cache

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The TorchX side of benchmarks 8 and 9: what a TorchX user's launch script does with the
+"""The TorchX side of figure 9: what a TorchX user's launch script does with the
 `local_docker` scheduler, run as its own process (so interpreter and imports count, as
 aiptrain's CLI start-up does).
 

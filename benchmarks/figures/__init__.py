@@ -1,0 +1,1 @@
+"""One module per group of figures; benchmarks/run.py lists them in the order they run."""
