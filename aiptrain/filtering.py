@@ -26,11 +26,10 @@ from typing import Any, TypeVar
 
 from aiptrain.errors import ValidationError
 from aiptrain.logs import printable
+from aiptrain.states import STATE_NAMES
 
 T = TypeVar("T")
 OPERATORS = ("!=", "<=", ">=", "!~", ":", "=", "<", ">", "~")
-STATES = frozenset({"STATE_UNSPECIFIED", "QUEUED", "PREPARING", "RUNNING", "SUCCEEDED", "FAILED",
-                    "CANCELLING", "CANCELLED"})
 # Keys the store keeps in columns of its own, so it can filter and sort on them in SQL.
 COLUMNS = {"jobId": "job_id", "state": "state", "createTime": "create_time"}
 _LABEL_KEY = re.compile(r"labels\.[\w-]+")  # and `labels.KEY`, from the labels column
@@ -438,7 +437,7 @@ def _condition(term: Expr) -> tuple[Condition | None, bool]:
     key, values = term.key, term.values
     if key == "state" and term.op in (":", "=", "!=") and not any("*" in v for v in values):
         states = tuple(v.upper() if term.op == ":" else v for v in values)
-        exact = term.op != ":" or all(s in STATES for s in states)
+        exact = term.op != ":" or all(s in STATE_NAMES for s in states)
         return (Condition(key, "NOT_IN" if term.op == "!=" else "IN", states), True) if exact else (None, False)
     if key == "createTime":
         if term.op in ("<", "<=", ">", ">=") and len(values) == 1:

@@ -18,6 +18,7 @@ from pathlib import Path
 from aiptrain import dialects
 from aiptrain.errors import EnvironmentNotReady
 from aiptrain.filtering import COLUMNS, Condition, Query, listed_only
+from aiptrain.states import NOT_TERMINAL_NAMES
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -59,9 +60,8 @@ ADDED_COLUMNS = {"labels": "labels", "backend": None}
 _ADDED_DEFAULT = "docker"
 # The columns `jobs list` prints from without reading the resource, by the resource's key.
 LISTED = {**COLUMNS, "labels": "labels"}
-# The states of aiptrain.model.State that are not TERMINAL_STATES, spelled out here so that this
-# module need not import the model; named rather than "not terminal" so the state index finds them.
-ACTIVE = ("STATE_UNSPECIFIED", "QUEUED", "PREPARING", "RUNNING", "CANCELLING")
+# The states that are not terminal, named rather than "not terminal" so the state index finds them.
+ACTIVE = NOT_TERMINAL_NAMES
 # The labels column is a copy of the resource's labels, written again by any change of them.
 LABELS_REWRITTEN = "an `aiptrain jobs update` that changes its labels writes the column again"
 _SQL_OPERATORS = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}

@@ -18,6 +18,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from aiptrain.states import ACTIVE_STATES, TERMINAL_STATES, State  # noqa: F401 - the model's own names too
+
 
 # REST int64 values are JSON strings ("workerCount: '4'"); YAML ints are accepted on input.
 def _not_a_boolean(value: Any) -> Any:
@@ -50,25 +52,6 @@ class Resource(BaseModel):
     def to_resource(self) -> dict[str, Any]:
         """The REST representation: camelCase keys, unset fields left out."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-class State(str, enum.Enum):
-    STATE_UNSPECIFIED = "STATE_UNSPECIFIED"
-    QUEUED = "QUEUED"
-    PREPARING = "PREPARING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLING = "CANCELLING"
-    CANCELLED = "CANCELLED"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in TERMINAL_STATES
-
-
-TERMINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
-ACTIVE_STATES = frozenset({State.QUEUED, State.PREPARING, State.RUNNING, State.CANCELLING})  # a driver's
 
 
 def api_enum_name(spelling: str) -> str:
