@@ -22,6 +22,7 @@ from googleapiclient.errors import HttpError
 
 from aiptrain.api.access import Access, load_tokens
 from aiptrain.api.app import App
+from aiptrain.api.jobs import JobMethods
 from aiptrain.api.server import make_server
 from aiptrain.client import Client
 from aiptrain.errors import ValidationError
@@ -258,6 +259,21 @@ def test_patch_sets_labels_with_an_etag_check(serve):
     assert jobs.patch(name=name, updateMask="labels", body={}).execute().get("labels") is None  # cleared
     code, error = refused(jobs.cancel(name=name, body={}))
     assert (code, error["status"]) == (400, "FAILED_PRECONDITION")
+
+
+def test_patch_of_a_job_deleted_meanwhile_is_not_found(serve, monkeypatch):
+    seed("job_a", labels={"k": "v"})
+    visible = JobMethods._visible
+
+    def visible_then_deleted(self, client, project, job_id):  # another process deletes it after the check
+        job = visible(self, client, project, job_id)
+        client.store.delete(job_id)
+        return job
+
+    monkeypatch.setattr(JobMethods, "_visible", visible_then_deleted)
+    jobs = ml_api(serve()).projects().jobs()
+    code, error = refused(jobs.patch(name=f"projects/{PROJECT}/jobs/job_a", updateMask="labels", body={}))
+    assert (code, error["status"]) == (404, "NOT_FOUND")
 
 
 # -- malformed requests (pure) --------------------------------------------------------------------
