@@ -394,6 +394,17 @@ def test_entries_list_answers_stream_logs_filters_with_pages(serve, api_home):
     assert other == {}  # the job lives in team-a
 
 
+def test_entries_list_filters_on_timestamp_past_a_line_without_a_time(serve):
+    seed("timeless")
+    write_log("timeless", [("2026-01-01T00:00:01Z", "master-replica-0", "INFO", "stamped")])
+    with Settings().job_log_path("timeless").open("a") as log:
+        log.write(json.dumps({"task": "master-replica-0", "message": "no time"}) + "\n")  # damaged, but JSON
+    body = {"resourceNames": [f"projects/{PROJECT}"],
+            "filter": 'resource.labels.job_id="timeless" AND timestamp>"2026-01-01T00:00:00Z"'}
+    found = logging_api(serve()).entries().list(body=body).execute()["entries"]
+    assert [e["jsonPayload"]["message"] for e in found] == ["stamped"]  # a line without a time is never after
+
+
 def test_entries_list_follows_gcloud_s_log_fetcher(serve):
     """The filters gcloud's LogFetcher sends while it streams: a lower bound that moves past the
     last entry seen (with insertId for entries of the same timestamp), an upper bound 5 s ago."""
