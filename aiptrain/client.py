@@ -14,6 +14,7 @@ cancel, wait, stream_logs and update_labels, returning the pydantic `Job` the CL
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property
@@ -22,7 +23,7 @@ from pathlib import Path
 from aiptrain import jobs, listing, logs, runtimes
 from aiptrain.backends import Backend, open_backend
 from aiptrain.config import SubmitFlags
-from aiptrain.errors import EnvironmentNotReady, ValidationError
+from aiptrain.errors import EnvironmentNotReady, JobNotFound, ValidationError
 from aiptrain.exports import dry_run_tfjob, tfjob_export
 from aiptrain.model import Job
 from aiptrain.settings import Settings
@@ -161,6 +162,7 @@ class Client:
         """`list` as REST resources (dicts), only `fields` of each when given."""
         return listing.list_resources(self.settings, filter, sort_by, limit, fields, table=self.store)
 
+    # Below this method, `list` in the class's annotations means it: the type is builtins.list.
     def list(self, filter: str | None = None, sort_by: str | Iterable[str] | None = None,
              limit: int | None = None) -> list[Job]:
         """Jobs as `jobs list` selects them: gcloud's --filter expression and --sort-by keys
@@ -173,7 +175,7 @@ class Client:
         """Where this machine keeps gs:// paths when Cloud Storage is not used."""
         return self.settings.gcs_root
 
-    def job_ids(self, prefix: str = "") -> list[str]:
+    def job_ids(self, prefix: str = "") -> builtins.list[str]:
         """IDs starting with `prefix`, newest first (shell completion)."""
         return self.store.job_ids(prefix)
 
@@ -200,7 +202,7 @@ class Client:
         return jobs.wait_until_done(job_id, self.settings, self.store, timeout)
 
     def log_batches(self, job_id: str, task_name: str | None = None, poll_seconds: float = 0.2,
-                    on_poll: Callable[[Job], None] | None = None) -> Iterator[list[logs.LogRecord]]:
+                    on_poll: Callable[[Job], None] | None = None) -> Iterator[builtins.list[logs.LogRecord]]:
         """The job's log records in batches as they are written, until the job has ended;
         `on_poll` sees the job each time it is looked at."""
         return logs.follow(self.settings.job_log_path(job_id), self._ended(job_id, on_poll), poll_seconds,
@@ -218,7 +220,7 @@ class Client:
             job = self.get(job_id)
             if on_poll:
                 on_poll(job)
-            return job.state.is_terminal
+            return job.state is not None and job.state.is_terminal
 
         return ended
 
@@ -260,6 +262,8 @@ class Client:
             return new
 
         job, changed = self.store.update_labels(job_id, change)
+        if job is None:  # deleted since the check above
+            raise JobNotFound(job_id)
         return LabelsUpdate(job, changed)
 
 

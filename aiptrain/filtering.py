@@ -17,6 +17,7 @@ Keys are dotted paths (`labels.team`, `trainingInput.region`, `trainingOutput.tr
 from __future__ import annotations
 
 import fnmatch
+import operator
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -68,6 +69,8 @@ _TOKEN = re.compile(r"""\s*(?:(?P<paren>[()])|(?P<word>(?:"(?:[^"\\]|\\.)*"|'[^'
 _TERM = re.compile(r"(?P<key>[A-Za-z_][\w.\[\]-]*?)(?P<op>!=|<=|>=|!~|:|=|<|>|~)(?P<rest>.*)", re.DOTALL)
 
 
+_ORDER = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+
 MAX_NESTING = 100  # parentheses and NOTs inside each other: far beyond any real filter, far below Python's stack
 _SHOWN_CHARACTERS = 80  # of an expression echoed in an error
 
@@ -86,7 +89,7 @@ def _tokens(text: str) -> list[str]:
         match = _TOKEN.match(text, position)
         if not match or match.end() == position:
             break
-        tokens.append(match.group(match.lastgroup))
+        tokens.append(match.group("paren") or match.group("word"))
         position = match.end()
     return tokens
 
@@ -299,15 +302,18 @@ def _number(text: str) -> float | None:
 
 
 def _compare(value: Any, op: str, wanted: str) -> bool:
+    """Both sides as numbers if both are, else as instants if both are, else as text."""
     if value is None or isinstance(value, (dict, list)):
         return False
+    order = _ORDER[op]
     text = _text(value)
     left, right = _number(text), _number(wanted)
-    if left is None or right is None:
-        left, right = (_instant(text), _instant(wanted))
-        if left is None or right is None:
-            left, right = text, wanted
-    return {"<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right}[op]
+    if left is not None and right is not None:
+        return order(left, right)
+    left_instant, right_instant = _instant(text), _instant(wanted)
+    if left_instant is not None and right_instant is not None:
+        return order(left_instant, right_instant)
+    return order(text, wanted)
 
 
 def _matches_one(value: Any, op: str, wanted: str) -> bool:

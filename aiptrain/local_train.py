@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -120,8 +120,7 @@ def plan_processes(args: LocalTrainArgs, python: str, primary_type: str, pythonp
         )
 
     if not args.distributed:
-        torch = pytorch_env("localhost", args.start_port, 0, MASTER, 0)
-        return [spec(MASTER, 0, None, {}, torch)]
+        return [spec(MASTER, 0, None, {}, pytorch_env("localhost", args.start_port, 0, MASTER, 0))]
 
     ps_count, worker_count = _count(args.parameter_server_count), _count(args.worker_count)
     ports = list(range(args.start_port, args.start_port + cluster_size(args)))
@@ -148,7 +147,7 @@ def plan_processes(args: LocalTrainArgs, python: str, primary_type: str, pythonp
 # -- the host: which Python, which TensorFlow -------------------------------------------------
 
 
-def local_python(environ: dict[str, str] | None = None) -> str:
+def local_python(environ: Mapping[str, str] | None = None) -> str:
     """AIPTRAIN_LOCAL_PYTHON, then CLOUDSDK_ML_ENGINE_LOCAL_PYTHON (gcloud's ml_engine/local_python
     property), then `python` on PATH, then the Python running aiptrain."""
     environ = os.environ if environ is None else environ
@@ -234,6 +233,8 @@ class LocalCluster:
         try:
             for spec in self.specs:
                 self._start(spec)
+            if self.primary is None:
+                raise ValueError("no process spec is the primary")
             return _exit_status(self.primary.wait())
         finally:
             if self._kill_timer:
@@ -287,7 +288,7 @@ class LocalCluster:
             raise KeyboardInterrupt
 
     def _kill_primary(self) -> None:
-        if self.primary.poll() is None:
+        if self.primary is not None and self.primary.poll() is None:
             self.primary.kill()
 
     def stop_background(self, grace: float = STOP_GRACE_SECONDS) -> None:

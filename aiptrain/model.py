@@ -13,7 +13,7 @@ import itertools
 import math
 import re
 from datetime import datetime, timezone
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -164,6 +164,14 @@ MAX_TRIALS = 1000
 MAX_PARALLEL_TRIALS = 100
 GRID_TYPES = (ParameterType.INTEGER, ParameterType.CATEGORICAL, ParameterType.DISCRETE)
 _FLAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_T = TypeVar("_T")
+
+
+def _required(value: _T | None, field: str) -> _T:
+    """A field that validation requires: ValueError on a resource that skipped validation."""
+    if value is None:
+        raise ValueError(f"{field} is required")
+    return value
 
 
 class ParameterSpec(Resource):
@@ -197,6 +205,24 @@ class ParameterSpec(Resource):
     def scale(self) -> ScaleType:
         return self.scale_type or ScaleType.NONE
 
+    # The fields problem() requires, for a parameter that passed it (as every parameter of a
+    # validated HyperparameterSpec has).
+    @property
+    def name(self) -> str:
+        return _required(self.parameter_name, "parameterName")
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """minValue and maxValue of a DOUBLE or INTEGER parameter."""
+        return _required(self.min_value, "minValue"), _required(self.max_value, "maxValue")
+
+    @property
+    def choices(self) -> list[str] | list[float]:
+        """categoricalValues of a CATEGORICAL parameter, discreteValues of a DISCRETE one."""
+        if self.type is ParameterType.CATEGORICAL:
+            return _required(self.categorical_values, "categoricalValues")
+        return _required(self.discrete_values, "discreteValues")
+
     def problem(self) -> str | None:
         """What is wrong with this parameter, as `field must ...: fix`; None when it is valid."""
         if not self.parameter_name:
@@ -214,7 +240,7 @@ class ParameterSpec(Resource):
         return checks[self.type]()
 
     def _range_problem(self) -> str | None:
-        kind = self.type.value
+        kind = "INTEGER" if self.type is ParameterType.INTEGER else "DOUBLE"
         if self.categorical_values is not None or self.discrete_values is not None:
             return f"{kind} takes minValue and maxValue, not categoricalValues or discreteValues"
         if self.min_value is None or self.max_value is None:
@@ -261,19 +287,19 @@ class ParameterSpec(Resource):
         return None
 
     @property
-    def grid_values(self) -> list:
+    def grid_values(self) -> list[int] | list[str] | list[float]:
         """The points GRID_SEARCH visits for this parameter (INTEGER, CATEGORICAL, DISCRETE)."""
         if self.type is ParameterType.INTEGER:
-            return list(range(int(self.min_value), int(self.max_value) + 1))
-        if self.type is ParameterType.DISCRETE:
-            return list(self.discrete_values)
-        return list(self.categorical_values or ())
+            low, high = self.bounds
+            return list(range(int(low), int(high) + 1))
+        return self.choices.copy()
 
     @property
     def grid_size(self) -> int:
         if self.type is ParameterType.INTEGER:
-            return int(self.max_value) - int(self.min_value) + 1
-        return len(self.grid_values)
+            low, high = self.bounds
+            return int(high) - int(low) + 1
+        return len(self.choices)
 
 
 class HyperparameterSpec(Resource):
@@ -311,7 +337,7 @@ class HyperparameterSpec(Resource):
                 problem = "GRID_SEARCH takes INTEGER, CATEGORICAL or DISCRETE parameters: use RANDOM_SEARCH for DOUBLE"
             if problem:
                 raise FieldError(where, problem)
-            names.add(param.parameter_name)
+            names.add(param.name)
         for field, least, most in (("max_trials", 1, MAX_TRIALS), ("max_parallel_trials", 1, MAX_PARALLEL_TRIALS),
                                    ("max_failed_trials", 0, MAX_TRIALS)):
             value = getattr(self, field)
@@ -333,6 +359,11 @@ class HyperparameterSpec(Resource):
     @property
     def search(self) -> Algorithm:
         return self.algorithm or Algorithm.ALGORITHM_UNSPECIFIED
+
+    @property
+    def parameters(self) -> list[ParameterSpec]:
+        """params, which validation requires."""
+        return _required(self.params, "params")
 
     @property
     def trials_limit(self) -> int:

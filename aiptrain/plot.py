@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiptrain.errors import EnvironmentNotReady, ValidationError
-from aiptrain.model import Goal, HyperparameterOutput, Job, ParameterSpec, ParameterType, ScaleType, trial_order
+from aiptrain.model import (
+    Goal,
+    HyperparameterOutput,
+    HyperparameterSpec,
+    Job,
+    ParameterSpec,
+    ParameterType,
+    ScaleType,
+    trial_order,
+)
 
 PANEL_INCHES = (5.0, 3.6)
 COLUMNS = 3
@@ -27,14 +36,19 @@ class TrialPoint:
     values: dict[str, str]
 
 
-def trial_points(job: Job) -> list[TrialPoint]:
-    """The job's trials in trial-id order; ValidationError when there is nothing to plot."""
+def _tuning_spec(job: Job) -> HyperparameterSpec:
     spec = job.training_input.hyperparameters
     if spec is None:
         raise ValidationError(
             f"Job [{job.job_id}] is not a hyperparameter tuning job: `jobs plot` draws the trials of a job "
             "submitted with trainingInput.hyperparameters."
         )
+    return spec
+
+
+def trial_points(job: Job) -> list[TrialPoint]:
+    """The job's trials in trial-id order; ValidationError when there is nothing to plot."""
+    _tuning_spec(job)
     trials = (job.training_output and job.training_output.trials) or []
     trials = sorted(trials, key=lambda trial: trial_order(trial.trial_id))
     points = [_point(position, trial) for position, trial in enumerate(trials, start=1)]
@@ -58,9 +72,10 @@ def _point(position: int, trial: HyperparameterOutput) -> TrialPoint:
     )
 
 
-def counts(point: TrialPoint) -> bool:
-    """Whether a trial competes for the best: it finished with an objective and ran to its end."""
-    return point.objective is not None and not point.stopped_early
+def competing_objective(point: TrialPoint) -> float | None:
+    """The objective a trial competes for the best with; None unless it finished with an
+    objective and ran to its end."""
+    return None if point.stopped_early else point.objective
 
 
 def best_so_far(points: list[TrialPoint], goal: Goal) -> list[tuple[int, float]]:
@@ -68,8 +83,9 @@ def best_so_far(points: list[TrialPoint], goal: Goal) -> list[tuple[int, float]]
     better = min if goal is Goal.MINIMIZE else max
     line: list[tuple[int, float]] = []
     for point in points:
-        if counts(point):
-            line.append((point.number, better(line[-1][1], point.objective) if line else point.objective))
+        objective = competing_objective(point)
+        if objective is not None:
+            line.append((point.number, better(line[-1][1], objective) if line else objective))
     return line
 
 
@@ -77,8 +93,8 @@ def plot_study(job: Job, path: Path) -> None:
     """Draw the study of an HP job into `path` (png, svg, pdf: what the suffix says)."""
     points = trial_points(job)
     plt = _pyplot()
-    spec = job.training_input.hyperparameters
-    panels = 1 + len(spec.params)
+    spec = _tuning_spec(job)
+    panels = 1 + len(spec.parameters)
     rows, columns = math.ceil(panels / COLUMNS), min(panels, COLUMNS)
     figure, axes = plt.subplots(rows, columns, squeeze=False,
                                 figsize=(PANEL_INCHES[0] * columns, PANEL_INCHES[1] * rows))
@@ -87,7 +103,7 @@ def plot_study(job: Job, path: Path) -> None:
         flat = list(axes.flat)
         metric = (job.training_output and job.training_output.hyperparameter_metric_tag) or spec.metric_tag
         _objective_panel(flat[0], points, spec.effective_goal, metric)
-        for ax, param in zip(flat[1:], spec.params, strict=False):
+        for ax, param in zip(flat[1:], spec.parameters, strict=False):
             _parameter_panel(ax, points, param, metric)
         for ax in flat[panels:]:
             ax.set_visible(False)
@@ -150,7 +166,7 @@ def _objective_panel(ax, points: list[TrialPoint], goal: Goal, metric: str) -> N
 
 
 def _parameter_panel(ax, points: list[TrialPoint], param: ParameterSpec, metric: str) -> None:
-    name = param.parameter_name
+    name = param.name
     shown = [p for p in points if name in p.values]
     if param.type is ParameterType.CATEGORICAL:
         categories = list(param.categorical_values or ())
@@ -164,4 +180,4 @@ def _parameter_panel(ax, points: list[TrialPoint], param: ParameterSpec, metric:
             ax.set_xscale("log")
     ax.set_xlabel(name)
     ax.set_ylabel(metric)
-    ax.set_title(f"{name} ({param.type.value})")
+    ax.set_title(f"{name} ({param.type.value})" if param.type else name)

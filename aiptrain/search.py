@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
@@ -39,6 +39,8 @@ EARLY_STOPPING_STARTUP_TRIALS = 2
 
 _TRIAL_ID = "trial_id"  # user attribute: the service's trial id of an optuna trial
 _HISTORY = "history"  # user attribute: a trial of the previous job (resumePreviousJobId)
+_Number = TypeVar("_Number", int, float)
+_RANGE_TYPES = (ParameterType.DOUBLE, ParameterType.INTEGER)  # the others list their values
 
 
 class _Param:
@@ -46,29 +48,31 @@ class _Param:
     trial sees on its command line (a string) and the value optuna samples."""
 
     def __init__(self, spec: ParameterSpec, on_grid: bool):
-        self.name = spec.parameter_name
+        self.name = spec.name
         self.type = spec.type
-        self.low, self.high = spec.min_value, spec.max_value
-        # UNIT_REVERSE_LOG_SCALE is dense near maxValue: optuna samples y on a log scale and the
-        # trial gets low + high - y. A grid takes every point, so it needs no scale.
-        self.reversed = spec.scale is ScaleType.UNIT_REVERSE_LOG_SCALE and not on_grid
         self.distribution = self._distribution(spec)
+        self.discrete_values = spec.discrete_values or []  # empty unless DISCRETE
+        # UNIT_REVERSE_LOG_SCALE is dense near maxValue: optuna samples y on a log scale and the
+        # trial gets low + high - y, `mirror` being low + high. A grid takes every point, so it
+        # needs no scale; CATEGORICAL and DISCRETE lists are sampled as choices, so it cannot apply.
+        self.mirror: float | None = None
+        if spec.scale is ScaleType.UNIT_REVERSE_LOG_SCALE and not on_grid and self.type in _RANGE_TYPES:
+            low, high = spec.bounds
+            self.mirror = low + high
 
     def _distribution(self, spec: ParameterSpec) -> BaseDistribution:
-        if self.type is ParameterType.CATEGORICAL:
-            return CategoricalDistribution(spec.categorical_values)
-        if self.type is ParameterType.DISCRETE:
-            return CategoricalDistribution(spec.discrete_values)
-        log = spec.scale.is_log
+        if self.type not in _RANGE_TYPES:
+            return CategoricalDistribution(spec.choices)
+        low, high = spec.bounds
         if self.type is ParameterType.INTEGER:
-            return IntDistribution(int(self.low), int(self.high), log=log)
-        return FloatDistribution(self.low, self.high, log=log)
+            return IntDistribution(int(low), int(high), log=spec.scale.is_log)
+        return FloatDistribution(low, high, log=spec.scale.is_log)
 
     def to_text(self, sampled: Any) -> str:
         """The value as the service passes it: `12`, `0.0123`, `4` (integral DISCRETE), `gru`."""
         if self.type is ParameterType.CATEGORICAL:
             return sampled
-        value = self.low + self.high - sampled if self.reversed else sampled
+        value = self.mirror - sampled if self.mirror is not None else sampled
         if self.type is ParameterType.INTEGER:
             return str(int(value))
         value = float(value)
@@ -78,21 +82,22 @@ class _Param:
 
     def from_text(self, text: str) -> Any:
         """The sampled value behind a trial's string; ValueError when it is not in this space."""
+        sampled: Any = None
         if self.type is ParameterType.CATEGORICAL:
-            sampled: Any = text
+            sampled = text
         elif self.type is ParameterType.DISCRETE:
-            sampled = next((v for v in self.distribution.choices if math.isclose(v, float(text))), None)
+            sampled = next((v for v in self.discrete_values if math.isclose(v, float(text))), None)
         elif self.type is ParameterType.INTEGER:
             sampled = self._unreverse(int(float(text)))
-        else:
+        elif isinstance(self.distribution, FloatDistribution):  # DOUBLE
             # low + high - x can land a rounding error outside [low, high]
-            sampled = min(max(self._unreverse(float(text)), self.low), self.high)
+            sampled = min(max(self._unreverse(float(text)), self.distribution.low), self.distribution.high)
         if sampled is None or not self.distribution._contains(self.distribution.to_internal_repr(sampled)):
             raise ValueError(f"{self.name}={text} is outside the search space")
         return sampled
 
-    def _unreverse(self, value):
-        return type(value)(self.low + self.high - value) if self.reversed else value
+    def _unreverse(self, value: _Number) -> _Number:
+        return type(value)(self.mirror - value) if self.mirror is not None else value
 
 
 class _ResumableGridSampler(optuna.samplers.GridSampler):
@@ -136,11 +141,11 @@ class Search:
     def __init__(self, spec: HyperparameterSpec, seed: int = 0):
         self.spec = spec
         on_grid = spec.search is Algorithm.GRID_SEARCH
-        self._params = [_Param(param, on_grid) for param in spec.params]
+        self._params = [_Param(param, on_grid) for param in spec.parameters]
         self._distributions = {param.name: param.distribution for param in self._params}
         self._grid = None
         if on_grid:
-            self._grid = _ResumableGridSampler({p.parameter_name: p.grid_values for p in spec.params}, seed=seed)
+            self._grid = _ResumableGridSampler({p.name: p.grid_values for p in spec.parameters}, seed=seed)
             sampler: optuna.samplers.BaseSampler = self._grid
         elif spec.search is Algorithm.RANDOM_SEARCH:
             sampler = optuna.samplers.RandomSampler(seed=seed)
@@ -150,7 +155,7 @@ class Search:
             optuna.pruners.MedianPruner(n_startup_trials=EARLY_STOPPING_STARTUP_TRIALS)
             if spec.early_stopping else optuna.pruners.NopPruner()
         )
-        direction = "minimize" if spec.effective_goal is Goal.MINIMIZE else "maximize"
+        direction: Literal["minimize", "maximize"] = "minimize" if spec.effective_goal is Goal.MINIMIZE else "maximize"
         self._study = optuna.create_study(sampler=sampler, pruner=pruner, direction=direction)
         self._trials: dict[str, optuna.Trial] = {}  # this job's trials, by trial id
         self._steps: dict[str, set[int]] = {}  # the steps each trial reported
@@ -238,12 +243,12 @@ class Search:
 
     def best_trial_id(self) -> str | None:
         """The finished trial of this job with the best objective; None before one succeeded."""
-        done = [t for t in self._study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if _TRIAL_ID in t.user_attrs]
+        complete = self._study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        done = {t.user_attrs[_TRIAL_ID]: t.value for t in complete if _TRIAL_ID in t.user_attrs and t.value is not None}
         if not done:
             return None
         pick = min if self.spec.effective_goal is Goal.MINIMIZE else max
-        return pick(done, key=lambda t: t.value).user_attrs[_TRIAL_ID]
+        return pick(done, key=done.__getitem__)
 
 
 def _optuna_outcome(output: HyperparameterOutput) -> tuple[TrialState, float | None]:

@@ -27,7 +27,7 @@ import enum
 import math
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -49,8 +49,8 @@ from aiptrain.topology import EVALUATOR, MASTER, PS, WORKER, Replica
 
 # -- the TFJob API, from the training operator's API reference (docs/api, kubeflow.org/v1) ------
 
-API_VERSION = "kubeflow.org/v1"
-KIND = "TFJob"
+API_VERSION: Final = "kubeflow.org/v1"
+KIND: Final = "TFJob"
 # The operator sets TF_CONFIG only in the container of this name, and its webhook refuses a
 # replica spec without one.
 CONTAINER_NAME = "tensorflow"
@@ -223,7 +223,7 @@ def _security_context(user: str) -> tuple[dict[str, Any], dict[str, Any]]:
 def _pod_template(spec: ContainerSpec, replica: Replica, job_dir: str | None, job_name: str,
                   fetched: list[str]) -> dict[str, Any]:
     pod_security, container_security = _security_context(spec.user)
-    mounts = [{"name": "tmp", "mountPath": "/tmp"}, {"name": "dshm", "mountPath": "/dev/shm"}]
+    mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}, {"name": "dshm", "mountPath": "/dev/shm"}]
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}, {"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     if job_dir:
         mounts.append({"name": "job-dir", "mountPath": job_dir, "subPath": job_name})

@@ -29,6 +29,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from aiptrain import dependencies
@@ -91,11 +92,15 @@ def _sdist_members(path: Path) -> dict[str, bytes]:
 
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as archive:
-            return {below_top(n): archive.read(n) for n in archive.namelist() if below_top(n)}
-    with tarfile.open(path) as archive:
-        return {
-            below_top(m.name): archive.extractfile(m).read() for m in archive if m.isfile() and below_top(m.name)
-        }
+            return {below: archive.read(n) for n in archive.namelist() if (below := below_top(n))}
+    members = {}
+    with tarfile.open(path) as tar:
+        for member in tar:
+            below = below_top(member.name)
+            content = tar.extractfile(member) if below and member.isfile() else None
+            if below and content is not None:
+                members[below] = content.read()
+    return members
 
 
 def read_metadata(path: Path) -> tuple[str, list[str]]:
@@ -228,7 +233,7 @@ def download(
     python_version: str,
     platforms: tuple[str, ...],
     destination: Path,
-    constraints: list[str] = (),
+    constraints: Sequence[str] = (),
     hint: str = TRAINER_HINT,
 ) -> None:
     """Wheels for `requirements` and their dependencies into `destination`, within `constraints`.
@@ -236,7 +241,7 @@ def download(
     Python only) and the resolution runs again with it."""
     built = destination / ".built-from-sdists"
 
-    def attempt(wanted: list[str]) -> str | None:
+    def attempt(wanted: list[str]) -> str | list[str] | None:
         output = _pip(["download", "--dest", str(destination)], wanted, python_version, platforms, built, constraints)
         if output is None:
             return _missed_by_markers(_wheel_metadata(destination), python_version)
@@ -250,7 +255,7 @@ def resolve_versions(
     requirements: list[str],
     python_version: str,
     platforms: tuple[str, ...],
-    constraints: list[str] = (),
+    constraints: Sequence[str] = (),
     hint: str = TRAINER_HINT,
 ) -> dict[str, str]:
     """What `download` would fetch, as {canonical name: version}, downloading nothing but the
@@ -259,7 +264,7 @@ def resolve_versions(
         built, report = Path(scratch) / "built", Path(scratch) / "report.json"
         installs: list[dict] = []
 
-        def attempt(wanted: list[str]) -> str | None:
+        def attempt(wanted: list[str]) -> str | list[str] | None:
             output = _pip(
                 ["install", "--dry-run", "--ignore-installed", "--target", str(Path(scratch) / "target"),
                  "--report", str(report)], wanted, python_version, platforms, built, constraints,
@@ -274,7 +279,10 @@ def resolve_versions(
         return {canonical_name(i["metadata"]["name"]): i["metadata"]["version"] for i in installs}
 
 
-def _with_wheels_built_from_sdists(attempt, requirements, built, python_version, platforms, hint) -> None:
+def _with_wheels_built_from_sdists(
+    attempt: Callable[[list[str]], str | list[str] | None], requirements: list[str], built: Path,
+    python_version: str, platforms: tuple[str, ...], hint: str,
+) -> None:
     """Run `attempt(requirements)` until it succeeds: it returns None when done, pip's output
     when pip failed, or requirements pip skipped (markers) to add and try again."""
     tried: set[str] = set()
@@ -288,7 +296,7 @@ def _with_wheels_built_from_sdists(attempt, requirements, built, python_version,
             continue
         missing = _NO_DISTRIBUTION.search(outcome)
         name = requirement_name(missing.group(1)) if missing else None
-        if not name or name in tried:
+        if missing is None or not name or name in tried:
             raise _resolution_error(outcome, python_version, platforms, hint)
         tried.add(name)
         log.debug("No wheel for %s: building one from its sdist.", missing.group(1))
@@ -373,7 +381,7 @@ sys.exit(main(sys.argv[1:]))
 
 def _pip(
     command: list[str], requirements: list[str], python_version: str, platforms: tuple[str, ...], built: Path,
-    constraints: list[str] = (),
+    constraints: Sequence[str] = (),
 ) -> str | None:
     """pip's output when `pip COMMAND` failed for the replicas' Python and platform, None when it succeeded."""
     built.mkdir(parents=True, exist_ok=True)

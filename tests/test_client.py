@@ -50,6 +50,20 @@ def test_update_labels_returns_the_job(home):
             client.update_labels("j", update={"B": "x"})
 
 
+def test_update_labels_of_a_job_deleted_meanwhile_is_not_found(home, monkeypatch):
+    with Client() as client:
+        client.store.create(Job(job_id="j", labels={"a": "1"}))
+        found = client.get("j")
+
+        def found_then_deleted(job_id: str) -> Job:  # another process deletes it after the check
+            client.store.delete(job_id)
+            return found
+
+        monkeypatch.setattr(client, "get", found_then_deleted)
+        with pytest.raises(JobNotFound):
+            client.update_labels("j", update={"b": "2"})
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"scale_teir": "basic"}, "unknown flag(s) scale_teir"),
     ({"module_name": None}, "--module-name is required"),

@@ -22,6 +22,7 @@ from googleapiclient.errors import HttpError
 
 from aiptrain.api.access import Access, load_tokens
 from aiptrain.api.app import App
+from aiptrain.api.jobs import JobMethods
 from aiptrain.api.server import make_server
 from aiptrain.client import Client
 from aiptrain.errors import ValidationError
@@ -260,6 +261,21 @@ def test_patch_sets_labels_with_an_etag_check(serve):
     assert (code, error["status"]) == (400, "FAILED_PRECONDITION")
 
 
+def test_patch_of_a_job_deleted_meanwhile_is_not_found(serve, monkeypatch):
+    seed("job_a", labels={"k": "v"})
+    visible = JobMethods._visible
+
+    def visible_then_deleted(self, client, project, job_id):  # another process deletes it after the check
+        job = visible(self, client, project, job_id)
+        client.store.delete(job_id)
+        return job
+
+    monkeypatch.setattr(JobMethods, "_visible", visible_then_deleted)
+    jobs = ml_api(serve()).projects().jobs()
+    code, error = refused(jobs.patch(name=f"projects/{PROJECT}/jobs/job_a", updateMask="labels", body={}))
+    assert (code, error["status"]) == (404, "NOT_FOUND")
+
+
 # -- malformed requests (pure) --------------------------------------------------------------------
 
 JOBS = f"/v1/projects/{PROJECT}/jobs"
@@ -376,6 +392,17 @@ def test_entries_list_answers_stream_logs_filters_with_pages(serve, api_home):
     assert listed(filter=base.replace('"logged"', '"absent"')) == {}
     other = entries_api.list(body={"resourceNames": [f"projects/{OTHER}"], "filter": base}).execute()
     assert other == {}  # the job lives in team-a
+
+
+def test_entries_list_filters_on_timestamp_past_a_line_without_a_time(serve):
+    seed("timeless")
+    write_log("timeless", [("2026-01-01T00:00:01Z", "master-replica-0", "INFO", "stamped")])
+    with Settings().job_log_path("timeless").open("a") as log:
+        log.write(json.dumps({"task": "master-replica-0", "message": "no time"}) + "\n")  # damaged, but JSON
+    body = {"resourceNames": [f"projects/{PROJECT}"],
+            "filter": 'resource.labels.job_id="timeless" AND timestamp>"2026-01-01T00:00:00Z"'}
+    found = logging_api(serve()).entries().list(body=body).execute()["entries"]
+    assert [e["jsonPayload"]["message"] for e in found] == ["stamped"]  # a line without a time is never after
 
 
 def test_entries_list_follows_gcloud_s_log_fetcher(serve):

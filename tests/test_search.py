@@ -95,6 +95,18 @@ def test_reverse_log_scale_is_dense_near_max():
 
 
 @pytest.mark.parametrize("algorithm", ["GRID_SEARCH", "RANDOM_SEARCH", "ALGORITHM_UNSPECIFIED"])
+def test_a_discrete_list_on_a_reverse_log_scale_is_sampled_as_listed(algorithm):
+    # The scale validates (every value > 0) but cannot apply to a list sampled as a choice.
+    hp = spec(algorithm=algorithm, maxTrials=10, params=[
+        {"parameterName": "batch", "type": "DISCRETE", "discreteValues": [16, 32, 64],
+         "scaleType": "UNIT_REVERSE_LOG_SCALE"},
+    ])
+    seen = run(Search(hp), 10)
+    assert seen and {values["batch"] for values in seen} <= {"16", "32", "64"}
+    Search(hp).restore([stored(1, seen[0], State.SUCCEEDED, 0.5)])
+
+
+@pytest.mark.parametrize("algorithm", ["GRID_SEARCH", "RANDOM_SEARCH", "ALGORITHM_UNSPECIFIED"])
 def test_same_seed_same_suggestions(algorithm):
     def suggestions(seed):
         search = Search(spec(algorithm=algorithm, maxTrials=15, params=GRID_PARAMS), seed=seed)

@@ -18,7 +18,9 @@ class RuntimeBuilds:
 
     def __init__(self, build: Callable, current: Callable | None = None):
         if current is None:
-            from aiptrain.runtimes import image_is_current as current
+            from aiptrain.runtimes import image_is_current
+
+            current = image_is_current
         self._build, self._current = build, current
         self._lock = threading.Lock()
         self._running: dict[str, threading.Thread] = {}

@@ -149,8 +149,9 @@ def matches(expression: filtering.Expr, entry: dict) -> bool:
     if isinstance(expression, filtering.Term):
         if expression.key != "timestamp":
             return filtering.evaluate(expression, entry)
-        moment = _moment(entry["timestamp"])
-        found = any(_compare(moment, expression.op.lstrip("!"), _moment(v)) for v in expression.values)
+        moment = _moment(entry["timestamp"]) or _NEVER  # a line without a time: before all, as _key sorts it
+        wanted = [w for w in map(_moment, expression.values) if w is not None]  # all of them: _check_moments
+        found = any(_compare(moment, expression.op.lstrip("!"), w) for w in wanted)
         return not found if expression.op == "!=" else found
     if isinstance(expression, filtering.Not):
         return not matches(expression.operand, entry)

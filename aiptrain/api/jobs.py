@@ -16,10 +16,15 @@ import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from aiptrain.api.app import ApiError, Call
 from aiptrain.model import Job
 from aiptrain.settings import Settings
+
+if TYPE_CHECKING:  # imported where they are first used, for the server's start-up time
+    from aiptrain.api.tensorboards import TensorBoards
+    from aiptrain.client import Client
 
 log = logging.getLogger("aiptrain.api")
 LIST_PAGE_SIZE, LIST_MOST = 20, 100  # the discovery document's default and maximum
@@ -46,7 +51,7 @@ class JobMethods:
 
         self.settings = settings
         self._builds = RuntimeBuilds(self._build_runtime)
-        self._tensorboards = None  # aiptrain.api.tensorboards.TensorBoards, made at the first request
+        self._tensorboards: TensorBoards | None = None  # made at the first request
 
     def _build_runtime(self, runtime) -> None:
         from aiptrain import runtimes
@@ -54,13 +59,13 @@ class JobMethods:
         runtimes.ensure_image(runtime, self.settings.cache_dir, log.info, "runtimeVersion")
 
     @contextmanager
-    def _client(self) -> Iterator:
+    def _client(self) -> Iterator[Client]:
         from aiptrain.client import Client
 
         with Client(settings=self.settings) as client:
             yield client
 
-    def _visible(self, client, project: str, job_id: str) -> Job:
+    def _visible(self, client: Client, project: str, job_id: str) -> Job:
         """The job, if it lives in `project`; JobNotFound (404) otherwise, as if it did not exist."""
         from aiptrain.errors import JobNotFound
 
@@ -69,7 +74,7 @@ class JobMethods:
             raise JobNotFound(job_id)
         return job
 
-    def _project_of(self, client, job_id: str) -> str:
+    def _project_of(self, client: Client, job_id: str) -> str:
         return client.recorded_project(job_id) or self.settings.default_project
 
     # -- methods ---------------------------------------------------------------------------
@@ -138,7 +143,8 @@ class JobMethods:
             found.sort(key=lambda r: r.get("createTime", ""), reverse=True)
             if after is not None:
                 found = [r for r in found if _comes_after(r, *after)]
-            page, more = [], False
+            page: list[dict] = []
+            more = False
             for item in found:
                 if self._project_of(client, item["jobId"]) != project:
                     continue
@@ -178,6 +184,10 @@ class JobMethods:
             except StaleEtag:
                 raise ApiError(409, f"The etag of job [{job_id}] does not match: its labels changed since it was "
                                "read; get it again and retry.", "ABORTED") from None
+            if job is None:  # deleted since the check above
+                from aiptrain.errors import JobNotFound
+
+                raise JobNotFound(job_id)
             return resource(job)
 
     def cancel(self, call: Call, project: str, job_id: str) -> dict:
@@ -186,7 +196,7 @@ class JobMethods:
         call.json_body()  # `{}`; anything but a JSON object is refused
         with self._client() as client:
             job = self._visible(client, project, job_id)
-            if job.state.is_terminal:
+            if job.state is not None and job.state.is_terminal:
                 raise ApiError(400, f"Job [{job_id}] has already ended ({job.state.value}): only QUEUED, PREPARING "
                                "and RUNNING jobs can be cancelled.", "FAILED_PRECONDITION")
             client.cancel(job_id, timeout=0)  # the service answers at once; the job ends CANCELLED soon

@@ -27,7 +27,7 @@ import re
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import ClassVar
@@ -121,7 +121,7 @@ def subnet_prefix(replicas: int) -> int:
     return min(SMALLEST_SUBNET, 32 - (replicas + RESERVED_ADDRESSES - 1).bit_length())
 
 
-def pick_subnet(pool: ipaddress.IPv4Network, replicas: int, taken: list[ipaddress.IPv4Network],
+def pick_subnet(pool: ipaddress.IPv4Network, replicas: int, taken: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network],
                 seed: str) -> ipaddress.IPv4Network | None:
     """A subnet of the pool sized for the replicas and overlapping none taken, or None. The
     search starts at a place derived from `seed` (the network's name), so concurrent submits
@@ -229,12 +229,19 @@ class DockerBackend:
         with self._removed_on_failure(plan):
             if plan.network:
                 self._create_network(plan.network)
-            solo, gateway = self.solo_network() if not plan.network or plan.storage else (None, None)
-            network = plan.network.name if plan.network else solo
+            # A job without a network of its own runs on the solo network, whose gateway is where
+            # the storage endpoint listens.
+            gateway: str | None = None
+            if plan.network:
+                network = plan.network.name
+                if plan.storage:
+                    _, gateway = self.solo_network()
+            else:
+                network, gateway = self.solo_network()
             hosts = None
             # Serving before any replica starts: a trainer's first request may come at once, and
             # not every client retries a refused connection. Running already: one inspect.
-            if plan.storage and self._storage_endpoint_or_none(plan.storage):
+            if plan.storage and gateway is not None and self._storage_endpoint_or_none(plan.storage):
                 hosts = dict.fromkeys(API_HOSTS, gateway)
             self._each(lambda spec: self._start(spec, plan.environment(spec), network, hosts, bool(plan.network)),
                        plan.containers)
@@ -457,8 +464,8 @@ class DockerBackend:
             "are running; wait for some to end or set a wider pool."
         )
 
-    def _subnets_in_use(self) -> list[ipaddress.IPv4Network]:
-        subnets = []
+    def _subnets_in_use(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        subnets: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
         for network in self.api.networks():
             for config in (network.get("IPAM") or {}).get("Config") or []:
                 try:
@@ -693,7 +700,7 @@ class DockerBackend:
         """The engine's log messages, stdout and stderr apart: docker-py's logs() merges them, and
         the severity of a line depends on its stream, so the multiplexed frames are read directly."""
         api = self.api
-        params = {"follow": int(follow), "stdout": 1, "stderr": 1, "timestamps": 1}
+        params: dict[str, int | str] = {"follow": int(follow), "stdout": 1, "stderr": 1, "timestamps": 1}
         if since_ns:
             params["since"] = f"{since_ns // 1_000_000_000}.{since_ns % 1_000_000_000:09d}"
         response = api._get(api._url(self.logs_path, replica_id), params=params, stream=True)

@@ -203,8 +203,8 @@ def render(data: dict | list[dict], spec: str) -> str:
     """One resource or a list of them in the given --format; '' for `none` (and for tables of nothing)."""
     parsed = parse_format(spec)
     kind = parsed.kind
+    items = data if isinstance(data, list) else [data]
     many = isinstance(data, list)
-    items = data if many else [data]
     if kind == "none":
         return ""
     if kind == TFJOB:
@@ -233,7 +233,9 @@ def render(data: dict | list[dict], spec: str) -> str:
 
 
 def wants_tfjob(spec: str | None) -> bool:
-    return bool(spec) and parse_format(spec).kind == TFJOB
+    if not spec:
+        return False
+    return parse_format(spec).kind == TFJOB
 
 
 def dump_yaml(data: Any) -> str:

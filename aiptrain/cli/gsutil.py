@@ -262,8 +262,9 @@ def gcloud_storage_args(args: list[str]) -> tuple[str, list[str]]:
         if key in GCLOUD_VALUE_OPTIONS:
             skip = "=" not in arg
         elif key in GCLOUD_SWITCHES:
-            if GCLOUD_SWITCHES[key]:
-                translated.append(GCLOUD_SWITCHES[key])
+            switch = GCLOUD_SWITCHES[key]
+            if switch:
+                translated.append(switch)
         else:
             translated.append(arg)
     return command, translated

@@ -43,6 +43,7 @@ def serve(host: str, port: int, tokens_file: str | None) -> None:
     # Refusals and failures always; each request too at --verbosity info or debug.
     api_log.setLevel(min(logging.getLogger("aiptrain").getEffectiveLevel(), logging.WARNING))
     address, bound_port = server.server_address[:2]
+    address = address.decode() if isinstance(address, (bytes, bytearray)) else address  # str for AF_INET(6)
     shown = f"[{address}]" if ":" in address else address
     who = "tokens from " + tokens_file if tokens_file else "no tokens (loopback only)"
     click.echo(f"Serving the ml v1 API, Cloud Logging entries.list and Cloud Storage on http://{shown}:{bound_port} "

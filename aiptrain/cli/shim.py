@@ -156,8 +156,8 @@ def config_command(args: list[str], format_spec: str | None) -> int:
     if verb == "list" and len(names) <= 1:
         wanted = _property_name(names[0]) if names else None
         properties = {k: v for k, v in sorted(load_properties().items()) if wanted in (None, k)}
-        if wanted and wanted not in properties and get_property(wanted) is not None:
-            properties[wanted] = get_property(wanted)
+        if wanted and wanted not in properties and (value := get_property(wanted)) is not None:
+            properties[wanted] = value
         click.echo(_render_properties(properties, format_spec), nl=False)
         return 0
     click.echo("ERROR: (gcloud.config) aiptrain's shim supports `config get-value|set|unset|list PROPERTY`.", err=True)

@@ -790,7 +790,8 @@ class Handler(BaseHTTPRequestHandler):
         parts = list(message.iter_parts()) if message.is_multipart() else []
         if len(parts) < 2:
             raise ApiError(400, "A multipart upload needs a metadata part and a media part")
-        metadata = json.loads(parts[0].get_payload(decode=True) or b"{}")
+        payload = parts[0].get_payload(decode=True)  # None when the part is multipart itself
+        metadata = json.loads(payload if isinstance(payload, bytes) and payload else b"{}")
         media = parts[1].get_payload(decode=True) or b""
         self._finish_whole(bucket, metadata.get("name") or query.get("name", ""), query, [media])
 

@@ -176,7 +176,7 @@ class GcsBucket:
                 f"Cloud Storage refused a request on bucket [{self.url}] ({exc.code}: {first_line(exc.message)}): "
                 "check the bucket and try again."
             ) from None
-        except (ConnectionError, auth.TransportError, *_transport_errors()) as exc:
+        except _transport_errors() as exc:
             raise ValidationError(self._unreachable(exc)) from None
 
     def _unreachable(self, exc: BaseException) -> str:
@@ -236,10 +236,12 @@ def _never_connected(exc: BaseException | None) -> bool:
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
+    """What a request that did not reach Cloud Storage raises."""
     import requests
     import urllib3.exceptions
+    from google.auth import exceptions as auth
 
-    return (requests.RequestException, urllib3.exceptions.HTTPError)
+    return (ConnectionError, auth.TransportError, requests.RequestException, urllib3.exceptions.HTTPError)
 
 
 def _reason(exc: BaseException) -> str:
