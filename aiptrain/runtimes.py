@@ -229,6 +229,7 @@ def build_base_image(rt: Runtime, progress: Callable[[str], None]) -> None:
     # The script keeps an image of that name; one from an older recipe is replaced.
     process = subprocess.Popen([str(BASE_IMAGE_SCRIPT), rt.base.name], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None  # stdout=PIPE
     for line in process.stdout:
         if line.strip():
             progress(line.rstrip())

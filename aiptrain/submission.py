@@ -153,7 +153,7 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
     notices = []
     scheduling_seconds(job, "max_running_time")  # malformed: refused here, not when the job runs
     max_wait = scheduling_seconds(job, "max_wait_time")
-    if max_wait is not None and max_wait < SERVICE_MIN_WAIT_SECONDS:
+    if max_wait is not None and ti.scheduling and max_wait < SERVICE_MIN_WAIT_SECONDS:
         notices.append(
             f"scheduling.maxWaitTime [{ti.scheduling.max_wait_time}] is below the service's minimum of "
             f"{SERVICE_MIN_WAIT_SECONDS}s: AI Platform would refuse it; aiptrain applies it as given."
@@ -252,7 +252,8 @@ def plan_inputs(
     host_gateway: str | None = None,
     gcs_endpoint: StorageEndpoint | None = None,
 ) -> PlanInputs:
-    extra_env, extra_mounts = {}, ()
+    extra_env: dict[str, str] = {}
+    extra_mounts: tuple[Mount, ...] = ()
     if submission.remote_job_dir:
         # Replicas get the gs:// job dir unchanged, and what they need to reach that storage.
         from aiptrain.storage.gcs import replica_access
@@ -472,6 +473,7 @@ class Submitter:
         """The packages installed for the runtime image once, for every replica (aiptrain.installs)."""
         from aiptrain.installs import ensure_installed
 
+        assert submission.runtime_image and inputs.package_dir  # a runtime job with packages (the caller's check)
         self._step("Installing the packages once for every replica")
         owner = {LABEL_INSTALLATION: submission.installation} if submission.installation else {}
         target, installed_now = ensure_installed(
