@@ -477,7 +477,6 @@ def test_security_checks(tally, home, minimal_runtime, tmp_path):
         tally.assert_all_held(f"security: {name}", notes)
 
 
-@pytest.mark.docker
 def test_a_long_line_reaches_the_log_unchanged(home, minimal_runtime, tmp_path):
     package = tmp_path / "long" / "trainer"
     package.mkdir(parents=True)

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 import yaml
 
 from conftest import REPO
@@ -36,22 +35,6 @@ def run_script(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict 
     resource = json.loads((artifacts / "job.json").read_text()) if (artifacts / "job.json").exists() else None
     logs = (artifacts / "job.log").read_text() if (artifacts / "job.log").exists() else ""
     return result, resource, logs
-
-
-@pytest.mark.docker
-def test_a_job_that_succeeds_passes_the_pipeline(home, tmp_path, minimal_runtime):
-    result, resource, logs = run_script(tmp_path, "ci_ok", "--", "--steps", "3")
-    assert result.returncode == 0, result.stderr
-    assert resource["state"] == "SUCCEEDED" and resource["labels"] == {"ci": "true"}
-    assert "\tmaster-replica-0\t" in logs and "\tmaster-replica-0\t" in result.stderr  # streamed, and kept
-
-
-@pytest.mark.docker
-def test_a_job_that_fails_fails_the_pipeline(home, tmp_path, minimal_runtime):
-    result, resource, logs = run_script(tmp_path, "ci_fails", "--", "--steps", "2", "--fail-with", "3")
-    assert result.returncode == 1
-    assert resource["state"] == "FAILED" and "non-zero status of 3" in resource["errorMessage"]
-    assert logs
 
 
 def test_a_refused_submit_keeps_no_artifacts(home, tmp_path):

@@ -53,32 +53,6 @@ def test_unknown_version_is_one_line_and_exit_2_before_anything_is_built(cli):
     assert result.stderr.startswith("ERROR: Unknown runtime version [9.9]: choose one of 2.11, 2.10, 2.9,")
 
 
-@pytest.mark.docker
-def test_list_shows_the_built_minimal_image(cli, minimal_runtime):
-    rows = table_rows(cli("runtimes", "list", check_code=0).stdout)
-    assert ["minimal", runtime_image("minimal"), "built", "3.11 (bookworm)", "none (Python and pip only)"] in rows
-
-
-@pytest.mark.docker
-def test_building_an_existing_image_is_a_no_op(cli, docker_api, minimal_runtime):
-    image = runtime_image("minimal")
-    before = docker_api.inspect_image(image)["Id"]
-    result = cli("runtimes", "build", "minimal", check_code=0)
-    assert result.stdout == f"Runtime minimal: {image} is already built (--force rebuilds it).\n"
-    assert result.stderr == ""
-    assert docker_api.inspect_image(image)["Id"] == before
-
-
-@pytest.mark.docker
-def test_a_missing_base_image_is_exit_3_naming_it(cli, docker_api, monkeypatch):
-    # --force gets past "already built"; the base image is checked before anything is built or replaced.
-    monkeypatch.setenv("AIPTRAIN_BASE_IMAGE", "aiptrain/base:no-such-tag")
-    result = cli("runtimes", "build", "--force", "minimal")
-    assert result.returncode == 3
-    errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR")]
-    assert len(errors) == 1 and "Base image [aiptrain/base:no-such-tag] is missing" in errors[0]
-
-
 def test_without_a_terminal_progress_is_plain_lines(capsys):
     with runtimes_cli._build_display("Building runtime x") as show:
         show("Step 1/2 : FROM base")
@@ -102,56 +76,6 @@ def test_the_spinner_prints_steps_and_stops_even_when_the_build_fails():
     assert written.endswith("\x1b[2K")
 
 
-NO_PYTHON37 = "python:3.7-slim"
-
-
-def _without_python37(docker_api) -> None:
-    """The 1.x runtimes' base comes from a registry; none answers here. Where one does, these
-    tests would pull it: they are about the machine without one."""
-    import docker.errors
-
-    try:
-        docker_api.inspect_image(NO_PYTHON37)
-        pytest.skip(f"{NO_PYTHON37} is on this engine")
-    except docker.errors.ImageNotFound:
-        pass
-
-
-@pytest.mark.docker
-def test_building_a_1x_runtime_without_its_base_is_exit_3_naming_what_serves(cli, docker_api):
-    _without_python37(docker_api)
-    result = cli("runtimes", "build", "1.15", timeout=120)
-    assert result.returncode == 3
-    errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR")]
-    assert errors == [
-        "ERROR: Runtime 1.15 needs Python 3.7 from [python:3.7-slim], which this engine does not have and cannot "
-        "pull: use --runtime-version 2.x, a custom container (--master-image-uri), or map an image you have with "
-        "`aiptrain runtimes add 1.15 --image IMAGE`."
-    ]
-
-
-@pytest.mark.docker
-@pytest.mark.parametrize("from_config", [False, True])
-def test_submitting_a_1x_runtime_without_its_base_is_exit_3_with_nothing_created(
-    cli, home, tmp_path, docker_api, from_config
-):
-    _without_python37(docker_api)
-    args = ["--package-path", str(SAMPLE_TRAINER), "--module-name", "trainer.task", "--job-dir", str(tmp_path / "o")]
-    if from_config:
-        config = tmp_path / "config.yaml"
-        config.write_text("trainingInput:\n  runtimeVersion: '1.15'\n")
-        args += ["--config", str(config)]
-    else:
-        args += ["--runtime-version", "1.15"]
-    result = cli("jobs", "submit", "training", "old_tf", *args)
-    assert result.returncode == 3, result.stderr
-    assert result.stderr.count("\n") == 1
-    which = "runtimeVersion in the config file" if from_config else "--runtime-version"
-    assert f"use {which} 2.x, a custom container" in result.stderr
-    assert cli("jobs", "list").stderr.strip() == "Listed 0 items."
-    assert not (tmp_path / "o").exists()
-
-
 def test_dry_run_of_a_1x_runtime_plans_its_image_and_says_what_it_runs(cli, tmp_path):
     result = cli(
         "jobs", "submit", "training", "old_tf", "--package-path", str(SAMPLE_TRAINER), "--module-name",
@@ -173,35 +97,6 @@ def test_an_unknown_runtime_version_in_the_config_names_runtimeversion(cli, tmp_
     )
     assert result.returncode == 2
     assert result.stderr.startswith("ERROR: Unknown runtimeVersion in the config file [3.0]: choose one of 2.11,")
-
-
-@pytest.mark.docker
-def test_add_maps_a_version_to_an_image_that_submit_then_runs(cli, home, tmp_path, minimal_runtime):
-    image = runtime_image("minimal")
-    result = cli("runtimes", "add", "1.15", "--image", image, check_code=0)
-    assert result.stdout == f"Runtime 1.15: mapped to {image} (Python 3.11).\n"
-    rows = table_rows(cli("runtimes", "list", check_code=0).stdout)
-    assert ["1.15", image, "built", "3.11", "mapped (runtimes add)"] in rows
-    job_dir = tmp_path / "mapped-out"
-    result = cli(
-        "jobs", "submit", "training", "mapped_job", "--package-path", str(SAMPLE_TRAINER), "--module-name",
-        "trainer.task", "--job-dir", str(job_dir), "--runtime-version", "1.15", "--stream-logs", "--", "--steps", "5",
-    )
-    assert result.returncode == 0, result.stderr
-    assert "state: SUCCEEDED" in result.stdout
-    assert cli("runtimes", "remove", "1.15", check_code=0).stdout == "Runtime 1.15: mapping removed.\n"
-    assert ["1.15", image, "built"] not in [row[:3] for row in table_rows(cli("runtimes", "list").stdout)]
-
-
-@pytest.mark.docker
-def test_add_refuses_an_image_the_engine_does_not_have(cli, home):
-    result = cli("runtimes", "add", "1.15", "--image", "aiptrain-test/no-such-image:1")
-    assert result.returncode == 3
-    assert result.stderr == (
-        "ERROR: Image [aiptrain-test/no-such-image:1] is not on this Docker engine: pull, load or build it first, "
-        "then run this again.\n"
-    )
-    assert not (home / "runtimes.json").exists()
 
 
 def test_removing_a_version_that_is_not_mapped_is_exit_2(cli):

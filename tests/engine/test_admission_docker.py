@@ -13,7 +13,6 @@ from aiptrain.logs import SERVICE, read_records
 
 from conftest import REPO, job_resources, kill_controller, wait_for
 
-pytestmark = pytest.mark.docker
 TUNER = REPO / "tests" / "trainers" / "tuner"
 
 SHORT = ("--steps", "2", "--sleep", "1")  # a trainer of about two seconds

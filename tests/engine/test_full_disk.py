@@ -59,7 +59,6 @@ def trainer(tmp_path: Path) -> Path:
     return package
 
 
-@pytest.mark.docker
 @pytest.mark.parametrize("leave_kib", [0, 100, 400])
 def test_submit_on_a_full_disk_is_exit_3_in_one_line_and_leaves_nothing(cli, small_disk, tmp_path, leave_kib,
                                                                         docker_api, minimal_runtime):
@@ -79,7 +78,6 @@ def test_submit_on_a_full_disk_is_exit_3_in_one_line_and_leaves_nothing(cli, sma
     assert job_resources(docker_api, job_id) == []
 
 
-@pytest.mark.docker
 def test_a_job_that_ends_while_the_disk_is_full_says_so_then_ends_as_it_did(cli, small_disk, tmp_path, docker_api,
                                                                             minimal_runtime):
     home, fill, filler = small_disk

@@ -18,8 +18,6 @@ from aiptrain.cli.gsutil import LocalGcs, run
 
 from conftest import job_resources, require_image, runtime_image, wait_for
 
-pytestmark = [pytest.mark.docker]
-
 RUNTIME = "2.11"
 
 
@@ -354,7 +352,7 @@ def run_a_gs_study(cli, gcs_home: Path, tmp_path: Path, monkeypatch, runtime: st
             "params": [{"parameterName": "lr", "type": "DISCRETE", "discreteValues": [0.1, 0.2]}]}
     config = tmp_path / "study.yaml"
     config.write_text(yaml.safe_dump({"trainingInput": {"hyperparameters": spec}}))
-    trainer = Path(__file__).parent / "trainers" / "summary_tuner"
+    trainer = Path(__file__).parents[1] / "trainers" / "summary_tuner"
     result = cli("jobs", "submit", "training", "gs_study", "--config", str(config), "--package-path", str(trainer),
                  "--module-name", "summary_tuner.task", "--job-dir", "gs://study-out/run", "--region", "us-central1",
                  "--runtime-version", runtime, "--stream-logs", *flags, "--", "--epochs", "1", timeout=600)

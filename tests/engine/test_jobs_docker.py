@@ -7,8 +7,6 @@ import yaml
 
 from conftest import job_resources, wait_for
 
-pytestmark = pytest.mark.docker
-
 
 def describe(cli, job_id):
     return yaml.safe_load(cli("jobs", "describe", job_id, check_code=0).stdout)

@@ -14,9 +14,7 @@ import yaml
 
 from conftest import controller_pids, job_resources, wait_for
 
-pytestmark = pytest.mark.docker
-
-PROBE = Path(__file__).parent / "trainers" / "probe"
+PROBE = Path(__file__).parents[1] / "trainers" / "probe"
 CUSTOM = ("--scale-tier", "custom", "--master-machine-type", "n1-standard-4",
           "--worker-machine-type", "n1-standard-4", "--worker-count", "2",
           "--parameter-server-machine-type", "n1-standard-4", "--parameter-server-count", "1")

@@ -20,7 +20,7 @@ import yaml
 from conftest import REPO, job_resources, require_image, runtime_image
 from test_gcs_endpoint import SKLEARN, XGBOOST, assert_the_sklearn_trainer_used_the_tools, linear_rows, package, stage
 
-pytestmark = [pytest.mark.docker, pytest.mark.tensorflow, pytest.mark.runtimes]
+pytestmark = [pytest.mark.tensorflow, pytest.mark.runtimes]
 
 TRAINERS = REPO / "tests" / "trainers"
 

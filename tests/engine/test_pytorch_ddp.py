@@ -28,8 +28,6 @@ from aiptrain.wheelhouse import PLATFORM_TAGS, read_metadata, requirement_name
 from conftest import REPO, job_resources, require_image
 from conftest import _unavailable as unavailable
 
-pytestmark = pytest.mark.docker
-
 TORCH = "torch==2.13.0"
 TORCH_IMAGE = "aiptrain-test/pytorch:latest"
 WHEELHOUSE = REPO / ".cache" / f"pytorch-wheelhouse-{TORCH.replace('==', '-')}"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import yaml
 
 from conftest import REPO, job_resources, require_image, runtime_image
@@ -13,7 +12,6 @@ from conftest import REPO, job_resources, require_image, runtime_image
 SAMPLE = REPO / "sample_jobs" / "sklearn_xgboost" / "trainer"
 
 
-@pytest.mark.docker
 def test_sklearn_xgboost_sample_trains_and_saves_its_models(cli, home, tmp_path, docker_api):
     require_image(docker_api, runtime_image("2.11"))
     job_dir = tmp_path / "skl-out"

@@ -13,7 +13,7 @@ import yaml
 
 from conftest import REPO, job_resources, require_image, runtime_image
 
-pytestmark = [pytest.mark.docker, pytest.mark.tensorflow]
+pytestmark = pytest.mark.tensorflow
 
 RUNTIME = "2.11"
 STEPS = 100

@@ -12,7 +12,7 @@ import yaml
 
 from conftest import job_resources, require_image, runtime_image
 
-pytestmark = [pytest.mark.docker, pytest.mark.tensorflow]
+pytestmark = pytest.mark.tensorflow
 
 PRINT_VERSIONS = '''
 import argparse, json, os

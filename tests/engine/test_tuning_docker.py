@@ -12,9 +12,7 @@ import yaml
 
 from conftest import REPO, job_resources, kill_controller, wait_for
 
-pytestmark = pytest.mark.docker
-
-TUNER = Path(__file__).parent / "trainers" / "tuner"
+TUNER = Path(__file__).parents[1] / "trainers" / "tuner"
 HPTUNING_SAMPLE = REPO / "sample_jobs" / "hptuning"
 
 

@@ -12,9 +12,7 @@ import yaml
 from conftest import job_resources, kill_controller, require_image, runtime_image, wait_for
 from test_tuning_docker import describe, trials_of
 
-pytestmark = pytest.mark.docker
-
-TRAINERS = Path(__file__).parent / "trainers"
+TRAINERS = Path(__file__).parents[1] / "trainers"
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ import yaml
 
 from conftest import REPO, _unavailable, wait_for
 
-pytestmark = [pytest.mark.docker, pytest.mark.multinode]
+pytestmark = pytest.mark.multinode
 
 TRAINER = REPO / "tests" / "trainers" / "node_talk"
 NODE2_SOCKET = os.environ.get("MULTINODE_NODE2_SOCKET", "unix:///run/aiptrain-node2.sock")

@@ -109,7 +109,7 @@ def test_only_settings_reads_aiptrains_environment():
     import re
     from pathlib import Path
 
-    package = Path(__file__).resolve().parent.parent / "aiptrain"
+    package = Path(__file__).resolve().parents[2] / "aiptrain"
     read = re.compile(r"""(?:environ\.get\(|environ\[|getenv\()\s*f?["']AIPTRAIN_""")
     readers = {str(path.relative_to(package)) for path in package.rglob("*.py") if read.search(path.read_text())}
     assert readers == {"settings.py", "storage/endpoint_server.py"}

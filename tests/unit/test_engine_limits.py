@@ -4,20 +4,15 @@ the engine's messages."""
 
 import ipaddress
 import json
-import struct
 
 import pytest
 from docker.errors import APIError
 
 from aiptrain.backends.docker import engine_error, pick_subnet, subnet_pool, subnet_prefix
-from aiptrain.backends.engine_logs import ENGINE_PART_BYTES, _LineAssembler, _LogReader, frame_blocks, unchunk
 from aiptrain.errors import ValidationError
 from aiptrain.model import Job, ScaleTier, TrainingInput
 from aiptrain.planning import HOSTNAME_MAX, PlanInputs, Trial, plan
 from aiptrain.topology import MAX_REPLICAS, replicas_for
-
-from conftest import drive_to_end
-from fakes import FakeBackend
 
 LONG_ID = "j" + "x_Y9" * 31 + "abc"  # 128 characters, the longest ID the service allows
 INPUTS = PlanInputs(runtime_image="aiptrain/runtime:2.11", user="1000:1000")
@@ -159,125 +154,7 @@ def test_engine_errors_are_one_line_without_the_request_url():
 # -- item 3: log lines --------------------------------------------------------------------------
 
 
-def feed_all(frames: list[bytes]) -> list[tuple[str, bytes]]:
-    assembler = _LineAssembler()
-    lines = [line for frame in frames for line in assembler.feed(frame)]
-    return lines + list(assembler.flush())
-
-
-@pytest.mark.parametrize(
-    "frames, lines",
-    [
-        ([b"T1 one\n", b"T2 two\n"], [("T1", b"one"), ("T2", b"two")]),
-        ([b"T1 one\n", b"T2 last without newline"], [("T1", b"one"), ("T2", b"last without newline")]),
-        # Lines over 16 KB come as partial messages, each stamped: one line, the first stamp.
-        ([b"T1 aaa", b"T2 bbb", b"T3 ccc\n", b"T4 next\n"], [("T1", b"aaabbbccc"), ("T4", b"next")]),
-        ([b"T1 aaa", b"T2 bbb"], [("T1", b"aaabbb")]),
-        ([b"T1 \xc3", b"T2 \xa9\n"], [("T1", "\u00e9".encode())]),  # a character cut in two
-        ([b"T1 \n"], [("T1", b"")]),
-        ([b"T1 a\nb\n"], [("T1", b"a"), ("T1", b"b")]),
-    ],
-)
-def test_lines_are_rebuilt_from_the_engines_messages(frames, lines):
-    assert feed_all(frames) == lines
-
-
-def test_a_read_again_finds_the_last_part_the_follow_ended_before():
-    """The engine may write a stopped replica's last part after its follow ended, stamped
-    before the part it follows: the plain read starts where the follow did and skips by count."""
-    part = b"a" * ENGINE_PART_BYTES
-    messages = [(1, b"2026-01-01T00:00:01.000000000Z before\n"), (2, b"2026-01-01T00:00:02.000000000Z " + part),
-                (2, b"2026-01-01T00:00:01.500000000Z tail")]
-    reads = [messages[:2], messages]
-    reader = _LogReader(lambda since, follow: iter([reads.pop(0)]), None)
-    first = lines_read(reader, follow=True)
-    assert [c.text for c in first] == ["before"] and reader.awaits_more()
-    assert lines_read(reader, follow=False) == [] and not reader.awaits_more()
-    (line,) = reader.flush()
-    assert (line.stream, line.time, line.text) == ("stderr", "2026-01-01T00:00:02.000000000Z", "a" * ENGINE_PART_BYTES + "tail")
-
-
-def test_a_resumed_read_skips_what_was_copied_before():
-    messages = [(1, b"2026-01-01T00:00:01.000000000Z old\n"), (1, b"2026-01-01T00:00:02.000000000Z new\n")]
-    from aiptrain.logs import parse_engine_time
-
-    reader = _LogReader(lambda since, follow: iter([messages[:1], messages[1:]]),
-                        parse_engine_time("2026-01-01T00:00:01Z"))
-    assert [c.text for c in lines_read(reader, follow=True)] == ["new"] and not reader.awaits_more()
-
-
-FRAMES = [(1, b"2026-01-01T00:00:01.000000000Z one\n"), (2, b"2026-01-01T00:00:02Z " + "é\r\n".encode() * 3),
-          (1, b"2026-01-01T00:00:03Z " + b"x" * 300), (1, b"2026-01-01T00:00:04Z last\n")]
-
-
-def engine_body(frames) -> bytes:
-    """What the engine sends: each frame (header, payload) as an HTTP chunk of its own, then the last chunk."""
-    chunks = [struct.pack(">BxxxL", stream, len(data)) + data for stream, data in frames]
-    return b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for chunk in chunks) + b"0\r\n\r\n"
-
-
-@pytest.mark.parametrize("piece", [1, 2, 3, 7, 8, 9, 13, 64, 1000, 1 << 20])
-def test_frames_come_whole_however_the_socket_cuts_the_body(piece):
-    body = engine_body(FRAMES) + b"the next response on the connection: never read"
-    sent = [body[i:i + piece] for i in range(0, len(body), piece)]
-    received = frame_blocks(unchunk(lambda: sent.pop(0) if sent else b""))
-    assert [frame for block in received for frame in block] == FRAMES
-    assert sent == [] or b"never read" in b"".join(sent)
-
-
-def test_a_body_cut_off_ends_the_frames():
-    body = engine_body(FRAMES)
-    sent = [body[:-40]]
-    received = [frame for block in frame_blocks(unchunk(lambda: sent.pop(0) if sent else b"")) for frame in block]
-    assert received == FRAMES[:3]
-
-
-def lines_read(reader, follow: bool) -> list:
-    """The reader's batches of lines, one after another."""
-    return [chunk for batch in reader.read(follow) for chunk in batch]
-
-
 # -- item 13: one closing line, also across controllers -----------------------------------------
-
-
-@pytest.mark.parametrize(
-    "closing, state, error",
-    [
-        (["Job completed successfully."], "SUCCEEDED", None),
-        ([("The replica worker 1 exited with a non-zero status of 1.", "ERROR"),
-          "Finished tearing down training program.", "Job failed."], "FAILED",
-         "The replica worker 1 exited with a non-zero status of 1."),
-    ],
-)
-def test_a_successor_keeps_the_word_of_a_controller_killed_after_its_closing_line(tmp_path, closing, state, error):
-    """Killed (kill -9) between its closing line and recording the state, a controller leaves the
-    job RUNNING with its replicas removed and its decision in the store (kept before teardown);
-    the next one records that decision, and says nothing again."""
-    from aiptrain.logs import JobLogWriter, read_records
-    from aiptrain.model import State
-    from aiptrain.runner.driver import JobDriver
-    from aiptrain.settings import Settings
-    from aiptrain.store import JobStore
-
-    settings = Settings(home=tmp_path)
-    settings.ensure_dirs()
-    store = JobStore(settings.store_path)
-    store.create(custom_job("ended"))
-    store.transition("ended", State.PREPARING, [State.QUEUED])
-    store.transition("ended", State.RUNNING, [State.PREPARING])
-    with JobLogWriter(settings.job_log_path("ended")) as log:
-        log.service("Waiting for training program to start.")
-        for line in closing:
-            log.service(*(line if isinstance(line, tuple) else (line,)))
-    store.record_verdict("ended", {"state": state, "error_message": error, "failed_task": None, "failed_trial": ""})
-    before = read_records(settings.job_log_path("ended"))[0]
-
-    backend = FakeBackend()  # the job's replicas are gone
-    assert drive_to_end(JobDriver("ended", settings, store, backend)) is State[state]
-    job = store.get("ended")
-    assert job.state is State[state]
-    assert (job.error_message or "").startswith(error or "") and (error is None) == (job.error_message is None)
-    assert read_records(settings.job_log_path("ended"))[0] == before and backend.removed == [("ended", None)]
 
 
 @pytest.mark.parametrize("count, reason", [("100000", f"at most {MAX_REPLICAS} replicas"),
@@ -301,29 +178,3 @@ def test_a_knob_that_is_not_a_number_is_a_usage_error(monkeypatch, tmp_path):
         Settings(home=tmp_path)
 
 
-def test_a_network_the_engine_keeps_does_not_change_how_the_job_ended(tmp_path):
-    from aiptrain.logs import read_records
-    from aiptrain.model import State
-    from aiptrain.runner.driver import JobDriver
-    from aiptrain.settings import Settings
-    from aiptrain.store import JobStore
-
-    settings = Settings(home=tmp_path)
-    settings.ensure_dirs()
-    store = JobStore(settings.store_path)
-    store.create(custom_job("kept"))
-    store.transition("kept", State.PREPARING, [State.QUEUED])
-    store.transition("kept", State.RUNNING, [State.PREPARING])
-    store.record_verdict("kept", {"state": "SUCCEEDED", "error_message": None, "failed_task": None, "failed_trial": ""})
-
-    from aiptrain.errors import AiptrainError
-
-    # An engine that keeps the job's network (a stale endpoint) after its replicas went.
-    stuck = FakeBackend(fail={"remove": AiptrainError(
-        "Docker keeps the job's network 0123456789ab although its replicas are gone.")})
-    assert drive_to_end(JobDriver("kept", settings, store, stuck)) is State.SUCCEEDED
-    assert store.get("kept").state is State.SUCCEEDED
-    lines = [(r.severity, r.message) for r in read_records(settings.job_log_path("kept"))[0]]
-    assert lines[-2:] == [("WARNING", "Tearing down left something behind: Docker keeps the job's network "
-                                      "0123456789ab although its replicas are gone."),
-                          ("INFO", "Job completed successfully.")]

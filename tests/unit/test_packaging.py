@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import io
-import json
 import os
 import shutil
 import tarfile
@@ -18,7 +17,7 @@ from aiptrain.errors import ValidationError
 from aiptrain.packaging import build_sdist, cached_sdist, source_tree_hash
 from aiptrain.wheelhouse import canonical_name, read_metadata, requirements_for, resolve
 
-from conftest import REPO, job_resources
+from conftest import REPO
 
 SAMPLE = REPO / "sample_jobs" / "basic" / "trainer"
 WITH_DEPENDENCY = REPO / "sample_jobs" / "with_dependency" / "trainer"
@@ -219,44 +218,6 @@ def test_dry_run_installs_with_no_index_from_the_wheelhouse(cli, tmp_path):
     assert container["env"]["AIPTRAIN_WHEELHOUSE"] == "/opt/aiptrain/packages/wheelhouse"
     script = container["command"][2]
     assert "--no-index" in script and "--no-deps" in script and "$AIPTRAIN_WHEELHOUSE/*.whl" in script
-
-
-@pytest.mark.docker
-def test_sample_with_dependency_runs_offline_and_imports_it(cli, home, tmp_path, minimal_runtime, docker_api):
-    job_dir = tmp_path / "dep-out"
-    result = cli(
-        "jobs", "submit", "training", "with_dependency", "--package-path", str(WITH_DEPENDENCY),
-        "--module-name", "trainer.task", "--job-dir", str(job_dir), "--runtime-version", minimal_runtime,
-        "--stream-logs", "--", "--steps", "8",
-    )
-    assert result.returncode == 0, result.stderr
-    assert yaml.safe_load(result.stdout)["state"] == "SUCCEEDED"
-    # The replica imported tabulate from what it installed (its user site), not from the image.
-    assert "Imported tabulate 0." in result.stderr
-    assert "/tmp/.local/lib/python3.11/site-packages/tabulate" in result.stderr
-    assert json.loads((job_dir / "model.json").read_text())["tabulate"].startswith("0.")
-    # The wheelhouse was staged beside the package, as the record of what the replicas installed.
-    staged = list((job_dir / "packages").glob("*/wheelhouse/tabulate-*.whl"))
-    assert len(staged) == 1
-    assert job_resources(docker_api, "with_dependency") == []
-
-
-@pytest.mark.docker
-def test_unresolvable_dependency_exits_2_with_nothing_created(cli, home, tmp_path, minimal_runtime, docker_api):
-    root = tmp_path / "src"
-    shutil.copytree(WITH_DEPENDENCY.parent, root, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    setup = root / "setup.py"
-    setup.write_text(setup.read_text().replace('"tabulate>=0.8"', '"aiptrain-no-such-project-xyz>=1"'))
-    job_dir = tmp_path / "bad-out"
-    result = cli(
-        "jobs", "submit", "training", "bad_dependency", "--package-path", str(root / "trainer"),
-        "--module-name", "trainer.task", "--job-dir", str(job_dir), "--runtime-version", minimal_runtime,
-    )
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.count("\n") == 1 and "aiptrain-no-such-project-xyz" in result.stderr
-    assert cli("jobs", "list").stderr.strip() == "Listed 0 items."
-    assert job_resources(docker_api, "bad_dependency") == []
-    assert not job_dir.exists()
 
 
 def test_requirements_served_by_the_runtime_image_are_not_resolved_again(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 
 from aiptrain.storage.endpoint_server import Handler, Tree, Uploads
 
-TOOLS = __import__("pathlib").Path(__file__).parents[1] / "aiptrain" / "storage" / "replica_tools"
+TOOLS = __import__("pathlib").Path(__file__).parents[2] / "aiptrain" / "storage" / "replica_tools"
 sys.path.insert(0, str(TOOLS))
 from gcs_cli import parse  # noqa: E402
 

@@ -186,19 +186,6 @@ def test_duplicate_basenames_are_rejected_with_gclouds_message(files):
     assert str(caught.value) == f"Cannot upload multiple packages with the same filename: [{files[0].name}]"
 
 
-def test_duplicate_of_the_built_trainer_is_rejected_exit_2(cli, files, tmp_path):
-    clash = tmp_path / "dist" / "trainer-0.0.0.tar.gz"  # what --package-path builds, too
-    clash.parent.mkdir()
-    clash.write_bytes(b"x")
-    result = cli(
-        "jobs", "submit", "training", "dup", "--package-path", str(SAMPLE_TRAINER), "--module-name", "trainer.task",
-        "--job-dir", str(tmp_path / "out"), "--packages", str(clash),
-    )
-    assert result.returncode == 2
-    assert result.stderr == "ERROR: Cannot upload multiple packages with the same filename: [trainer-0.0.0.tar.gz]\n"
-    assert cli("jobs", "list").stderr.strip() == "Listed 0 items."
-
-
 def test_missing_local_package_is_one_line(cli, tmp_path):
     result = cli(
         "jobs", "submit", "training", "nopkg", "--package-path", str(SAMPLE_TRAINER), "--module-name", "trainer.task",
