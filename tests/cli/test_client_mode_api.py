@@ -1,4 +1,5 @@
-"""Client mode without an engine: the gcloud shim follows --api-endpoint-overrides, and a bad AIPTRAIN_API or token is one line."""
+"""Client mode without an engine: the gcloud shim follows --api-endpoint-overrides, and a bad
+AIPTRAIN_API or token is one line."""
 
 from __future__ import annotations
 

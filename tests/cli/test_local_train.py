@@ -1,6 +1,6 @@
 """`aiptrain local train` (issue 8 part 6): the process plan is table-tested as a value; the
 runner is tested with real processes (sample_jobs/basic and tests/trainers/cluster_echo).
-The TensorFlow samples run in tests/test_local_train_tensorflow.py."""
+The TensorFlow samples run in tests/cli/test_local_train_tensorflow.py."""
 
 import json
 import os

@@ -1,4 +1,5 @@
-"""The CI examples' pipelines around real jobs on the engine: a job that succeeds passes, one that fails fails."""
+"""The CI examples' pipelines around real jobs on the engine: a job that succeeds passes, one that
+fails fails."""
 
 from __future__ import annotations
 

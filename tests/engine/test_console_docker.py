@@ -1,4 +1,5 @@
-"""The console in a browser with real jobs on the engine: the jobs table, live logs, cancel, a tuning job's trials."""
+"""The console in a browser with real jobs on the engine: the jobs table, live logs, cancel, a
+tuning job's trials."""
 
 from __future__ import annotations
 

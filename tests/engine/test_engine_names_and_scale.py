@@ -1,6 +1,6 @@
-"""Edges of the engine side, on the real engine: a 128-character job ID on a distributed job,
-many jobs at once, the last line without a newline (and a 5 MB one), two aiptrain homes with the
-same job ID, the PIDs limit, one closing line per job, and dockerd restarting under a job.
+"""Names and scale on the real engine: a 128-character job ID on a distributed job, many jobs at
+once, two aiptrain homes with the same job ID, the PIDs limit, and 500 jobs through one
+controller. (How jobs end: tests/engine/test_job_ending_docker.py.)
 
 Most jobs here are custom containers of the minimal runtime image running a few lines of shell
 or Python: no packaging, so the tests stay light on a small machine."""
@@ -79,7 +79,7 @@ def wait_until_all_end(home: Path, count: int, timeout: float = 300) -> list[lis
     return wait_for(ended, timeout=timeout, interval=1, what=f"{count} jobs to end")
 
 
-# -- item 1: a 128-character job ID -------------------------------------------------------------
+# -- a 128-character job ID -------------------------------------------------------------
 
 # Each replica resolves every host of CLUSTER_SPEC, checks its own hostname is its entry and that
 # TF_CONFIG names the same cluster, leaves a file, and waits for the others' files.
@@ -139,7 +139,7 @@ def test_a_lone_replica_resolves_its_own_hostname_on_the_default_bridge(tmp_path
     assert job_resources(docker_api, "lone") == []
 
 
-# -- item 2: many jobs at once ------------------------------------------------------------------
+# -- many jobs at once ------------------------------------------------------------------
 
 
 PAIRS = 4
@@ -176,10 +176,7 @@ def test_many_concurrent_jobs_and_a_premium_1_job_fit_on_one_engine(count, tmp_p
     assert home_resources(docker_api, home) == []
 
 
-# -- item 3: the last line -------------------------------------------------------------------------
-
-
-# -- items 4 and 11: two homes, one job ID; the PIDs limit ---------------------------------------
+# -- two homes, one job ID; the PIDs limit ---------------------------------------
 
 
 def test_two_homes_run_the_same_job_id_at_once_with_their_own_pids_limits(tmp_path, minimal_runtime, docker_api):
@@ -208,13 +205,7 @@ def test_two_homes_run_the_same_job_id_at_once_with_their_own_pids_limits(tmp_pa
         assert home_resources(docker_api, home) == []
 
 
-# -- item 13: one closing line -------------------------------------------------------------------
-
-
-# -- item 15: dockerd restarted under a running job ------------------------------------------------
-
-
-# -- issue 17: 500 jobs through one controller ---------------------------------------------------
+# -- 500 jobs through one controller ---------------------------------------------------
 
 MANY = 500
 MANY_CAP = 8  # replicas running at once

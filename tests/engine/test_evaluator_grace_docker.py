@@ -1,4 +1,5 @@
-"""Evaluators on the real engine get a grace period after the master succeeds, and an Estimator's train_and_evaluate keeps its final evaluation."""
+"""Evaluators on the real engine get a grace period after the master succeeds, and an Estimator's
+train_and_evaluate keeps its final evaluation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Jobs with a staging bucket and gs:// paths in Cloud Storage (gcp-storage-emulator) on the real engine."""
+"""Jobs with a staging bucket and gs:// paths in Cloud Storage (gcp-storage-emulator) on the real
+engine."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Install containers on the real engine: replicas start without installing, and a package that fails to install leaves nothing."""
+"""Install containers on the real engine: replicas start without installing, and a package that
+fails to install leaves nothing."""
 
 import textwrap
 

@@ -1,4 +1,6 @@
-"""How real jobs end: the last line without a newline reaches the logs, a job says it completed exactly once even when its controller is killed at its end, and a job survives dockerd restarting."""
+"""How real jobs end: the last line without a newline reaches the logs, a job says it completed
+exactly once even when its controller is killed at its end, and a job survives dockerd
+restarting."""
 
 from __future__ import annotations
 

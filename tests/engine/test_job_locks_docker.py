@@ -1,4 +1,6 @@
-"""Job locks and files around real submissions: a refused or failed submit leaves no lock, a finished job leaves no lock or work dir, a submit that died before queueing is failed by the controller."""
+"""Job locks and files around real submissions: a refused or failed submit leaves no lock, a
+finished job leaves no lock or work dir, a submit that died before queueing is failed by the
+controller."""
 
 from __future__ import annotations
 

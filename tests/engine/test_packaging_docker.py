@@ -1,4 +1,5 @@
-"""Packages with dependencies on the real engine: installed offline from the wheelhouse, or refused with nothing created."""
+"""Packages with dependencies on the real engine: installed offline from the wheelhouse, or refused
+with nothing created."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A package whose name clashes with the trainer the submit builds is refused (exit 2); the refusal comes after the engine is reached."""
+"""A package whose name clashes with the trainer the submit builds is refused (exit 2); the refusal
+comes after the engine is reached."""
 
 from __future__ import annotations
 

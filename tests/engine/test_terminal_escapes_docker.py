@@ -1,4 +1,5 @@
-"""stream-logs of a real job escapes a trainer's control characters on a terminal and pipes its bytes unchanged."""
+"""stream-logs of a real job escapes a trainer's control characters on a terminal and pipes its
+bytes unchanged."""
 
 from __future__ import annotations
 

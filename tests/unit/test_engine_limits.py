@@ -1,6 +1,6 @@
-"""Edges of the engine side, pure parts: hostnames for long IDs, names scoped by installation,
-replica-count limits, plans that grow linearly, subnets from the pool, log lines rebuilt from
-the engine's messages."""
+"""Names and limits on the engine side, pure parts: hostnames for long IDs, names scoped by
+installation, replica-count limits, plans that grow linearly, the PIDs limit, subnets from the
+pool."""
 
 import ipaddress
 import json
@@ -31,7 +31,7 @@ def plan_of(job: Job, inputs: PlanInputs = INPUTS, trial: Trial | None = None):
     return plan(job, replicas_for(job.training_input), inputs, trial)
 
 
-# -- item 1: long job IDs ----------------------------------------------------------------------
+# -- long job IDs ----------------------------------------------------------------------
 
 
 def test_a_128_character_id_gets_short_stable_distinct_hostnames_used_everywhere():
@@ -57,7 +57,7 @@ def test_short_ids_keep_their_readable_hostnames_and_trials_are_shortened_too():
     assert trial_plan.containers[0].name.startswith(f"{LONG_ID}-trial-17-master-0")
 
 
-# -- item 4: engine-side names scoped by installation -----------------------------------------------
+# -- engine-side names scoped by installation -----------------------------------------------
 
 
 def test_container_and_network_names_carry_the_installation_after_the_readable_part():
@@ -69,7 +69,7 @@ def test_container_and_network_names_carry_the_installation_after_the_readable_p
     assert homes[0].containers[0].hostname == homes[1].containers[0].hostname == "x-master-0"
 
 
-# -- item 5: replica counts ---------------------------------------------------------------------
+# -- replica counts ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("count", [MAX_REPLICAS + 1, 100000, int(1e30)])
@@ -97,7 +97,7 @@ def test_a_plan_grows_linearly_with_its_replicas():
     assert len(last["cluster"]["worker"]) == 500 and last["task"] == {"type": "worker", "index": 499}
 
 
-# -- item 11: PIDs limit ------------------------------------------------------------------------
+# -- PIDs limit ------------------------------------------------------------------------
 
 
 def test_replicas_get_the_pids_limit_of_the_inputs_and_zero_means_none():
@@ -114,7 +114,7 @@ def test_settings_default_and_override_the_pids_limit(monkeypatch, tmp_path):
     assert Settings(home=tmp_path).replica_pids_limit == 100
 
 
-# -- item 2: subnets ----------------------------------------------------------------------------
+# -- subnets ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("replicas, prefix", [(1, 29), (5, 29), (6, 28), (31, 26), (61, 26), (62, 25), (1000, 22)])
@@ -151,10 +151,7 @@ def test_engine_errors_are_one_line_without_the_request_url():
     assert engine_error(error) == "could not find an available, non-overlapping IPv4 address pool"
 
 
-# -- item 3: log lines --------------------------------------------------------------------------
-
-
-# -- item 13: one closing line, also across controllers -----------------------------------------
+# -- limits at the command line and in variables ------------------------------------------
 
 
 @pytest.mark.parametrize("count, reason", [("100000", f"at most {MAX_REPLICAS} replicas"),

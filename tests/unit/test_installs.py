@@ -2,7 +2,6 @@
 every replica; resubmits install nothing; a package that fails to install is refused."""
 
 
-
 from aiptrain.installs import install_key
 from aiptrain.planning import INSTALL, INSTALL_TARGET, PACKAGES_DIR, Mount, install_container
 

@@ -1,4 +1,5 @@
-"""How a job ends when controllers die or the engine keeps a network: one closing line, kept by a successor."""
+"""How a job ends when controllers die or the engine keeps a network: one closing line, kept by a
+successor."""
 
 
 import pytest

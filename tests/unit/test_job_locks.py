@@ -1,18 +1,11 @@
-"""Edges found by using the tool as a user would (issue 12, items 7, 9, 10, 12): files left
-behind, a job dir inside aiptrain's home, raw bytes on a terminal, and evaluators that
-lose their last evaluation."""
+"""Job lock files: a removed lock is never held twice, only unheld lock files are removed,
+and reading a job removes the lock of a submit killed before it recorded the job."""
 
 from __future__ import annotations
 
 import os
 
 from aiptrain.ownership import JobLock, remove_if_unowned
-
-# -- who waits at the end of a group (pure) ---------------------------------------------------
-
-
-# -- cache pruning (pure) ---------------------------------------------------------------------
-
 
 # -- lock files ---------------------------------------------------------------------------------
 
@@ -40,18 +33,6 @@ def test_only_unheld_lock_files_are_removed(tmp_path):
     assert remove_if_unowned(path) is False and path.exists()
     held.release()
     assert remove_if_unowned(path) is True and not path.exists()
-
-
-# -- a job dir inside aiptrain's home ------------------------------------------------------------
-
-
-# -- raw bytes to the terminal ---------------------------------------------------------------------
-
-
-# -- nothing left behind by a job that ran --------------------------------------------------------
-
-
-# -- evaluators finish their last evaluation -------------------------------------------------------
 
 
 def test_reading_a_job_removes_the_lock_of_a_submit_killed_before_it_recorded_it(cli, home, tmp_path):

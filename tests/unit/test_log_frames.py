@@ -1,4 +1,5 @@
-"""Log lines rebuilt from the engine's multiplexed frames: whole however the socket cuts the body, and a read resumed where the last one ended."""
+"""Log lines rebuilt from the engine's multiplexed frames: whole however the socket cuts the body,
+and a read resumed where the last one ended."""
 
 import struct
 

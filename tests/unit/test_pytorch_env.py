@@ -1,5 +1,5 @@
 """PyTorch's env:// variables on every replica (issue 8 part 8): pure planning, no Docker.
-tests/test_pytorch_ddp.py runs a real gloo trainer that reads only them."""
+tests/engine/test_pytorch_ddp.py runs a real gloo trainer that reads only them."""
 
 import pytest
 

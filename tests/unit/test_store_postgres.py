@@ -1,6 +1,6 @@
 """The job store in PostgreSQL (AIPTRAIN_STORE): what the user sees when it cannot be used, and
 the schema migrations on a database made before them. The store's behaviour on both databases
-is tested by the tests over the `store_location` fixture (tests/test_store.py and others)."""
+is tested by the tests over the `store_location` fixture (tests/unit/test_store.py and others)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ CREATE TABLE jobs (job_id TEXT PRIMARY KEY, state TEXT NOT NULL, create_time TEX
 
 
 def test_a_database_made_before_the_added_columns_takes_them_on(postgres_url):
-    """The same migration steps as SQLite's (tests/test_jobs_list.py): the columns added since,
+    """The same migration steps as SQLite's (tests/cli/test_jobs_list.py): the columns added since,
     filled in from each stored resource, and the indexes and tables. (No PostgreSQL store predates
     the events table's rowid, which PostgreSQL's has from the start: the jobs table stands for it.)"""
     import psycopg

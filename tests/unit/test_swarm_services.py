@@ -1,4 +1,5 @@
-"""The swarm backend's pure rules: task states as replica statuses, replicas as one-task services, placement and GPUs, mounts carried to other nodes, the storage endpoint's service."""
+"""The swarm backend's pure rules: task states as replica statuses, replicas as one-task services,
+placement and GPUs, mounts carried to other nodes, the storage endpoint's service."""
 
 
 import pytest

@@ -1,4 +1,5 @@
-"""Raw bytes to the terminal: control characters escaped in what aiptrain prints, the problem first."""
+"""Raw bytes to the terminal: control characters escaped in what aiptrain prints, the problem
+first."""
 
 from __future__ import annotations
 
