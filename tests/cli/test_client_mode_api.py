@@ -1,5 +1,6 @@
-"""Client mode without an engine: the gcloud shim follows --api-endpoint-overrides, and a bad
-AIPTRAIN_API or token is one line."""
+"""Client mode without an engine: `aiptrain serve` as a process in its own home (`server`, which
+tests/engine/test_client_mode.py runs real jobs against), the gcloud shim following
+api_endpoint_overrides/ml, and a bad AIPTRAIN_API or token refused in one line."""
 
 from __future__ import annotations
 
@@ -21,11 +22,36 @@ from aiptrain.model import Job, State
 from aiptrain.settings import Settings
 from aiptrain.storage.local import REPLICA_IDS
 
-import test_client_mode
-from conftest import SAMPLE_TRAINER
+from conftest import SAMPLE_TRAINER, wait_for
 from test_rest_api import raw
 
-server = test_client_mode.server  # fixture: `aiptrain serve` as a process in its own home
+
+class Server:
+    def __init__(self, url: str, home: Path):
+        self.url, self.home = url, home
+
+
+@pytest.fixture
+def server(home, tmp_path, monkeypatch):
+    """`aiptrain serve --port 0` in its own home, as a process; the CLI here in client mode."""
+    server_home = tmp_path / "server-home"
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "AIPTRAIN_HOME": str(server_home)}
+    env.pop("AIPTRAIN_API", None)
+    with log.open("w") as output:
+        process = subprocess.Popen([sys.executable, "-m", "aiptrain", "serve", "--port", "0"], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=output)
+    try:
+        first = wait_for(lambda: log.read_text().partition("\n")[0] if "\n" in log.read_text() else None,
+                         what="the server to say where it listens")
+        assert first.startswith("Serving the ml v1 API"), log.read_text()
+        url = first.split(" on ", 1)[1].split()[0]
+        monkeypatch.setenv("AIPTRAIN_API", url)
+        monkeypatch.delenv("CLOUDSDK_CORE_PROJECT", raising=False)
+        yield Server(url, server_home)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def seed(server_home: Path, job_id: str, labels: dict | None = None) -> None:

@@ -14,39 +14,13 @@ from pathlib import Path
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
+import test_client_mode_api
 from conftest import SAMPLE_TRAINER, job_resources, wait_for
 from test_rest_api import logging_api, ml_api
 from test_rest_api_docker import poll
 
 PROJECT = "aiptrain"  # the default project: what client and server agree on without --project
-
-
-class Server:
-    def __init__(self, url: str, home: Path):
-        self.url, self.home = url, home
-
-
-@pytest.fixture
-def server(home, tmp_path, monkeypatch):
-    """`aiptrain serve --port 0` in its own home, as a process; the CLI here in client mode."""
-    server_home = tmp_path / "server-home"
-    log = tmp_path / "serve.log"
-    env = {**os.environ, "AIPTRAIN_HOME": str(server_home)}
-    env.pop("AIPTRAIN_API", None)
-    with log.open("w") as output:
-        process = subprocess.Popen([sys.executable, "-m", "aiptrain", "serve", "--port", "0"], env=env,
-                                   stdout=subprocess.DEVNULL, stderr=output)
-    try:
-        first = wait_for(lambda: log.read_text().partition("\n")[0] if "\n" in log.read_text() else None,
-                         what="the server to say where it listens")
-        assert first.startswith("Serving the ml v1 API"), log.read_text()
-        url = first.split(" on ", 1)[1].split()[0]
-        monkeypatch.setenv("AIPTRAIN_API", url)
-        monkeypatch.delenv("CLOUDSDK_CORE_PROJECT", raising=False)
-        yield Server(url, server_home)
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+server = test_client_mode_api.server  # fixture: `aiptrain serve` as a process in its own home
 
 
 # The CLI's own job tests, collected here again: their `cli` is this module's, in client mode
