@@ -27,8 +27,8 @@ NO_ENGINE = "unix:///nonexistent/tests-unit-and-cli-use-no-docker-engine.sock"
 
 def layer_of(path: Path) -> str:
     """The folder under tests/ that holds a test file ("" for one outside any)."""
-    relative = path.resolve().relative_to(TESTS)
-    return relative.parts[0] if len(relative.parts) > 1 else ""
+    parts = path.resolve().relative_to(TESTS).parts if path.resolve().is_relative_to(TESTS) else ()
+    return parts[0] if len(parts) > 1 else ""
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marker
