@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The console's browser tests (tests/test_console.py) drive Debian's Chromium through
+# The console's browser tests (tests/cli/test_console.py) drive Debian's Chromium through
 # chromedriver. Install both when missing (as root, on Debian); elsewhere report what to install.
 set -euo pipefail
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The store tests (tests/test_store.py and the others over `store_location`) start a PostgreSQL
+# The store tests (tests/unit/test_store.py and the others over `store_location`) start a PostgreSQL
 # server of their own from Debian's postgresql binaries (initdb, pg_ctl). Install them when
 # missing (as root, on Debian); elsewhere report what to install. The package's own cluster
 # service is left as apt sets it up: the tests never use it.

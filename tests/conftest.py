@@ -1,5 +1,5 @@
-"""Shared fixtures. Tests that touch containers use the real Docker engine: with CI=true
-a missing engine or image is a failure, never a skip."""
+"""Shared fixtures, and the rules of the layers under tests/. Tests that touch containers use the
+real Docker engine: with CI=true a missing engine or image is a failure, never a skip."""
 
 from __future__ import annotations
 
@@ -14,6 +14,44 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_TRAINER = REPO / "sample_jobs" / "basic" / "trainer"
 IN_CI = os.environ.get("CI", "").lower() == "true"
+
+# The layers, one folder each under tests/ (docs/development.md). Those that reach the Docker
+# engine: every test in them is marked `docker` here. The others (`make unit`) start no container:
+# their tests run with DOCKER_HOST naming a socket that does not exist, so one that reaches for
+# the engine fails instead of quietly using it.
+TESTS = Path(__file__).resolve().parent
+ENGINE_LAYERS = ("engine", "swarm", "chaos")
+NO_ENGINE_LAYERS = ("unit", "cli")
+NO_ENGINE = "unix:///nonexistent/tests-unit-and-cli-use-no-docker-engine.sock"
+
+
+def layer_of(path: Path) -> str:
+    """The folder under tests/ that holds a test file ("" for one outside any)."""
+    parts = path.resolve().relative_to(TESTS).parts if path.resolve().is_relative_to(TESTS) else ()
+    return parts[0] if len(parts) > 1 else ""
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
+def pytest_collection_modifyitems(config, items):
+    misplaced = []
+    for item in items:
+        layer = layer_of(item.path)
+        if layer in ENGINE_LAYERS:
+            item.add_marker(pytest.mark.docker)
+        elif layer not in NO_ENGINE_LAYERS:
+            misplaced.append(f"{item.nodeid}: outside the layers ({', '.join(ENGINE_LAYERS + NO_ENGINE_LAYERS)})")
+        elif "docker_api" in item.fixturenames or item.get_closest_marker("docker"):
+            misplaced.append(f"{item.nodeid}: uses the Docker engine, so it belongs in tests/engine (or swarm, chaos)")
+    if misplaced:
+        raise pytest.UsageError("tests in the wrong layer:\n  " + "\n  ".join(misplaced))
+
+
+@pytest.fixture(autouse=True)
+def _no_engine_outside_the_engine_layers(request, monkeypatch):
+    """tests/unit and tests/cli: DOCKER_HOST names no engine (for this process and the commands it
+    starts), so a test there that reaches for one fails."""
+    if layer_of(request.node.path) in NO_ENGINE_LAYERS:
+        monkeypatch.setenv("DOCKER_HOST", NO_ENGINE)
 
 
 def _unavailable(reason: str):
@@ -91,7 +129,7 @@ def remove_jobs_left_running(installation: str) -> None:
     try:
         import docker
 
-        api = docker.APIClient(timeout=60)
+        api = docker.APIClient(timeout=60, **docker.utils.kwargs_from_env())
         label = f"aiptrain.installation={installation}"
         for container in api.containers(all=True, filters={"label": label}):
             api.remove_container(container["Id"], force=True)

@@ -75,7 +75,7 @@ class FakeReplica:
 
 
 class FakeBackend:
-    """Every member of aiptrain.backends.Backend (tests/test_backends.py compares the
+    """Every member of aiptrain.backends.Backend (tests/unit/test_backends.py compares the
     signatures), with replicas in memory.
 
     script: task name (or "trial/task" for one trial's) -> the exit codes of its successive

@@ -1,0 +1,364 @@
+"""gs:// inside replicas, offline (AIPTRAIN_GCS=local): trainers written in the patterns of
+AI Platform's published samples (paths built from --bucket, TensorFlow's GCS filesystem,
+google-cloud-storage, gcsfs through pandas, gsutil and gcloud storage through subprocess) run
+against the installation's storage endpoint, and what they write is plain files under
+$AIPTRAIN_HOME/gcs. Also: lone replicas cannot reach each other (issue 21, item 4)."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aiptrain.cli.gsutil import LocalGcs, run
+
+from conftest import job_resources, require_image, runtime_image, wait_for
+
+RUNTIME = "2.11"
+
+
+@pytest.fixture
+def tf_runtime(docker_api):
+    require_image(docker_api, runtime_image(RUNTIME))
+    return RUNTIME
+
+
+def package(tmp_path: Path, name: str, **modules: str) -> Path:
+    """A trainer package `trainer` with the given modules; returns its directory."""
+    root = tmp_path / name
+    (root / "trainer").mkdir(parents=True)
+    (root / "trainer" / "__init__.py").write_text("")
+    for module, source in modules.items():
+        (root / "trainer" / f"{module}.py").write_text(textwrap.dedent(source))
+    (root / "setup.py").write_text(f"from setuptools import setup\nsetup(name='{name}', version='0.1', "
+                                   "packages=['trainer'])\n")
+    return root / "trainer"
+
+
+def stage(home: Path, tmp_path: Path, bucket: str, files: dict[str, str]) -> None:
+    """Put the input data in the bucket as a notebook would before submitting: with gsutil (the shim's)."""
+    data = tmp_path / "staged"
+    for name, text in files.items():
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        (data / name).write_text(text)
+    gcs = LocalGcs(home / "gcs")
+    run(gcs, "mb", [f"gs://{bucket}"])
+    for name in files:
+        run(gcs, "cp", [str(data / name), f"gs://{bucket}/{name}"])
+
+
+def submit(cli, job_id: str, trainer: Path, *flags: str, user_args: tuple[str, ...] = (), runtime: str = RUNTIME,
+           module: str = "trainer.task", stream: bool = True):
+    return cli("jobs", "submit", "training", job_id, "--package-path", str(trainer), "--module-name", module,
+               "--region", "us-central1", "--runtime-version", runtime, *(["--stream-logs"] if stream else []),
+               *flags, "--", *user_args, timeout=600)
+
+
+def linear_rows(count: int) -> str:
+    return "x,y\n" + "".join(f"{x},{3 * x + 1}\n" for x in range(count))
+
+
+KERAS = """
+    import argparse
+
+    import numpy as np
+    import pandas as pd
+    import tensorflow as tf
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bucket", required=True)
+    parser.add_argument("--job-dir", required=True)
+    args = parser.parse_args()
+
+    data = "gs://" + args.bucket + "/taxi"  # built here, as published trainers do: no flag names it
+    files = sorted(tf.io.gfile.glob(data + "/train-*.csv"))
+    print("train files", len(files))
+    dataset = tf.data.experimental.make_csv_dataset(files, batch_size=8, label_name="y", num_epochs=20,
+                                                    shuffle=False)
+    dataset = dataset.map(lambda features, label: (tf.stack([features["x"]], axis=1), label))
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(1,))])
+    model.compile(optimizer=tf.keras.optimizers.Adam(0.1), loss="mse")
+    out = args.job_dir.rstrip("/")
+    model.fit(dataset, epochs=2, verbose=2, callbacks=[
+        tf.keras.callbacks.ModelCheckpoint(out + "/checkpoints/ckpt-{epoch}", save_weights_only=True),
+        tf.keras.callbacks.TensorBoard(out + "/logs"),
+    ])
+    model.save(out + "/model")
+    frame = pd.read_csv(data + "/eval.csv")  # pandas reads and writes gs:// through gcsfs
+    print("eval rows", len(frame))
+    frame.assign(prediction=model.predict(frame[["x"]].values, verbose=0)[:, 0]).to_csv(out + "/predictions.csv")
+    import gcsfs
+
+    fs = gcsfs.GCSFileSystem()
+    for index in range(3):
+        fs.pipe(out + f"/scratch/{index}.txt", b"scratch")
+    fs.rm(out + "/scratch", recursive=True)  # gcsfs deletes many objects in one batch request
+    print("scratch left", fs.exists(out + "/scratch/0.txt"))
+    again = tf.keras.models.load_model(out + "/model")
+    print("reloaded prediction", float(again.predict(np.array([[1.0]]), verbose=0)[0][0]))
+"""
+
+
+@pytest.mark.tensorflow
+def test_keras_trainer_reads_built_gs_paths_and_writes_savedmodel_checkpoints_and_events(
+    cli, gcs_home, tf_runtime, tmp_path, docker_api
+):
+    stage(gcs_home, tmp_path, "taxi-data", {"taxi/train-0.csv": linear_rows(40), "taxi/train-1.csv": linear_rows(40),
+                                             "taxi/eval.csv": linear_rows(10)})
+    job_id = f"keras_gs_{uuid.uuid4().hex[:6]}"
+    result = submit(cli, job_id, package(tmp_path, "keras_gs", task=KERAS),
+                    "--job-dir", "gs://taxi-data/jobs/run1", user_args=("--bucket", "taxi-data"))
+    assert result.returncode == 0, result.stderr[-6000:]
+    assert "Running command: python3 -m trainer.task --bucket taxi-data --job-dir gs://taxi-data/jobs/run1" \
+        in result.stderr  # gs:// URLs reach the trainer unchanged, as on the service
+    assert "train files 2" in result.stderr and "eval rows 10" in result.stderr
+    assert "reloaded prediction" in result.stderr and "scratch left False" in result.stderr
+    out = gcs_home / "gcs" / "taxi-data" / "jobs" / "run1"
+    assert (out / "model" / "saved_model.pb").is_file()
+    assert list((out / "model" / "variables").glob("variables.data-*"))
+    assert (out / "checkpoints" / "checkpoint").is_file() and (out / "checkpoints" / "ckpt-2.index").is_file()
+    assert not (out / "scratch").exists()
+    assert (out / "predictions.csv").read_text().startswith(",x,y,prediction\n")
+    events = [p for p in (out / "logs").rglob("events.out.tfevents.*") if p.is_file()]
+    assert events and all(p.stat().st_size > 0 for p in events)
+    assert job_resources(docker_api, job_id) == []
+
+
+XGBOOST = """
+    import argparse
+
+    import numpy as np
+    import xgboost as xgb
+    from google.cloud import storage
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--job-dir", required=True)
+    args = parser.parse_args()
+    x = np.arange(50, dtype=float).reshape(-1, 1)
+    booster = xgb.train({"max_depth": 2}, xgb.DMatrix(x, label=3 * x[:, 0] + 1), 5)
+    booster.save_model("/tmp/model.bst")
+    bucket, _, prefix = args.job_dir[len("gs://"):].partition("/")
+    blob = storage.Client().bucket(bucket).blob(prefix + "/model.bst")
+    blob.upload_from_filename("/tmp/model.bst")
+    print("uploaded", blob.name, storage.Client().bucket(bucket).get_blob(blob.name).size)
+"""
+
+
+SKLEARN = """
+    import argparse
+    import os
+    import subprocess
+
+    import joblib
+    import numpy as np
+    from sklearn.linear_model import LinearRegression
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bucket", required=True)
+    parser.add_argument("--job-dir", required=True)
+    args = parser.parse_args()
+    subprocess.check_call(["gsutil", "cp", "gs://" + args.bucket + "/data/train.csv", "/tmp/train.csv"])
+    rows = np.loadtxt("/tmp/train.csv", delimiter=",", skiprows=1)
+    model = LinearRegression().fit(rows[:, :1], rows[:, 1])
+    print("coefficient", round(float(model.coef_[0]), 3))
+    joblib.dump(model, "/tmp/model.joblib")
+    subprocess.check_call(["gsutil", "cp", "/tmp/model.joblib", args.job_dir + "/model.joblib"])
+    subprocess.check_call(["gcloud", "storage", "cp", "/tmp/model.joblib", args.job_dir + "/by-gcloud/model.joblib"])
+    os.makedirs("/tmp/many")
+    for index in range(3):
+        with open(f"/tmp/many/{index}.txt", "w") as handle:
+            handle.write(f"part {index}\\n")
+    subprocess.check_call(["gsutil", "-m", "cp", "-r", "/tmp/many", args.job_dir + "/"])
+    subprocess.check_call(["gsutil", "rm", args.job_dir + "/many/1.txt"])
+    print("listed", subprocess.check_output(["gsutil", "ls", args.job_dir + "/many"], text=True).split())
+    print("cat", subprocess.check_output(["gcloud", "storage", "cat", args.job_dir + "/many/2.txt"], text=True))
+    subprocess.check_call(["gcloud", "storage", "buckets", "create", "gs://made-in-a-replica"])
+    subprocess.check_call(["gcloud", "storage", "rm", "--recursive", args.job_dir + "/by-gcloud"])
+"""
+
+
+def test_xgboost_trainer_uploads_its_model_with_google_cloud_storage(cli, gcs_home, tf_runtime, tmp_path):
+    job_id = f"xgb_gs_{uuid.uuid4().hex[:6]}"
+    result = submit(cli, job_id, package(tmp_path, "xgb_gs", task=XGBOOST), "--job-dir", "gs://xgb-out/run")
+    assert result.returncode == 0, result.stderr[-6000:]
+    model = gcs_home / "gcs" / "xgb-out" / "run" / "model.bst"
+    assert model.is_file() and f"uploaded run/model.bst {model.stat().st_size}" in result.stderr
+
+
+def test_sklearn_trainer_runs_gsutil_and_gcloud_storage_through_subprocess(cli, gcs_home, tf_runtime, tmp_path):
+    stage(gcs_home, tmp_path, "sk-data", {"data/train.csv": linear_rows(20)})
+    job_id = f"sk_gs_{uuid.uuid4().hex[:6]}"
+    result = submit(cli, job_id, package(tmp_path, "sk_gs", task=SKLEARN), "--job-dir", "gs://sk-data/out",
+                    user_args=("--bucket", "sk-data"))
+    assert_the_sklearn_trainer_used_the_tools(result, gcs_home)
+
+
+def assert_the_sklearn_trainer_used_the_tools(result, gcs_home: Path) -> None:
+    """What SKLEARN leaves when gsutil and gcloud storage worked in its replica."""
+    assert result.returncode == 0, result.stderr[-6000:]
+    assert "coefficient 3.0" in result.stderr
+    out = gcs_home / "gcs" / "sk-data" / "out"
+    assert (out / "model.joblib").is_file()
+    assert sorted(p.name for p in (out / "many").iterdir()) == ["0.txt", "2.txt"]
+    assert "listed ['gs://sk-data/out/many/0.txt', 'gs://sk-data/out/many/2.txt']" in result.stderr
+    assert "cat part 2" in result.stderr
+    assert not (out / "by-gcloud").exists()
+    assert (gcs_home / "gcs" / "made-in-a-replica").is_dir()
+
+
+PROBE = """
+    import ssl
+    import urllib.request
+
+    # No Google client here (the minimal runtime): a plain HTTPS GET, trusting the installation's CA.
+    url = "https://storage.googleapis.com/probe-data/hello.txt"
+    print("read", urllib.request.urlopen(url, context=ssl.create_default_context(), timeout=20).read().decode().strip())
+"""
+
+
+def test_every_replica_of_a_multi_replica_job_reaches_gs(cli, gcs_home, minimal_runtime, tmp_path, docker_api):
+    stage(gcs_home, tmp_path, "probe-data", {"hello.txt": "hello from the host\n"})
+    job_id = f"multi_gs_{uuid.uuid4().hex[:6]}"
+    result = submit(cli, job_id, package(tmp_path, "probe", task=PROBE), "--scale-tier", "custom",
+                    "--master-machine-type", "n1-standard-4", "--worker-machine-type", "n1-standard-4",
+                    "--worker-count", "1", runtime=minimal_runtime)
+    assert result.returncode == 0, result.stderr[-4000:]
+    for task in ("master-replica-0", "worker-replica-0"):
+        assert f"{task}\t\tread hello from the host\n" in result.stderr, result.stderr[-3000:]
+    assert job_resources(docker_api, job_id) == []
+
+
+LISTEN = """
+    import socket
+    import time
+
+    server = socket.socket()
+    server.bind(("0.0.0.0", 7000))
+    server.listen()
+    print("listening", flush=True)
+    server.settimeout(120)
+    try:
+        server.accept()
+        print("ACCEPTED A CONNECTION", flush=True)
+    except socket.timeout:
+        pass
+"""
+
+CONNECT = """
+    import socket
+    import sys
+
+    try:
+        socket.create_connection((sys.argv[1], 7000), timeout=3)
+        print("CONNECTED to the other job")
+    except OSError as exc:
+        print("could not connect:", type(exc).__name__)
+"""
+
+
+def test_a_lone_replica_cannot_reach_another_jobs_replica_by_ip(cli, gcs_home, minimal_runtime, tmp_path, docker_api):
+    trainer = package(tmp_path, "net", listen=LISTEN, connect=CONNECT)
+    listener = f"listen_{uuid.uuid4().hex[:6]}"
+    started = submit(cli, listener, trainer, runtime=minimal_runtime, module="trainer.listen", stream=False)
+    assert started.returncode == 0, started.stderr
+    try:
+        def address() -> str | None:
+            for container in docker_api.containers(filters={"label": f"aiptrain.job-id={listener}"}):
+                networks = container["NetworkSettings"]["Networks"]
+                return next((n["IPAddress"] for n in networks.values() if n.get("IPAddress")), None)
+            return None
+
+        ip = wait_for(address, timeout=60, what="the listener's address")
+        wait_for(lambda: _listening(docker_api, listener), timeout=60, what="the listener to listen")
+        result = submit(cli, f"connect_{uuid.uuid4().hex[:6]}", trainer, runtime=minimal_runtime,
+                        module="trainer.connect", user_args=(ip,))
+        assert result.returncode == 0, result.stderr
+        assert "could not connect:" in result.stderr and "CONNECTED" not in result.stderr, result.stderr
+    finally:
+        cli("jobs", "cancel", listener)
+        wait_for(lambda: job_resources(docker_api, listener) == [], timeout=60, what="the listener to go")
+
+
+def _listening(docker_api, job_id: str) -> bool:
+    for container in docker_api.containers(filters={"label": f"aiptrain.job-id={job_id}"}):
+        if b"listening" in docker_api.logs(container["Id"]):
+            return True
+    return False
+
+
+def test_the_endpoint_is_one_per_installation_never_outlives_its_jobs_and_goes_with_the_home(
+    cli, gcs_home, minimal_runtime, tmp_path, docker_api
+):
+    from aiptrain.backends.docker import DockerBackend
+    from aiptrain.settings import Settings
+
+    stage(gcs_home, tmp_path, "probe-data", {"hello.txt": "hello from the host\n"})
+    trainer = package(tmp_path, "probe", task=PROBE)
+    settings = Settings()
+    owner = f"aiptrain.installation={settings.installation_id}"
+
+    def endpoints() -> list[dict]:
+        return docker_api.containers(all=True, filters={"label": [owner, "aiptrain.role=storage-endpoint"]})
+
+    def released() -> bool:  # the controller takes it down when it goes, idle (2 s here)
+        deadline = time.monotonic() + 60
+        while endpoints() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return endpoints() == []
+
+    for attempt in range(2):  # the second job starts the endpoint again
+        result = submit(cli, f"probe{attempt}_{uuid.uuid4().hex[:6]}", trainer, runtime=minimal_runtime)
+        assert result.returncode == 0 and "read hello from the host" in result.stderr, result.stderr[-3000:]
+        assert released(), endpoints()
+    DockerBackend(settings.installation_id, client=docker_api).remove_installation()
+    assert endpoints() == []
+    assert docker_api.networks(filters={"label": [owner, "aiptrain.role"]}) == []
+
+
+def test_replicas_are_told_gs_urls_unchanged_with_the_endpoint_in_the_plan(cli, gcs_home, minimal_runtime, tmp_path):
+    trainer = package(tmp_path, "probe", task=PROBE)
+    result = cli("jobs", "submit", "training", "plan_only", "--package-path", str(trainer), "--module-name",
+                 "trainer.task", "--job-dir", "gs://my-bucket/jobs/x", "--runtime-version", minimal_runtime,
+                 "--dry-run", "--", "--data", "gs://my-bucket/data/train.csv")
+    assert result.returncode == 0, result.stderr
+    [master] = yaml.safe_load(result.stdout)["containers"]
+    assert master["command"][-4:] == ["--data", "gs://my-bucket/data/train.csv", "--job-dir", "gs://my-bucket/jobs/x"]
+    env = master["env"]
+    assert env["STORAGE_EMULATOR_HOST"] == "https://storage.googleapis.com" and env["NO_GCE_CHECK"] == "true"
+    assert env["CURL_CA_BUNDLE"] == env["SSL_CERT_FILE"] == env["REQUESTS_CA_BUNDLE"] == "/opt/aiptrain/storage/trust.pem"
+    assert env["PATH"].startswith("/opt/aiptrain/bin:")
+    assert all(m["read_only"] for m in master["mounts"] if "gcs" in m["source"] or "storage" in m["source"])
+    assert not any(m["target"].startswith(str(gcs_home)) for m in master["mounts"])  # no bucket is bind-mounted
+    assert not (gcs_home / "storage-endpoint").exists()  # a dry run creates nothing
+
+
+@pytest.mark.tensorflow
+def test_a_study_with_a_gs_job_dir_reads_its_trials_summaries_from_the_kept_files(
+    cli, gcs_home, tf_runtime, tmp_path, monkeypatch
+):
+    """Trials write tf.summary events to gs://.../<trialId> through the endpoint; the study reads
+    each finalMetric from those files on the host (issue 16 item 5 with gs:// kept locally)."""
+    run_a_gs_study(cli, gcs_home, tmp_path, monkeypatch, tf_runtime)
+
+
+def run_a_gs_study(cli, gcs_home: Path, tmp_path: Path, monkeypatch, runtime: str, *flags: str) -> None:
+    """The study above, submitted with `flags` (a backend); asserts it read every trial's metric."""
+    monkeypatch.setenv("AIPTRAIN_POLL_SECONDS", "0.2")
+    spec = {"algorithm": "GRID_SEARCH", "maxTrials": 2, "maxParallelTrials": 2, "hyperparameterMetricTag": "epoch_accuracy",
+            "params": [{"parameterName": "lr", "type": "DISCRETE", "discreteValues": [0.1, 0.2]}]}
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump({"trainingInput": {"hyperparameters": spec}}))
+    trainer = Path(__file__).parents[1] / "trainers" / "summary_tuner"
+    result = cli("jobs", "submit", "training", "gs_study", "--config", str(config), "--package-path", str(trainer),
+                 "--module-name", "summary_tuner.task", "--job-dir", "gs://study-out/run", "--region", "us-central1",
+                 "--runtime-version", runtime, "--stream-logs", *flags, "--", "--epochs", "1", timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    job = yaml.safe_load(cli("jobs", "describe", "gs_study", check_code=0).stdout)
+    trials = job["trainingOutput"]["trials"]
+    assert sorted(t["finalMetric"]["objectiveValue"] for t in trials) == pytest.approx([0.1, 0.2])
+    for trial in trials:
+        assert list((gcs_home / "gcs" / "study-out" / "run" / trial["trialId"] / "validation").iterdir())

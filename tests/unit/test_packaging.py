@@ -1,0 +1,238 @@
+"""Packaging: the sdist cache (tree hash, reuse, rebuild on change) and hermetic replicas
+(the dependencies' wheelhouse, resolved on the host, installed with no index)."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aiptrain.errors import ValidationError
+from aiptrain.packaging import build_sdist, cached_sdist, source_tree_hash
+from aiptrain.wheelhouse import canonical_name, read_metadata, requirements_for, resolve
+
+from conftest import REPO
+
+SAMPLE = REPO / "sample_jobs" / "basic" / "trainer"
+WITH_DEPENDENCY = REPO / "sample_jobs" / "with_dependency" / "trainer"
+
+
+@pytest.fixture
+def trainer(tmp_path) -> Path:
+    """A copy of the basic sample trainer (no setup.py: one is generated)."""
+    root = tmp_path / "src"
+    shutil.copytree(SAMPLE, root / "trainer", ignore=shutil.ignore_patterns("__pycache__"))
+    return root / "trainer"
+
+
+# -- tree hash ---------------------------------------------------------------------------------
+
+
+def test_tree_hash_is_stable_and_ignores_what_the_build_ignores(trainer):
+    first = source_tree_hash(trainer)
+    assert source_tree_hash(trainer) == first
+    (trainer / "__pycache__").mkdir()
+    (trainer / "__pycache__" / "task.cpython-311.pyc").write_bytes(b"\0junk")
+    (trainer / "stale.pyc").write_bytes(b"\0")
+    (trainer / ".git").mkdir()
+    (trainer / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    assert source_tree_hash(trainer) == first
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda t: (t / "task.py").write_text((t / "task.py").read_text() + "\n# changed\n"),
+        lambda t: (t / "extra.py").write_text("X = 1\n"),
+        lambda t: (t / "task.py").rename(t / "train.py"),
+        lambda t: os.chmod(t / "task.py", 0o755),
+        lambda t: (t / "data").mkdir(),
+        lambda t: (t.parent / "setup.py").write_text("from setuptools import setup\nsetup(name='trainer')\n"),
+    ],
+    ids=["content", "new file", "rename", "exec bit", "new dir", "user setup.py"],
+)
+def test_tree_hash_changes_with_the_tree(trainer, change):
+    before = source_tree_hash(trainer)
+    change(trainer)
+    assert source_tree_hash(trainer) != before
+
+
+def test_tree_hash_covers_the_package_root_when_it_has_a_setup_py(tmp_path):
+    root = tmp_path / "src"
+    shutil.copytree(WITH_DEPENDENCY.parent, root, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    before = source_tree_hash(root / "trainer")
+    (root / "README.md").write_text("docs\n")  # beside the package: part of what the build copies
+    assert source_tree_hash(root / "trainer") != before
+
+
+def test_tree_hash_of_a_generated_setup_ignores_the_package_roots_other_files(trainer):
+    before = source_tree_hash(trainer)
+    (trainer.parent / "notes.txt").write_text("not part of the package\n")
+    assert source_tree_hash(trainer) == before
+
+
+# -- the sdist cache ---------------------------------------------------------------------------
+
+
+def test_unchanged_tree_reuses_the_same_sdist(trainer, tmp_path):
+    cache = tmp_path / "cache"
+    first = cached_sdist(trainer, cache)
+    stat = first.path.stat()
+    second = cached_sdist(trainer, cache)
+    assert second == first  # same file, same sha256: the staging path will not change
+    assert second.path.stat().st_mtime_ns == stat.st_mtime_ns and second.path.stat().st_ino == stat.st_ino
+    assert first.path.parent == cache / "sdists" / source_tree_hash(trainer)
+    assert [p.name for p in (cache / "sdists").iterdir()] == [first.path.parent.name]  # no leftovers
+
+
+def test_a_changed_file_always_rebuilds(trainer, tmp_path):
+    cache = tmp_path / "cache"
+    first = cached_sdist(trainer, cache)
+    (trainer / "task.py").write_text((trainer / "task.py").read_text().replace("3 * x + 1", "5 * x + 2"))
+    second = cached_sdist(trainer, cache)
+    assert second.sha256 != first.sha256 and second.path != first.path
+    with tarfile.open(second.path) as archive:
+        task = next(m for m in archive if m.name.endswith("trainer/task.py"))
+        assert b"5 * x + 2" in archive.extractfile(task).read()
+    assert first.path.is_file()  # the old entry stays valid for its own tree
+
+
+def test_an_emptied_cache_entry_is_rebuilt(trainer, tmp_path):
+    cache = tmp_path / "cache"
+    first = cached_sdist(trainer, cache)
+    first.path.unlink()
+    again = cached_sdist(trainer, cache)
+    assert again.path.is_file() and again.path.parent == first.path.parent
+
+
+def test_build_failure_leaves_no_cache_entry(tmp_path):
+    root = tmp_path / "src"
+    (root / "trainer").mkdir(parents=True)
+    (root / "trainer" / "__init__.py").write_text("")
+    (root / "setup.py").write_text("raise SystemExit('broken setup.py')\n")
+    with pytest.raises(ValidationError, match="Packaging of user Python code failed"):
+        cached_sdist(root / "trainer", tmp_path / "cache")
+    assert list((tmp_path / "cache" / "sdists").iterdir()) == []
+
+
+# -- reading requirements --------------------------------------------------------------------------
+
+
+def _sdist(tmp_path: Path, name: str, files: dict[str, str]) -> Path:
+    path = tmp_path / f"{name}-1.0.tar.gz"
+    with tarfile.open(path, "w:gz") as archive:
+        for member, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{name}-1.0/{member}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _wheel(tmp_path: Path, name: str, requires: list[str]) -> Path:
+    path = tmp_path / f"{name}-1.0-py3-none-any.whl"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n"
+    metadata += "".join(f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{name}-1.0.dist-info/METADATA", metadata)
+    return path
+
+
+def test_requirements_come_from_requires_txt_when_pkg_info_has_none(tmp_path):
+    sdist = _sdist(tmp_path, "trainer", {
+        "PKG-INFO": "Metadata-Version: 2.1\nName: trainer\nVersion: 1.0\n",
+        "trainer.egg-info/requires.txt": 'six>=1.10\n\n[:python_version >= "3"]\ntabulate\n\n[gpu]\ntorch\n',
+    })
+    assert read_metadata(sdist) == ("trainer", ["six>=1.10", 'tabulate; python_version >= "3"'])
+
+
+def test_requirements_from_pkg_info_and_wheels(tmp_path):
+    sdist = _sdist(tmp_path, "trainer", {
+        "PKG-INFO": "Metadata-Version: 2.2\nName: trainer\nVersion: 1.0\nRequires-Dist: helpers_lib>=1\n"
+                    "Requires-Dist: six\n",
+    })
+    wheel = _wheel(tmp_path, "helpers_lib", ["six", "tabulate==0.9.0"])
+    # helpers-lib is provided by the packages themselves: only the rest comes from an index.
+    assert requirements_for([wheel, sdist]) == ["six", "tabulate==0.9.0"]
+    assert canonical_name("Helpers_Lib.x") == "helpers-lib-x"
+
+
+def test_the_built_sample_declares_its_dependency(tmp_path):
+    sdist = build_sdist(WITH_DEPENDENCY, tmp_path)
+    assert read_metadata(sdist.path) == ("trainer", ["tabulate>=0.8"])
+
+
+def test_unreadable_package_is_one_line(tmp_path):
+    bogus = tmp_path / "bogus-1.0.tar.gz"
+    bogus.write_bytes(b"not an archive")
+    with pytest.raises(ValidationError) as caught:
+        read_metadata(bogus)
+    assert "\n" not in str(caught.value) and "bogus-1.0.tar.gz" in str(caught.value)
+
+
+# -- resolving (the host's pip, its configured index) ----------------------------------------------
+
+
+def test_no_requirements_no_wheelhouse(tmp_path):
+    sdist = build_sdist(SAMPLE, tmp_path)
+    assert resolve([sdist.path], tmp_path / "cache", "3.11") == []
+    assert not (tmp_path / "cache" / "wheelhouses").exists()
+
+
+def test_wheelhouse_is_resolved_once_and_cached(tmp_path):
+    sdist = build_sdist(WITH_DEPENDENCY, tmp_path)
+    wheels = resolve([sdist.path], tmp_path / "cache", "3.11")
+    assert [w.name.split("-")[0] for w in wheels] == ["tabulate"]
+    assert wheels[0].name.endswith("-py3-none-any.whl")
+    mtime = wheels[0].stat().st_mtime_ns
+    assert resolve([sdist.path], tmp_path / "cache", "3.11") == wheels
+    assert wheels[0].stat().st_mtime_ns == mtime
+
+
+def test_unresolvable_dependency_is_one_line(tmp_path):
+    wheel = _wheel(tmp_path, "trainer", ["aiptrain-no-such-project-xyz==1.0"])
+    with pytest.raises(ValidationError) as caught:
+        resolve([wheel], tmp_path / "cache", "3.11")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "Python 3.11" in message and "aiptrain-no-such-project-xyz" in message and "--packages" in message
+    assert not any((tmp_path / "cache" / "wheelhouses").iterdir())
+
+
+# -- replicas install from the wheelhouse, offline -------------------------------------------------
+
+
+def test_dry_run_installs_with_no_index_from_the_wheelhouse(cli, tmp_path):
+    result = cli(
+        "jobs", "submit", "training", "dep_plan", "--package-path", str(WITH_DEPENDENCY),
+        "--module-name", "trainer.task", "--job-dir", str(tmp_path / "out"), "--runtime-version", "minimal",
+        "--dry-run", check_code=0,
+    )
+    container = yaml.safe_load(result.stdout)["containers"][0]
+    assert container["env"]["AIPTRAIN_WHEELHOUSE"] == "/opt/aiptrain/packages/wheelhouse"
+    script = container["command"][2]
+    assert "--no-index" in script and "--no-deps" in script and "$AIPTRAIN_WHEELHOUSE/*.whl" in script
+
+
+def test_requirements_served_by_the_runtime_image_are_not_resolved_again(tmp_path):
+    from aiptrain.runtimes import runtime
+    from aiptrain.wheelhouse import requirements_for
+
+    root = tmp_path / "tfjob"
+    (root / "trainer").mkdir(parents=True)
+    (root / "trainer" / "__init__.py").write_text("")
+    (root / "setup.py").write_text(
+        "from setuptools import setup\n"
+        "setup(name='trainer', packages=['trainer'], install_requires=['tensorflow>=2', 'pandas', 'tabulate'])\n"
+    )
+    from aiptrain.packaging import build_sdist
+
+    sdist = build_sdist(root / "trainer", tmp_path).path
+    assert requirements_for([sdist], runtime("2.11").provides) == ["tabulate"]
+    assert requirements_for([sdist], runtime("minimal").provides) == ["tensorflow>=2", "pandas", "tabulate"]
