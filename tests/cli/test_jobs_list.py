@@ -439,3 +439,18 @@ def test_listing_starts_the_homes_controller_only_while_jobs_are_active(home):
     assert control.running(client.settings) is not None
     lock.release()
     client.close()
+
+
+@pytest.mark.parametrize("argv", [
+    ["--help"], ["jobs", "--help"], ["jobs", "submit", "training", "--help"], ["local", "train", "--help"],
+    ["--version"],
+])
+def test_help_imports_no_heavy_module(home, argv):
+    """Why aiptrain imports inside functions (docs/development.md, "Imports"): `aiptrain --help`
+    and every command's help cost about what click costs, so none of them may load pydantic,
+    the engine's SDK or YAML."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", LISTS_WITHOUT_THE_MODEL, *argv], capture_output=True, text=True)
+    assert result.stdout and result.stderr.splitlines()[-1] == "imported: []", result.stderr
