@@ -308,7 +308,7 @@ def teardown_run(home: Path, docker_api, runtime: str, config: str, tmp_path: Pa
                          "--module-name", "probe.task", "--region", "us-central1", "--runtime-version", runtime,
                          "--job-dir", str(job_dir), "--", "--run", "master=inf", "--until", "master",
                          "--run", "worker=inf", "--hold", "worker", "--lines", str(lines), "--bye", str(bye))
-    canceller, landed = None, False
+    canceller, landed, copied_then, engine_then = None, False, 0, []
     try:
         if submitted.returncode == 0:
             wait_for(lambda: "probe worker 0 started" in job_records(home, job_id, "worker-replica-0"),
@@ -327,6 +327,9 @@ def teardown_run(home: Path, docker_api, runtime: str, config: str, tmp_path: Pa
             killed = kill_controller(home)
             state_then, verdict_then = standing(home, job_id)
             landed = killed == 1 and verdict_then and state_then not in TERMINAL
+            # what the killed controller had not done yet (for the note)
+            copied_then = sum(m.startswith("bye ") for m in job_records(home, job_id, "worker-replica-0"))
+            engine_then = job_resources(docker_api, job_id)
     finally:
         if job_dir.exists():
             (job_dir / "release").touch()
@@ -345,7 +348,8 @@ def teardown_run(home: Path, docker_api, runtime: str, config: str, tmp_path: Pa
             and all(printed == [f"line {n}" for n in range(lines)] for printed in others.values())
             and closing == [CLOSING_LINE[expected]])
     unexpected = [m for m in worker if m not in wanted_worker][:5]
-    note = (f"{job_id}: killed while {phase} ({expected}), mid-teardown {landed}, state {state}, "
+    note = (f"{job_id}: killed while {phase} ({expected}), mid-teardown {landed} (then {copied_then} of {bye} last "
+            f"lines copied, {len(engine_then)} containers and networks left), state {state}, "
             f"cancel {cancelled}, worker lines {len(worker)}/{len(wanted_worker)} (unexpected {unexpected}), "
             f"master and ps lines {[len(v) for v in others.values()]}, closing {closing}, left {left}")
     return held, left, note if held else f"{note}; submit {submitted.returncode} {submitted.stderr[-300:]!r}"
