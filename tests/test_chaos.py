@@ -298,10 +298,12 @@ def teardown_run(home: Path, docker_api, runtime: str, config: str, tmp_path: Pa
                  cancel: bool) -> tuple[bool, list[str], str]:
     """One run of the mid-teardown scenario: (held, orphans, what happened)."""
     from aiptrain.logs import CLOSING_LINES
+    from aiptrain.settings import Settings
 
-    lines, bye = 200, 2000
+    lines, bye = 200, 20_000
     expected = "CANCELLED" if cancel else "SUCCEEDED"
     job_id = f"kill_td_{uuid.uuid4().hex[:6]}"
+    log_path = Settings(home=home).job_log_path(job_id)
     job_dir = tmp_path / job_id
     since = time.time() - 1
     submitted = aiptrain("jobs", "submit", "training", job_id, "--config", config, "--package-path", str(PROBE),
@@ -322,8 +324,11 @@ def teardown_run(home: Path, docker_api, runtime: str, config: str, tmp_path: Pa
             wait_for(lambda: standing(home, job_id)[1], timeout=120, what="the verdict")
             if phase != "stopping":
                 (job_dir / "release").touch()
-                first_event(docker_api, job_id, since, worker_event("die") if phase == "draining"
-                            else lambda action, _: action == "destroy")
+            if phase == "draining":  # its first last line copied: the rest is on its way
+                wait_for(lambda: b'"bye 0"' in log_path.read_bytes(), timeout=120, interval=0.005,
+                         what="the worker's last lines")
+            elif phase == "removing":
+                first_event(docker_api, job_id, since, lambda action, _: action == "destroy")
             killed = kill_controller(home)
             state_then, verdict_then = standing(home, job_id)
             landed = killed == 1 and verdict_then and state_then not in TERMINAL
