@@ -113,7 +113,7 @@ class JobDriver:
         self.backend = backend
         self.log_path = settings.job_log_path(job_id)
         self.writer = JobLogWriter(self.log_path, keep_going=True)  # a full disk loses lines, not the job
-        self.followers = LogFollowers(backend, self.writer, last_times_by_task(self.log_path))
+        self.followers = LogFollowers(backend, self.writer, last_times_by_task(self.log_path), self.log_path)
         self.phase = "adopt"
         self.study: Study | None = None  # of a tuning job, once running
         self.said: str | None = None  # the last admission reason logged

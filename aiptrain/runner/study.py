@@ -204,17 +204,20 @@ class Study:
 
     def finish_launch(self, running: RunningTrial, group: list) -> None:
         """A trial a killed controller recorded but did not finish launching. Replicas created
-        but never started (Docker's `Created`) are not running: when none of the trial's
-        replicas started, what exists is replaced by a new launch of the same values (the
-        trainer never ran); when some did, the rest are started."""
+        but never started (Docker's `Created`) are not running, so they are started. They are
+        never replaced while every replica exists: a start the killed controller sent may reach
+        the engine after this look, and a replaced replica would then have run too, where the
+        engine starts an existing one once. With replicas missing and none started, what exists
+        is replaced by a new launch of the same values."""
         trial_id = running.record.trial_id
         started = [o for o in group if o.status is not ReplicaStatus.CREATED]
         if not started:
             self.driver.writer.service(f"Trial {trial_id} was not started when its controller stopped: starting it.",
-                                    trial=trial_id)
-            self.driver.backend.remove(self.job_id, trial_id)
-            self.launch(running)
-            return
+                                       trial=trial_id)
+            if not set(self.expected) <= {o.task_name for o in group}:
+                self.driver.backend.remove(self.job_id, trial_id)
+                self.launch(running)
+                return
         for observation in group:
             if observation.status is ReplicaStatus.CREATED:
                 self.driver.backend.restart(observation.container_id)

@@ -10,6 +10,9 @@ with no orphan.
   is restarted in place and the job SUCCEEDS;
 - kill -9 of the controller with jobs running, queued and mid-study: the next command starts a new
   one, which drives them on; every job SUCCEEDS, no trial runs twice;
+- kill -9 of the controller mid-teardown (stopping a replica that holds on to SIGTERM, draining
+  its last lines, removing containers): the next one finishes the ending as decided (SUCCEEDED
+  or CANCELLED), every line once, one closing line, nothing left;
 - kill -9 of the CLI during submit: the job either never existed (nothing left) or ends;
 - concurrent submits of one job ID: exactly one is accepted, the others exit 2;
 - fuzzed job IDs and labels (hypothesis): accepted exactly by the rule, or one escaped line;
@@ -36,7 +39,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, controller_pids, job_resources, kill_controller
+from conftest import REPO, controller_pids, job_resources, kill_controller, wait_for
 
 pytestmark = pytest.mark.chaos
 
@@ -228,6 +231,142 @@ def test_kill_9_of_the_controller_with_jobs_queued(tally, home, docker_api, mini
             notes.append(f"submits {[r.returncode for r in submitted]} states {states} left {left}")
         tally.record("kill -9 controller, jobs queued", held, left)
     tally.assert_all_held("kill -9 controller, jobs queued", notes)
+
+
+TEARDOWN_PHASES = ("stopping", "draining", "removing")
+CLOSING_LINE = {"SUCCEEDED": "Job completed successfully.", "CANCELLED": "Job cancelled."}
+
+
+def first_event(docker_api, job_id: str, since: float, wanted) -> dict | None:
+    """The first engine event of the job's containers, from `since` on (replayed when it already
+    happened), that `wanted(action, attributes)` accepts."""
+    stream = docker_api.events(since=since, until=since + 300, decode=True,
+                               filters={"type": "container", "label": f"aiptrain.job-id={job_id}"})
+    try:
+        for event in stream:
+            if wanted(event.get("Action", ""), (event.get("Actor") or {}).get("Attributes") or {}):
+                return event
+    finally:
+        stream.close()
+    return None
+
+
+def worker_event(action: str, signal_number: str | None = None):
+    return lambda seen, attributes: (seen == action and attributes.get("aiptrain.task-type") == "worker"
+                                     and (signal_number is None or attributes.get("signal") == signal_number))
+
+
+def job_records(home: Path, job_id: str, task: str) -> list[str]:
+    from aiptrain.logs import records_of_task
+    from aiptrain.settings import Settings
+
+    path = Settings(home=home).job_log_path(job_id)
+    return [r.message for r in records_of_task(path, task)] if path.exists() else []
+
+
+def standing(home: Path, job_id: str) -> tuple[str | None, bool]:
+    """The job's state and whether a verdict is recorded, as the store says (no command, so no
+    controller is started by looking)."""
+    from aiptrain.store import JobStore
+
+    store = JobStore(home / "jobs.db")
+    job = store.get(job_id)
+    return (job.state.value if job else None), store.verdict(job_id) is not None
+
+
+def test_kill_9_of_the_controller_mid_teardown(tally, home, docker_api, minimal_runtime, tmp_path, monkeypatch):
+    """A three-replica job ends (its master succeeds, or it is cancelled) and its worker answers
+    SIGTERM by holding on until the test releases it, so the teardown lasts as long as the test
+    wants. The controller is killed once the decision is recorded: while it stops the worker
+    (always mid-teardown), or at the worker's exit (draining its last lines), or at the first
+    container's removal. The next command's controller finishes the same ending: the decided
+    state, every line of every replica once, one closing line, nothing left."""
+    monkeypatch.setenv("AIPTRAIN_STOP_GRACE_SECONDS", "120")  # the held worker, not the engine, ends the stop
+    config = probe_config(tmp_path, "worker", "ps")
+    notes: list[str] = []
+    for run in range(RUNS):
+        phase, cancel = TEARDOWN_PHASES[run % 3], bool(run // 3 % 2)
+        held, left, note = teardown_run(home, docker_api, minimal_runtime, config, tmp_path, phase, cancel)
+        if not held or left:
+            notes.append(note)
+        print(note)
+        tally.record("kill -9 controller mid-teardown", held, left)
+    tally.assert_all_held("kill -9 controller mid-teardown", notes)
+
+
+def teardown_run(home: Path, docker_api, runtime: str, config: str, tmp_path: Path, phase: str,
+                 cancel: bool) -> tuple[bool, list[str], str]:
+    """One run of the mid-teardown scenario: (held, orphans, what happened)."""
+    from aiptrain.logs import CLOSING_LINES
+    from aiptrain.settings import Settings
+
+    lines, bye = 200, 20_000
+    expected = "CANCELLED" if cancel else "SUCCEEDED"
+    job_id = f"kill_td_{uuid.uuid4().hex[:6]}"
+    log_path = Settings(home=home).job_log_path(job_id)
+    job_dir = tmp_path / job_id
+    since = time.time() - 1
+    submitted = aiptrain("jobs", "submit", "training", job_id, "--config", config, "--package-path", str(PROBE),
+                         "--module-name", "probe.task", "--region", "us-central1", "--runtime-version", runtime,
+                         "--job-dir", str(job_dir), "--", "--run", "master=inf", "--until", "master",
+                         "--run", "worker=inf", "--hold", "worker", "--lines", str(lines), "--bye", str(bye))
+    canceller, landed, copied_then, engine_then = None, False, 0, []
+    try:
+        if submitted.returncode == 0:
+            wait_for(lambda: "probe worker 0 started" in job_records(home, job_id, "worker-replica-0"),
+                     timeout=120, what="the worker to hold SIGTERM")
+            if cancel:
+                canceller = subprocess.Popen([*AIPTRAIN, "jobs", "cancel", job_id], stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL)
+            else:
+                (job_dir / "finish").touch()  # the master succeeds
+            first_event(docker_api, job_id, since, worker_event("kill", "15"))  # the teardown stops it
+            wait_for(lambda: standing(home, job_id)[1], timeout=120, what="the verdict")
+            if phase != "stopping":
+                (job_dir / "release").touch()
+            if phase == "draining":  # its first last line copied: the rest is on its way
+                wait_for(lambda: b'"bye 0"' in log_path.read_bytes(), timeout=120, interval=0.005,
+                         what="the worker's last lines")
+            elif phase == "removing":
+                first_event(docker_api, job_id, since, lambda action, _: action == "destroy")
+            killed = kill_controller(home)
+            state_then, verdict_then = standing(home, job_id)
+            landed = killed == 1 and verdict_then and state_then not in TERMINAL
+            # what the killed controller had not done yet (for the note)
+            copied_then = sum(m.startswith("bye ") for m in job_records(home, job_id, "worker-replica-0"))
+            engine_then = job_resources(docker_api, job_id)
+    finally:
+        if job_dir.exists():
+            (job_dir / "release").touch()
+    cancelled = canceller.wait(timeout=240) if canceller else None
+    state = wait_terminal(job_id, timeout=240)
+    worker = [m for m in job_records(home, job_id, "worker-replica-0")
+              if not m.startswith(("Running command: ", "probe worker 0 says"))]
+    wanted_worker = ["probe worker 0 started", *[f"line {n}" for n in range(lines)],
+                     "probe worker 0 got SIGTERM, held", *[f"bye {n}" for n in range(bye)]]
+    others = {task: [m for m in job_records(home, job_id, task) if m.startswith("line ")]
+              for task in ("master-replica-0", "ps-replica-0")}
+    closing = [m for m in job_records(home, job_id, "service") if m in CLOSING_LINES]
+    left = orphans(home, docker_api, [job_id]) + [s["Spec"]["Name"] for s in swarm_services(docker_api, job_id)]
+    held = (submitted.returncode == 0 and cancelled in (None, 0) and state == expected
+            and (landed or phase != "stopping") and worker == wanted_worker
+            and all(printed == [f"line {n}" for n in range(lines)] for printed in others.values())
+            and closing == [CLOSING_LINE[expected]])
+    unexpected = [m for m in worker if m not in wanted_worker][:5]
+    note = (f"{job_id}: killed while {phase} ({expected}), mid-teardown {landed} (then {copied_then} of {bye} last "
+            f"lines copied, {len(engine_then)} containers and networks left), state {state}, "
+            f"cancel {cancelled}, worker lines {len(worker)}/{len(wanted_worker)} (unexpected {unexpected}), "
+            f"master and ps lines {[len(v) for v in others.values()]}, closing {closing}, left {left}")
+    return held, left, note if held else f"{note}; submit {submitted.returncode} {submitted.stderr[-300:]!r}"
+
+
+def swarm_services(docker_api, job_id: str) -> list[dict]:
+    import docker.errors
+
+    try:
+        return docker_api.services(filters={"label": f"aiptrain.job-id={job_id}"})
+    except docker.errors.APIError:  # not a swarm manager: the Docker backend makes no services
+        return []
 
 
 def test_kill_9_of_the_cli_during_submit(tally, home, docker_api, minimal_runtime, tmp_path):

@@ -122,9 +122,9 @@ def test_cancel_is_not_held_up_by_a_fifo_metric_file(cli, study, docker_api, min
 def test_a_trial_created_but_never_started_is_started_by_the_next_controller(cli, study, docker_api, minimal_runtime,
                                                                             tmp_path, home):
     """Issue 21, item 5: the controller dies between creating a trial's replica and starting
-    it (made here exactly: the trial's replica replaced by a `Created` one and its launch not
-    recorded as done). The next controller does not count it as running: the trial runs, once,
-    and the study ends."""
+    it (made here exactly: the trial's replica replaced by a `Created` copy of it and its launch
+    not recorded as done). The next controller does not count it as running: the trial runs,
+    once, and the study ends."""
     spec = {"algorithm": "GRID_SEARCH", "maxTrials": 2, "maxParallelTrials": 1,
             "params": [{"parameterName": "attack", "type": "CATEGORICAL", "categoricalValues": ["plain"]},
                        {"parameterName": "n", "type": "INTEGER", "minValue": 1, "maxValue": 2}]}
@@ -134,8 +134,11 @@ def test_a_trial_created_but_never_started_is_started_by_the_next_controller(cli
     kill_controller(home)
     info = docker_api.inspect_container(running[0]["Id"])
     docker_api.remove_container(info["Id"], force=True)
-    docker_api.create_container(info["Config"]["Image"], command=["true"], labels=info["Config"]["Labels"],
-                                name=info["Name"].lstrip("/"))
+    config = info["Config"]
+    docker_api.create_container(config["Image"], command=config["Cmd"], entrypoint=config["Entrypoint"],
+                                environment=config["Env"], user=config["User"], working_dir=config["WorkingDir"],
+                                hostname=config["Hostname"], labels=config["Labels"], name=info["Name"].lstrip("/"),
+                                host_config=info["HostConfig"])
     (home / "work" / "created_only" / "launched" / "1").unlink(missing_ok=True)
     runs = tmp_path / "created_only" / "runs.log"
     runs.write_text("")  # trial 1's first run never happened, as if it had been killed before starting

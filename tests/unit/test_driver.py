@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from aiptrain.admission import request
+from aiptrain.backends import ReplicaStatus
 from aiptrain.errors import EnvironmentNotReady
 from aiptrain.logs import read_records
 from aiptrain.model import Job, ReplicaConfig, Scheduling, State, TrainingInput, utc_now
@@ -16,6 +17,7 @@ from aiptrain.planning import PlanInputs, save_plan_inputs
 from aiptrain.runner.driver import INTERRUPTED, LAUNCH_STARTED, JobDriver
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
+from aiptrain.tuning import LAUNCHED_DIR
 
 from fakes import FakeBackend, plan_of
 
@@ -265,3 +267,27 @@ def test_a_controller_starting_sets_a_large_log_aside(settings, monkeypatch):
     log_path.write_text("small\n")
     control.keep_log_small(log_path)  # small: stays
     assert log_path.read_text() == "small\n"
+
+
+def test_a_trial_whose_replicas_all_exist_but_never_started_is_started_in_place(settings, store):
+    """A controller killed between creating a trial's replica and starting it may have sent the
+    start already: the engine can start the replica after the next controller looked. Replacing
+    it would run the trial twice (the chaos suite saw runs 1 2 2 3 4 5 6); every replica exists,
+    so those not started are started, which the engine does once."""
+    training_input = TrainingInput.model_validate({
+        **BASIC.model_dump(by_alias=True, exclude_none=True),
+        "hyperparameters": {"goal": "MAXIMIZE", "hyperparameterMetricTag": "acc", "maxTrials": 1,
+                            "algorithm": "GRID_SEARCH",
+                            "params": [{"parameterName": "n", "type": "INTEGER", "minValue": 1, "maxValue": 2}]}})
+    submitted(store, settings, training_input=training_input)
+    backend = FakeBackend(script={"1/master-replica-0": [0]})
+    killed = JobDriver("job", settings, store, backend)
+    while not backend.launched:
+        killed.step()
+    replica = backend.replica("job", "master-replica-0", "1")  # created, its start not seen yet
+    replica.status, replica.runs = ReplicaStatus.CREATED, 0
+    (settings.job_work_dir("job") / LAUNCHED_DIR / "1").unlink()
+    assert drive(JobDriver("job", settings, store, backend), backend) is State.SUCCEEDED
+    assert [plan.trial_id for plan in backend.launched] == ["1"]
+    assert backend.restarted == [replica.container_id]
+    assert "Trial 1 was not started when its controller stopped: starting it." in service_lines(settings)

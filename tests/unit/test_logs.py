@@ -192,6 +192,29 @@ def test_the_drain_waits_while_lines_keep_coming(tmp_path, monkeypatch):
     assert [r.severity for r in records[:2]] == ["ERROR", "INFO"]  # stderr without a level, stdout
 
 
+def test_a_resumed_copy_copies_every_line_once_when_the_streams_stamps_interleave(tmp_path):
+    """The engine stamps stdout and stderr lines as it reads each pipe, so its stream can hold a
+    stderr line stamped before the stdout lines it follows (the fault suite saw it). A controller
+    killed right after copying that line is followed by one whose copy resumes there: neither
+    the lines stamped after it (copied already) nor a line stamped before it (not copied yet)
+    may come twice or go missing."""
+    stamp = "2026-01-01T00:00:00.{:09d}Z".format
+    engine = [LogChunk(stamp(100), "stdout", "line 0"), LogChunk(stamp(300), "stdout", "line 1"),
+              LogChunk(stamp(400), "stdout", "line 2"), LogChunk(stamp(200), "stderr", "hello on stderr"),
+              LogChunk(stamp(150), "stderr", "late on stderr"), LogChunk(stamp(500), "stdout", "line 3")]
+    path = tmp_path / "job.jsonl"
+    killed = JobLogWriter(path)  # the killed controller copied the engine's first four lines
+    killed.write_lines([record_line(c.time, "master-replica-0", "INFO", c.text) for c in engine[:4]])
+    backend = FakeBackend(logs={"master-replica-0": [[chunk] for chunk in engine]})
+    backend.launch(plan_of("job"))
+    backend.exit("job", "master-replica-0", 0)
+    followers = LogFollowers(backend, JobLogWriter(path), last_times_by_task(path), path)
+    followers.sync(backend.observe("job"))
+    for thread in followers._threads.values():
+        thread.join(timeout=60)
+    assert [r.message for r in read_records(path)[0]] == [c.text for c in engine]
+
+
 def test_the_drain_gives_up_on_a_stream_that_stalls(tmp_path, monkeypatch):
     clock = log_clock(monkeypatch)
     backend = FakeBackend(logs={"master-replica-0": ["never sent"]}, hold_logs=True)
