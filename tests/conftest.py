@@ -242,12 +242,21 @@ def cli(home):
 
 def job_resources(api, job_id: str | None = None) -> list[str]:
     """Names of the containers and networks aiptrain made (for one job, or any), the job's
-    install container (aiptrain.installs) included."""
+    install container (aiptrain.installs) included: of any home (a client-mode server's too)."""
     label = "aiptrain.job-id" if job_id is None else f"aiptrain.job-id={job_id}"
     install = "aiptrain.install-for" if job_id is None else f"aiptrain.install-for={job_id}"
     containers = [c["Names"][0] for key in (label, install) for c in api.containers(all=True, filters={"label": key})]
     networks = [n["Name"] for n in api.networks(filters={"label": label})]
     return containers + networks
+
+
+def this_installation() -> str:
+    """The label that scopes engine objects to the current AIPTRAIN_HOME: a test that acts when a
+    job's replica runs must not take another checkout's job of the same name for its own."""
+    from aiptrain.planning import LABEL_INSTALLATION
+    from aiptrain.settings import Settings
+
+    return f"{LABEL_INSTALLATION}={Settings().installation_id}"
 
 
 def wait_for(predicate, timeout: float = 60, interval: float = 0.1, what: str = "condition"):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import controller_pids, job_resources, wait_for
+from conftest import controller_pids, job_resources, this_installation, wait_for
 
 PROBE = Path(__file__).parents[1] / "trainers" / "probe"
 CUSTOM = ("--scale-tier", "custom", "--master-machine-type", "n1-standard-4",
@@ -34,7 +34,7 @@ def state_of(cli, job_id):
 
 
 def containers(api, job_id, **filters):
-    return api.containers(all=True, filters={"label": f"aiptrain.job-id={job_id}", **filters})
+    return api.containers(all=True, filters={"label": [f"aiptrain.job-id={job_id}", this_installation()], **filters})
 
 
 def test_master_success_stops_parameter_servers_and_workers(cli, probe_args, docker_api):
