@@ -28,7 +28,7 @@ from aiptrain.exports import dry_run_tfjob, tfjob_export
 from aiptrain.model import Job
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore, duplicate_job
-from aiptrain.submission import Submission, Submitter, prepare
+from aiptrain.submission import Submission, Submitter, prepare, recorded_project
 from aiptrain.tfjob import Export
 from aiptrain.validation import check_label_count, validate_labels
 
@@ -185,8 +185,6 @@ class Client:
         return queued[1] if queued else None
 
     def recorded_project(self, job_id: str) -> str | None:
-        from aiptrain.submission import recorded_project
-
         return recorded_project(self.settings, job_id)
 
     def uri(self, job_id: str, project: str | None = None) -> str:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 # The advisory lock PostgreSQL writers take (any constant; only aiptrain's writers use it).
 WRITE_LOCK = 0x61697074  # "aipt"
@@ -47,8 +47,6 @@ def shown_url(url: str) -> str:
 
 def passwords_in(url: str) -> list[str]:
     """The password a URL holds (as written and decoded, in its user part or a `password=` parameter)."""
-    from urllib.parse import parse_qs, unquote
-
     try:
         parts = urlsplit(url)
         found = [parts.password or "", *parse_qs(parts.query).get("password", [])]

@@ -8,6 +8,7 @@ containers, and `--dry-run` prints the plan instead.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -166,8 +167,6 @@ class LaunchPlan:
     def to_dict(self) -> dict[str, Any]:
         """A printable form (what --dry-run shows): every container with its whole environment,
         TF_CONFIG included, as it will run; env values that look like secrets are hidden."""
-        import dataclasses
-
         data = dataclasses.asdict(self)
         data.pop("cluster")  # in each container's env below
         for container, spec in zip(data["containers"], self.containers, strict=True):
@@ -230,8 +229,6 @@ class PlanInputs:
 
 def inputs_to_dict(inputs: PlanInputs) -> dict[str, Any]:
     """PlanInputs as JSON-ready data: the controller plans the job (a study its trials) from it."""
-    import dataclasses
-
     return dataclasses.asdict(inputs)
 
 

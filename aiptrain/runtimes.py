@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from aiptrain import wheelhouse
-from aiptrain.dependencies import Image
+from aiptrain.dependencies import Image, canonical_name
 from aiptrain.errors import EnvironmentNotReady, ValidationError
 from aiptrain.runtime_catalog import RUNTIMES, SOURCE_URL, Runtime, image_repository, runtime
 from aiptrain.validation import validate_image_reference, validate_runtime_version_name
@@ -107,8 +107,6 @@ def held_by(rt: Runtime, recorded: list[str]) -> Image:
     """The image of `rt` holding the `name==version` releases its label recorded; for an image
     built before it recorded them, the catalog's pins, its unpinned names served whatever
     release a trainer asks for."""
-    from aiptrain.dependencies import canonical_name
-
     pins = recorded or [p for p in rt.packages if p not in rt.bounds]
     return Image(rt.version, {canonical_name(n): v or None for n, _, v in (p.partition("==") for p in pins)},
                  rt.bounds)

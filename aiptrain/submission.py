@@ -41,15 +41,17 @@ from aiptrain.planning import (
     gcs_urls_in,
     plan,
     replica_user,
+    save_plan_inputs,
     storage_endpoint_for,
 )
 from aiptrain.runner import control
 from aiptrain.runtime_catalog import Runtime
+from aiptrain.runtimes import check_available, image_contents
 from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings
 from aiptrain.staging import WHEELHOUSE
 from aiptrain.storage import check_gcs_uri, emulator_host, gcs_root_for, is_gcs, local_path
-from aiptrain.storage.endpoint import StorageEndpoint
+from aiptrain.storage.endpoint import TLS_DIR_NAME, StorageEndpoint, ensure_tls
 from aiptrain.store import JobStore, duplicate_job
 from aiptrain.topology import Replica, replicas_for
 from aiptrain.validation import (
@@ -284,7 +286,6 @@ def storage_endpoint(submission: Submission, settings: Settings, prepare_files: 
     the gcs tree made ready for it first, unless `prepare_files` is False: a dry run)."""
     if not submission.serves_gcs or submission.gcs_root is None:
         return None
-    from aiptrain.storage.endpoint import TLS_DIR_NAME, ensure_tls
     from aiptrain.storage.local import give_to_replicas
 
     if prepare_files:
@@ -329,8 +330,6 @@ class Submitter:
     def submit(self, submission: Submission) -> Job:
         job = submission.job
         if submission.runtime:
-            from aiptrain.runtimes import check_available
-
             check_available(submission.runtime, submission.runtime_given_as)
         self.settings.ensure_dirs()
         if self.store.exists(job.job_id):
@@ -391,8 +390,6 @@ class Submitter:
         """From a recorded job to one queued for the controller, telling the job's log as the
         service would: stage and plan, keep the plan inputs in the job's work dir, and ask for
         admission. The controller launches it (a study's trials too) from those inputs."""
-        from aiptrain.planning import save_plan_inputs
-
         job_log.service("Validating job requirements...")
         _, inputs = self._stage_and_plan(submission, job)
         if inputs.installed:
@@ -439,7 +436,6 @@ class Submitter:
             wheels = []
             if submission.runtime:
                 from aiptrain import wheelhouse
-                from aiptrain.runtimes import image_contents
 
                 fetched = [package_dir / name for name in remote_files]
                 self._step("Resolving the packages' dependencies into a wheelhouse")

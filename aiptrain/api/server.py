@@ -16,7 +16,7 @@ import socket
 from http.server import ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from aiptrain.api.access import Access
+from aiptrain.api.access import Access, Refused
 from aiptrain.api.app import MAX_BODY_BYTES, App, Request, Response, error_response
 from aiptrain.errors import ValidationError
 from aiptrain.storage import endpoint_server
@@ -81,8 +81,6 @@ class _Handler(endpoint_server.Handler):
     def _storage_refusal(self) -> Response | None:
         """The API's token rules on Cloud Storage: any token of the --tokens file reads, one that
         is not read-only writes (buckets are not tied to projects); None when the call may go on."""
-        from aiptrain.api.access import Refused
-
         try:
             grant = self.app.access.caller(self.headers.get("Authorization"))
             if self.command not in ("GET", "HEAD") and grant.read_only:

@@ -49,7 +49,7 @@ from aiptrain.planning import (
     NetworkSpec,
 )
 from aiptrain.settings import DEFAULT_SUBNET_POOL, Settings
-from aiptrain.storage.endpoint import API_HOSTS
+from aiptrain.storage.endpoint import API_HOSTS, ENDPOINT_PORT, LABEL_CODE, LABEL_ROLE, REPLICA_PORT, ROLE
 
 log = logging.getLogger(__name__)
 TMPFS_OPTIONS = "rw,nosuid,nodev,exec,size=4g"
@@ -67,7 +67,6 @@ DEFAULT_NETWORK = "bridge"  # the engine's own network, never created or removed
 # cannot reach another's ports; sized for many lone replicas at once.
 SOLO_NETWORK_ADDRESSES = 1000
 SOLO_OPTIONS = {"com.docker.network.bridge.enable_icc": "false"}
-LABEL_ROLE = "aiptrain.role"
 SOLO_ROLE = "solo-network"
 LABEL_HOME = "aiptrain.home"  # on what an installation shares: the home it belongs to
 SOLO_PREFIX = "aiptrain-solo"
@@ -144,8 +143,6 @@ def pick_subnet(pool: ipaddress.IPv4Network, replicas: int, taken: Sequence[ipad
 def host_gateway(api) -> str | None:
     """This host's address on Docker's default bridge (docker0), which every bridge network's
     containers can reach; None if the engine does not say."""
-    import ipaddress
-
     try:
         configs = api.inspect_network("bridge").get("IPAM", {}).get("Config") or []
     except Exception:  # noqa: BLE001 - no default bridge: leave addresses alone
@@ -309,7 +306,6 @@ class DockerBackend:
         died, runs older code, or publishes elsewhere; one per installation (by name)."""
         from docker.errors import APIError, NotFound
 
-        from aiptrain.storage.endpoint import LABEL_CODE
 
         _, gateway = self.solo_network()
         with self._home_lock("storage-endpoint"):  # concurrent launches: one starts it, the others find it
@@ -340,7 +336,6 @@ class DockerBackend:
         a launch starts it with, so a job recorded before its launch keeps it."""
         from docker.errors import APIError, NotFound
 
-        from aiptrain.storage.endpoint import LABEL_ROLE, ROLE
 
         if not self._installation or not self._home:
             return
@@ -354,8 +349,6 @@ class DockerBackend:
 
     @staticmethod
     def _endpoint_current(info: dict, code: str, gateway: str) -> bool:
-        from aiptrain.storage.endpoint import ENDPOINT_PORT, LABEL_CODE
-
         bindings = ((info.get("HostConfig") or {}).get("PortBindings") or {}).get(f"{ENDPOINT_PORT}/tcp") or []
         alive = info["State"].get("Running") or info["State"].get("Restarting")  # the engine brings it back
         return bool(alive and info["Config"]["Labels"].get(LABEL_CODE) == code
@@ -366,7 +359,6 @@ class DockerBackend:
         the replicas' user, only the gcs tree writable; restarted by the engine if it dies."""
         from docker.types import Mount
 
-        from aiptrain.storage.endpoint import ENDPOINT_PORT, REPLICA_PORT
 
         image = self._present_image(endpoint.images)
         host_config = self.api.create_host_config(

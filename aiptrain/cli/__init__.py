@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from aiptrain.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, AiptrainError
+from aiptrain.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, AiptrainError, EnvironmentNotReady
 
 
 class LazyGroup(click.Group):
@@ -146,7 +146,6 @@ def _environment_error(exc: Exception) -> AiptrainError | None:
     store is checked where it is opened (aiptrain.jobtable)."""
     import errno
 
-    from aiptrain.errors import EnvironmentNotReady
 
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         where = f" writing [{exc.filename}]" if exc.filename else ""

@@ -9,7 +9,7 @@ import sys
 import click
 
 from aiptrain.errors import EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_OK
-from aiptrain.settings import BACKEND_NAMES, gcloud_property
+from aiptrain.settings import BACKEND_NAMES, Settings, gcloud_property
 
 
 def _client():
@@ -357,7 +357,6 @@ def _list_resources(filter_, sort_by, limit, fields) -> list[dict]:
     """Around the Client façade, which imports pydantic and the engine's client: a table of jobs
     needs neither (aiptrain.listing; Client.list goes through it too)."""
     from aiptrain import listing
-    from aiptrain.settings import Settings
 
     settings = Settings()
     if settings.api_url:  # client mode: the server lists (the façade is imported in any case then)

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import click
 
+import aiptrain
 from aiptrain import gcloud_properties
-from aiptrain.errors import EXIT_USAGE
+from aiptrain.errors import EXIT_USAGE, EnvironmentNotReady
 
 MARKER = "# aiptrain gcloud shim"
 
@@ -52,8 +53,6 @@ def gcloud_shim() -> None:
 @click.option("--force", is_flag=True, help="Replace a `gcloud` in DIRECTORY that is not aiptrain's shim.")
 def install(directory: Path | None, force: bool) -> None:
     """Write an executable `gcloud` into DIRECTORY (default: ~/.local/bin)."""
-    import aiptrain
-
     directory = (directory or default_bin_dir()).expanduser().resolve()
     target = directory / "gcloud"
     if target.exists() and not force and MARKER not in target.read_text(errors="replace"):
@@ -76,8 +75,6 @@ def install(directory: Path | None, force: bool) -> None:
 def _write_scripts(directory: Path, scripts: dict[Path, str]) -> None:
     """Write the executables all or none: each beside its target first, then renamed over it.
     A directory that cannot be written is the environment's problem (exit 3), said in one line."""
-    from aiptrain.errors import EnvironmentNotReady
-
     partials = {path: path.with_name(f".{path.name}.partial") for path in scripts}
     try:
         directory.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from aiptrain import safe_files
 from aiptrain.backends import ReplicaStatus
-from aiptrain.errors import AiptrainError
+from aiptrain.errors import AiptrainError, ValidationError
 from aiptrain.lifecycle import Decision
 from aiptrain.model import HyperparameterOutput, HyperparameterSpec, Metric, State, TrainingOutput, utc_now
 from aiptrain.planning import PlanInputs, Trial, load_plan_inputs, plan
@@ -46,7 +46,6 @@ def _job_dir_on_host(job_dir: str | None, inputs: PlanInputs) -> Path | None:
     if inputs.job_dir_mount:
         return Path(inputs.job_dir_mount)
     if job_dir and inputs.gcs_root and inputs.gcs_endpoint and job_dir.startswith("gs://"):
-        from aiptrain.errors import ValidationError
         from aiptrain.storage import local_gcs_path
 
         try:
