@@ -174,7 +174,11 @@ def test_gpu_job_on_an_engine_without_gpu_runtime_is_refused_cleanly(cli, probe_
 
 def test_ctrl_c_stops_the_stream_not_the_job(cli, probe_args, docker_api):
     args = probe_args("interrupted_stream", "--stream-logs", user_args=("--run", "chief=8"))
-    process = subprocess.Popen([sys.executable, "-m", "aiptrain", *args], stdout=subprocess.PIPE,
+    # Ctrl-C as a terminal gives it: a suite started in the background of a script inherits SIGINT
+    # ignored, and Python keeps an ignored SIGINT ignored; the CLI gets Python's own handler back.
+    as_at_a_terminal = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                        "sys.argv[0] = 'aiptrain'; runpy.run_module('aiptrain', run_name='__main__')")
+    process = subprocess.Popen([sys.executable, "-c", as_at_a_terminal, *args], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     wait_for(lambda: containers(docker_api, "interrupted_stream", status="running"), what="master running")
     time.sleep(0.5)
