@@ -259,6 +259,9 @@ class FakeBackend:
         self._maybe_fail("ensure_storage_endpoint")
         return "192.0.2.1"  # TEST-NET-1: an address nothing answers at
 
+    def remove_installation(self) -> None:
+        self.calls.append(("remove_installation",))
+
     def release_shared(self, still_needed: Callable[[], bool]) -> None:
         self.calls.append(("release_shared",))
         self._maybe_fail("release_shared")

@@ -103,6 +103,10 @@ class Backend(Protocol):
         `still_needed()` says a job still is active, asked under the lock a launch takes to
         start them; the next launch starts them again."""
 
+    def remove_installation(self) -> None:
+        """Remove everything the installation shares (the storage endpoint, the lone replicas'
+        network): its home is gone, so nothing will use them again."""
+
     def watch(self, stop: threading.Event, on_change: Callable[[str], None]) -> None:
         """Call `on_change(job_id)` whenever a replica of the installation starts or stops,
         until `stop` is set (the controller runs one watcher per backend)."""

@@ -77,6 +77,7 @@ class Controller:
         self.quick_looks: dict[str, int] = {}  # job -> looks left at SETTLE_SECONDS after an engine event
         self.in_flight: dict[str, Future] = {}
         self.skipped: set[str] = set()  # jobs whose record cannot be read: left as they are
+        self.home_gone = False  # the home was deleted: what its jobs shared goes with the controller
         self.readied: set[str] = set()  # jobs still being staged by their submit, whose launch we got ready for
         self.backends: dict[str, Backend] = {}
         self.wake = threading.Event()
@@ -95,6 +96,7 @@ class Controller:
             now = time.monotonic()
             if not self.settings.home.exists():  # the home was deleted under us: nothing to drive
                 log.warning("The home %s is gone: stopping.", self.settings.home)
+                self.home_gone = True
                 break
             if self.news.is_set() or now - last_adopt >= ADOPT_EVERY_SECONDS:
                 self.news.clear()
@@ -282,6 +284,15 @@ class Controller:
             except Exception as exc:  # noqa: BLE001 - logged; the next controller's exit tries again
                 log.warning("Could not release what the home's jobs share: %s", exc)
 
+    def remove_installation(self) -> None:
+        """A deleted home's storage endpoint and lone replicas' network would stay on the engine
+        for good (the network's subnet with them): nothing else knows they were its."""
+        for backend in self.backends.values():
+            try:
+                backend.remove_installation()
+            except Exception as exc:  # noqa: BLE001 - logged; nothing else will try
+                log.warning("Could not remove what the deleted home's jobs shared: %s", exc)
+
     def prune_cache(self) -> None:
         from aiptrain import cache
 
@@ -316,7 +327,10 @@ class Controller:
         self.watchers_stop.set()
         # The steps in hand finish; those not started yet are dropped: the next controller takes them.
         self.pool.shutdown(wait=True, cancel_futures=True)
-        self.release_shared()  # gone with nothing active: nothing needs the endpoint
+        if self.home_gone:
+            self.remove_installation()
+        else:
+            self.release_shared()  # gone with nothing active: nothing needs the endpoint
         for driver in self.drivers.values():
             driver.close()
         self.home_lock.release()

@@ -291,3 +291,21 @@ def test_a_trial_whose_replicas_all_exist_but_never_started_is_started_in_place(
     assert [plan.trial_id for plan in backend.launched] == ["1"]
     assert backend.restarted == [replica.container_id]
     assert "Trial 1 was not started when its controller stopped: starting it." in service_lines(settings)
+
+
+def test_a_controller_whose_home_was_deleted_removes_what_its_jobs_shared(settings, store, monkeypatch):
+    """The home's lone replicas' network and storage endpoint would otherwise stay on the
+    engine for good, each network holding a subnet of the pool."""
+    import shutil
+
+    from aiptrain.ownership import JobLock
+    from aiptrain.runner import controller as controller_module
+
+    backend = FakeBackend()
+    monkeypatch.setattr(controller_module, "open_backend", lambda s, name: backend)
+    controller = controller_module.Controller(settings, JobLock.try_acquire(settings.controller_lock_path))
+    controller.backend("docker")  # opened by a job it drove
+    store.close()
+    shutil.rmtree(settings.home)
+    controller.run()  # sees the home gone and stops
+    assert ("remove_installation",) in backend.calls and ("release_shared",) not in backend.calls
