@@ -342,10 +342,10 @@ def test_a_study_with_a_gs_job_dir_reads_its_trials_summaries_from_the_kept_file
 ):
     """Trials write tf.summary events to gs://.../<trialId> through the endpoint; the study reads
     each finalMetric from those files on the host (issue 16 item 5 with gs:// kept locally)."""
-    run_a_gs_study(cli, gcs_home, tmp_path, monkeypatch, tf_runtime)
+    assert_a_gs_study_reads_every_trials_metric(cli, gcs_home, tmp_path, monkeypatch, tf_runtime)
 
 
-def run_a_gs_study(cli, gcs_home: Path, tmp_path: Path, monkeypatch, runtime: str, *flags: str) -> None:
+def assert_a_gs_study_reads_every_trials_metric(cli, gcs_home: Path, tmp_path: Path, monkeypatch, runtime: str, *flags: str) -> None:
     """The study above, submitted with `flags` (a backend); asserts it read every trial's metric."""
     monkeypatch.setenv("AIPTRAIN_POLL_SECONDS", "0.2")
     spec = {"algorithm": "GRID_SEARCH", "maxTrials": 2, "maxParallelTrials": 2, "hyperparameterMetricTag": "epoch_accuracy",

@@ -253,10 +253,10 @@ def test_replicas_reach_gs_through_the_storage_endpoint_and_it_goes_with_the_las
 
 @pytest.mark.tensorflow
 def test_a_study_on_swarm_reads_its_trials_summaries_written_to_gs(cli, on_swarm, gcs_home, tmp_path, monkeypatch):
-    from test_gcs_endpoint import run_a_gs_study
+    from test_gcs_endpoint import assert_a_gs_study_reads_every_trials_metric
 
     require_image(on_swarm, runtime_image("2.11"))
-    run_a_gs_study(cli, gcs_home, tmp_path, monkeypatch, "2.11", "--backend", "swarm")
+    assert_a_gs_study_reads_every_trials_metric(cli, gcs_home, tmp_path, monkeypatch, "2.11", "--backend", "swarm")
     assert swarm_resources(on_swarm, "gs_study") == []
     assert wait_for(lambda: shared_on_swarm(on_swarm) == [], timeout=120, what="the storage endpoint to go")
 
