@@ -1,3 +1,3 @@
-from aiptrain.cli import main
+from aiptrain.launcher import main
 
 main()

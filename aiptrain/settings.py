@@ -54,7 +54,7 @@ def gcloud_property(prop: str) -> str | None:
     stored in the home."""
     from aiptrain import gcloud_properties
 
-    return gcloud_properties.get(prop, _default_home())
+    return gcloud_properties.get(prop, default_home())
 
 
 def debug() -> bool:
@@ -69,7 +69,7 @@ def local_python_override(environ: Mapping[str, str] | None = None) -> str | Non
     from aiptrain import gcloud_properties
 
     return next((environ[name] for name in LOCAL_PYTHON_VARS if environ.get(name)), None) \
-        or gcloud_properties.stored(_default_home()).get("ml_engine/local_python")
+        or gcloud_properties.stored(default_home()).get("ml_engine/local_python")
 
 
 def _env_number(name: str, default, kind):
@@ -133,7 +133,8 @@ def _env_store() -> str:
     return url
 
 
-def _default_home() -> Path:
+def default_home() -> Path:
+    """AIPTRAIN_HOME, else platformdirs' user data dir."""
     if os.environ.get("AIPTRAIN_HOME"):
         return Path(os.environ["AIPTRAIN_HOME"]).expanduser().resolve()
     import platformdirs
@@ -143,7 +144,7 @@ def _default_home() -> Path:
 
 @dataclass(frozen=True)
 class Settings:
-    home: Path = field(default_factory=_default_home)
+    home: Path = field(default_factory=default_home)
     # The job store's PostgreSQL database (a postgresql:// URL); empty: the SQLite file in the home.
     store_url: str = field(default_factory=_env_store, repr=False)  # repr: it may hold a password
     # Where packages are staged when neither --staging-bucket nor --job-dir says otherwise.

@@ -29,6 +29,7 @@ import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from aiptrain import commandserver
 from aiptrain.backends import Backend, open_backend
 from aiptrain.jobtable import DamagedRecord
 from aiptrain.lifecycle import SETTLE_CHECKS, SETTLE_SECONDS
@@ -386,6 +387,9 @@ def serve(settings: Settings, lock: JobLock, idle_exit: bool) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, stop)
     threading.Thread(target=read_fifo, args=(settings, controller), daemon=True, name="fifo").start()
+    # Its commands forked from a process that imported their modules once (aiptrain.commandserver);
+    # it goes when the controller goes.
+    commandserver.start(settings.home, os.getpid())
     log.info("Controller %s started for %s (version %s)", os.getpid(), settings.home, control.code_version())
     try:
         controller.run()

@@ -1,0 +1,398 @@
+"""The command server: `aiptrain jobs ...` without paying for Python's imports each time.
+
+A `jobs` command spends most of its time importing (pydantic, the Job model, docker-py, rich):
+0.15 to 0.25 s of a BASIC resubmit's 0.6 s. While a home's controller runs, it keeps one more
+process beside it, this server, which has imported all that once and forks a child per command,
+as Mercurial's chg and Python's multiprocessing forkserver do:
+
+  client (aiptrain.launcher)                  server (started by the controller)
+  connect to the home's socket  ------------>  checks the peer is the same user
+  send argv, cwd, env, umask, its code version,
+  and its stdin/stdout/stderr (SCM_RIGHTS) ->  fork; the child takes the client's descriptors,
+                                               cwd, environment and umask and runs aiptrain.cli
+  forward SIGINT/SIGTERM/SIGHUP to the child   <-- {"pid": child}
+  exit with the child's status                 <-- {"exit": status} when the child ends
+
+The child writes to the client's own terminal or pipes, so what it prints, how it detects a
+terminal and what a Ctrl-C does are what they are in-process. Anything unusual makes the client
+run the command itself: no server (no controller: readers start nothing), another code version,
+another user at either end, a closed standard descriptor, AIPTRAIN_COMMAND_SERVER=0.
+
+The socket is in Linux's abstract namespace (no path, so no AF_UNIX length limit for deep homes);
+both ends check the other's user with SO_PEERCRED, since any local user may connect to, or
+squat, an abstract name. The server imports nothing heavy until it runs: the client half of
+this module is on every command's start-up path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+from pathlib import Path
+
+DISABLE_VAR = "AIPTRAIN_COMMAND_SERVER"  # "0": every command runs in its own process
+REQUEST_SECONDS = 5.0  # a client has this long to send its request once connected
+PARENT_LOOK_SECONDS = 1.0  # how often the server looks whether its controller still runs
+BIND_PATIENCE_SECONDS = 5.0  # a predecessor whose controller just went still holds the name
+STD_FDS = (0, 1, 2)
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+LENGTH = struct.Struct("!I")
+# What the children of the server need, imported once in the server, before any fork. A module
+# missing from here is imported by the child that needs it: slower, never wrong.
+PRELOADED = (
+    "aiptrain.cli", "aiptrain.cli.jobs", "aiptrain.cli.gcloud", "aiptrain.cli.formats", "aiptrain.cli.live",
+    "aiptrain.cli.output", "aiptrain.client", "aiptrain.backends.docker", "aiptrain.packaging",
+    "aiptrain.staging", "aiptrain.wheelhouse", "aiptrain.installs", "aiptrain.runtimes", "docker", "yaml",
+    "rich.console", "rich.live",
+)
+
+
+def socket_name(home: Path) -> bytes:
+    """The abstract socket name of a home's server, for this user."""
+    digest = hashlib.sha256(str(home).encode()).hexdigest()[:24]
+    return f"\0aiptrain-commands-{os.getuid()}-{digest}".encode()
+
+
+def serves(argv: list[str]) -> bool:
+    """Whether a command line is one the server runs: the `jobs` commands (in any of gcloud's
+    spellings). Long-running servers (`serve`, `controller run`) and `local train` (the user's
+    trainer in this very process's terminal session) always run in their own process."""
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    return "jobs" in words
+
+
+# -- the client ---------------------------------------------------------------------------------
+
+
+def forward(argv: list[str], home: Path, version: str) -> int | None:
+    """Run `aiptrain ARGV` in a child of the home's server; its exit status, or None when the
+    server cannot run it (the caller runs it itself, nothing having happened yet)."""
+    if os.environ.get(DISABLE_VAR) == "0" or not serves(argv):
+        return None
+    try:
+        for fd in STD_FDS:
+            os.fstat(fd)
+    except OSError:
+        return None  # a closed stdin/stdout/stderr cannot be handed over
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(socket_name(home))
+        if _peer_uid(conn) != os.getuid():
+            return None
+    except OSError:
+        return None
+    signals = _SignalsToChild()
+    try:
+        request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": _umask(),
+                              "version": version}).encode()
+        socket.send_fds(conn, [LENGTH.pack(len(request))], list(STD_FDS))
+        conn.sendall(request)
+        reader = conn.makefile("rb")
+        started = json.loads(reader.readline() or b"{}")
+    except (OSError, ValueError):
+        started = {}
+    if "pid" not in started:  # refused (another version), or the server went: nothing ran
+        signals.restore()
+        return None
+    signals.send_to(int(started["pid"]))
+    while True:
+        line = reader.readline()
+        if not line:  # the server went away mid-command: the child's status went with it
+            print("ERROR: aiptrain's command server stopped before the command ended.", file=sys.stderr)
+            return 4
+        ended = json.loads(line)
+        if "exit" in ended:
+            return int(ended["exit"])
+
+
+class _SignalsToChild:
+    """What a terminal or a supervisor sends the client goes on to the child that runs the
+    command; one that arrives before the child exists is passed on once it does."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.pending: list[int] = []
+        self.before = {signum: signal.signal(signum, self.pass_on) for signum in FORWARDED_SIGNALS}
+
+    def pass_on(self, signum: int, _frame) -> None:
+        if self.pid is None:
+            self.pending.append(signum)
+            return
+        try:
+            os.kill(self.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def send_to(self, pid: int) -> None:
+        self.pid = pid
+        for signum in self.pending:
+            self.pass_on(signum, None)
+
+    def restore(self) -> None:
+        for caught, handler in self.before.items():
+            signal.signal(caught, handler)
+        for signum in self.pending:  # nothing ran: the signal is the client's own again
+            os.kill(os.getpid(), signum)
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                          struct.calcsize("3i")))
+    return uid
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# -- the server ---------------------------------------------------------------------------------
+
+
+def start(home: Path, controller_pid: int) -> None:
+    """Start the home's server beside its controller, writing to the controller's log."""
+    import subprocess
+
+    subprocess.Popen([sys.executable, "-m", "aiptrain.commandserver", str(home), str(controller_pid)],
+                     stdin=subprocess.DEVNULL)
+
+
+class Server:
+    """One process, one thread: accept, fork, report exits. Never runs a command itself."""
+
+    def __init__(self, home: Path, controller_pid: int, version: str):
+        import selectors
+
+        from aiptrain import settings
+
+        self.home, self.controller_pid, self.version = home, controller_pid, version
+        self.selector = selectors.DefaultSelector()
+        self.children: dict[int, socket.socket] = {}  # child pid -> its client's connection
+        self.listener: socket.socket | None = None
+        self.signals_r, self.signals_w = os.pipe()
+        self.debug = settings.debug()  # says each command it forks, in its log
+
+    def bind(self) -> bool:
+        import time
+
+        deadline = time.monotonic() + BIND_PATIENCE_SECONDS
+        while True:
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                listener.bind(socket_name(self.home))
+            except OSError:
+                listener.close()
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.1)
+                continue
+            listener.listen(64)
+            self.listener = listener
+            return True
+
+    def run(self) -> None:
+        import selectors
+
+        os.set_blocking(self.signals_w, False)
+        signal.set_wakeup_fd(self.signals_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the selector through the pipe
+        signal.signal(signal.SIGTERM, lambda *_: self.stop_accepting())
+        assert self.listener is not None
+        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        self.selector.register(self.signals_r, selectors.EVENT_READ, "signal")
+        while self.listener is not None or self.children:
+            for key, _ in self.selector.select(PARENT_LOOK_SECONDS):
+                if key.data == "accept" and self.listener is not None:
+                    self.accept()
+                elif key.data == "signal":
+                    os.read(self.signals_r, 4096)
+                elif isinstance(key.data, int):  # a client hung up before its command ended
+                    self.client_gone(key.data)
+            self.reap()
+            if self.listener is not None and os.getppid() != self.controller_pid:
+                self.stop_accepting()  # the controller went: its children finish, none start
+
+    def stop_accepting(self) -> None:
+        if self.listener is not None:
+            self.selector.unregister(self.listener)
+            self.listener.close()
+            self.listener = None
+
+    def accept(self) -> None:
+        assert self.listener is not None
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        fds: list[int] = []
+        try:
+            conn.settimeout(REQUEST_SECONDS)
+            if _peer_uid(conn) != os.getuid():
+                conn.close()
+                return
+            header, fds, _, _ = socket.recv_fds(conn, LENGTH.size, len(STD_FDS))
+            request = json.loads(_read_exactly(conn, LENGTH.unpack(header)[0]))
+            if request.get("version") != self.version or len(fds) != len(STD_FDS):
+                conn.sendall(b'{"refused": "version"}\n')
+                conn.close()
+                return
+            pid = os.fork()
+            if pid == 0:
+                self.child(conn, fds, request)  # never returns
+            conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+            if self.debug:
+                print(f"command server: {pid} runs aiptrain {' '.join(request['argv'])}", file=sys.stderr, flush=True)
+        except (OSError, ValueError) as exc:
+            print(f"command server: a request failed: {exc}", file=sys.stderr, flush=True)
+            conn.close()
+            return
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.children[pid] = conn
+        import selectors
+
+        self.selector.register(conn, selectors.EVENT_READ, pid)
+
+    def child(self, conn: socket.socket, fds: list[int], request: dict) -> None:
+        """In the forked child: become the client's command, then exit with its status."""
+        status = 4
+        try:
+            signal.set_wakeup_fd(-1)
+            for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            for sock in (conn, self.listener, *self.children.values()):
+                if sock is not None:
+                    sock.close()
+            os.close(self.signals_r)
+            os.close(self.signals_w)
+            for fd, std in zip(fds, STD_FDS, strict=True):
+                os.dup2(fd, std)
+                os.close(fd)
+            os.chdir(request["cwd"])
+            os.umask(int(request["umask"]))
+            os.environ.clear()
+            os.environ.update(request["env"])
+            _reopen_std_streams()
+            sys.argv = ["aiptrain", *request["argv"]]
+            from aiptrain.cli import main
+
+            try:
+                main(request["argv"])
+                status = 0
+            except SystemExit as exc:
+                status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except KeyboardInterrupt:
+            status = 130
+        except BaseException:  # noqa: BLE001 - said on the client's stderr, never back in the server loop
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
+                    pass
+            os._exit(status)
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, wait_status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.children.pop(pid, None)
+            if conn is None:
+                continue
+            self.selector.unregister(conn)
+            code = os.waitstatus_to_exitcode(wait_status)
+            try:
+                conn.sendall(json.dumps({"exit": code if code >= 0 else 128 - code}).encode() + b"\n")
+            except OSError:
+                pass
+            conn.close()
+
+    def client_gone(self, pid: int) -> None:
+        """The client's connection closed (or sent something) mid-command: a client killed
+        outright takes its command with it, as it would have in-process."""
+        conn = self.children.get(pid)
+        if conn is None:
+            return
+        try:
+            if conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                return
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        self.selector.unregister(conn)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _read_exactly(conn: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = conn.recv(min(size - len(data), 1 << 16))
+        if not chunk:
+            raise ValueError("the request ended early")
+        data += chunk
+    return bytes(data)
+
+
+def _reopen_std_streams() -> None:
+    """sys.stdin/stdout/stderr as Python would have opened them for the client's descriptors:
+    line-buffered on a terminal, write-through with PYTHONUNBUFFERED."""
+    import io
+
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    encoding = os.environ.get("PYTHONIOENCODING", "").split(":")[0] or "utf-8"
+
+    def text(fd: int, mode: str, errors: str) -> io.TextIOWrapper:
+        raw = io.FileIO(fd, mode, closefd=False)
+        tty = raw.isatty()
+        buffered = io.BufferedReader(raw) if mode == "r" else io.BufferedWriter(raw)
+        return io.TextIOWrapper(buffered, encoding=encoding, errors=errors, line_buffering=tty,
+                                write_through=unbuffered and mode == "w")
+
+    sys.stdin = text(0, "r", "strict")
+    sys.stdout = text(1, "w", "strict")
+    sys.stderr = text(2, "w", "backslashreplace")
+
+
+def main(argv: list[str]) -> int:
+    """`python -m aiptrain.commandserver HOME CONTROLLER_PID`, started by the controller."""
+    import importlib
+
+    from aiptrain.runner.control import code_version
+
+    home, controller_pid = Path(argv[0]), int(argv[1])
+    for module in PRELOADED:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
+    server = Server(home, controller_pid, code_version())
+    if not server.bind():
+        print(f"command server: {home}'s socket stayed taken; commands run in their own processes",
+              file=sys.stderr, flush=True)
+        return 0
+    print(f"command server {os.getpid()} serves {home}", file=sys.stderr, flush=True)
+    server.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
