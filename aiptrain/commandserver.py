@@ -156,8 +156,12 @@ def _umask() -> int:
 
 
 def start(home: Path, controller_pid: int) -> None:
-    """Start the home's server beside its controller, writing to the controller's log."""
+    """Start the home's server beside its controller, writing to the controller's log; none
+    when the controller's environment turns the server off."""
     import subprocess
+
+    if os.environ.get(DISABLE_VAR) == "0":
+        return
 
     subprocess.Popen([sys.executable, "-m", "aiptrain.commandserver", str(home), str(controller_pid)],
                      stdin=subprocess.DEVNULL)

@@ -295,6 +295,9 @@ def storage_endpoint(submission: Submission, settings: Settings, prepare_files: 
         ensure_tls(tls_dir, (NOBODY_ID, NOBODY_ID) if os.getuid() == 0 else None)
         if made:  # the first time: what the host wrote before becomes the replicas' to write beside
             give_to_replicas(submission.gcs_root, submission.gcs_root, whole_tree=True)
+            # The controller starts the endpoint while the install container runs, now that its
+            # TLS files exist, instead of on its next look (a second later) or at the launch.
+            control.send(settings, control.WAKE)
     return storage_endpoint_for(settings, submission.gcs_root, submission.runtime_image)
 
 

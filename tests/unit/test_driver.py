@@ -309,3 +309,18 @@ def test_a_controller_whose_home_was_deleted_removes_what_its_jobs_shared(settin
     shutil.rmtree(settings.home)
     controller.run()  # sees the home gone and stops
     assert ("remove_installation",) in backend.calls and ("release_shared",) not in backend.calls
+
+
+def test_the_submit_that_makes_the_tls_files_wakes_the_controller_to_start_the_endpoint(settings, monkeypatch):
+    """Its next look would come a second later, after the install container it overlaps."""
+    from types import SimpleNamespace
+
+    from aiptrain import submission
+    from aiptrain.runner import control
+
+    woken = []
+    monkeypatch.setattr(control, "send", lambda settings, word=control.WAKE, job_id="": woken.append(word))
+    staged = SimpleNamespace(serves_gcs=True, gcs_root=settings.home / "gcs", runtime_image="aiptrain/runtime:minimal")
+    submission.storage_endpoint(staged, settings)
+    submission.storage_endpoint(staged, settings)
+    assert woken == [control.WAKE]  # the first time only
