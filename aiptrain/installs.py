@@ -4,6 +4,15 @@ keyed by the image's ID and the packages' digests. Every replica mounts it read-
 user base (`PYTHONUSERBASE`) and starts the trainer at once; a resubmit of the same trainer on
 the same image installs nothing. Packages with compiled parts still build in the runtime
 image's own Python, as they would in a replica.
+
+A trainer with no setup.py of its own (aiptrain generates the minimal one, as gcloud does),
+nothing else to install and a pure wheel (`py3-none-any`, no scripts, data files or entry
+points) is unpacked on this host instead, into the layout pip's `--user` scheme gives it in the
+image: that build runs only aiptrain's own setup.py, whose wheel is the same whichever Python
+builds it, and the install container, most of a first submit's start, is skipped. Anything
+else, a trainer's own setup.py first of all (it may do anything, and the service runs it in the
+image), installs in the container. What the host cannot give is bytecode for the image's
+Python: replicas compile the trainer's modules as they import them.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiptrain.backends import Backend
@@ -42,10 +52,12 @@ def ensure_installed(
     cache_dir: Path,
     user: str,
     labels: dict[str, str],
+    pure: PureTrainer | None = None,
 ) -> tuple[Path, bool]:
     """(the installed user base for these packages on this image, whether it was installed now).
     A failed install is the package's fault: one line, exit 2, nothing left behind. The install
-    container carries the job's labels, so a submit killed meanwhile is cleaned up with its job."""
+    container carries the job's labels, so a submit killed meanwhile is cleaned up with its job.
+    `pure`: the trainer's wheel, when its sdist is the only package and no wheelhouse is needed."""
     installs = cache_dir / "installs"
     target = installs / install_key(backend.image_id(image), package_dir, package_files, wheelhouse)
     if (target / COMPLETE).is_file():
@@ -54,18 +66,19 @@ def ensure_installed(
     installs.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=installs, prefix=".installing-"))
     try:
-        if os.getuid() == 0:  # the install runs as the replicas' user
-            uid, gid = (int(part) for part in user.split(":"))
-            os.chown(scratch, uid, gid)
-        spec = install_container(image, str(package_dir), tuple(package_files), wheelhouse, str(scratch), user,
-                                 labels)
-        status, output = backend.run_to_completion(spec)
-        if status != 0:
-            last = (output.strip().splitlines() or [f"exit status {status}"])[-1]
-            raise ValidationError(
-                f"Installing the job's packages in [{image}] failed: {last} Fix the package (its setup.py "
-                "or install_requires) and submit again."
-            )
+        if os.getuid() == 0:  # the install container runs as the replicas' user
+            _give(scratch, user, whole_tree=False)
+        if pure is not None and wheelhouse is None and unpacks_on_host(pure.wheel):
+            _unpack(pure, scratch, image)
+            if os.getuid() == 0:  # what the host wrote, as the container would have: the replicas' user's
+                _give(scratch, user)
+        else:
+            spec = install_container(image, str(package_dir), tuple(package_files), wheelhouse, str(scratch), user,
+                                     labels)
+            status, output = backend.run_to_completion(spec)
+            if status != 0:
+                last = (output.strip().splitlines() or [f"exit status {status}"])[-1]
+                raise _install_failed(image, last)
         (scratch / COMPLETE).write_text(image + "\n")
         try:
             scratch.rename(target)
@@ -75,3 +88,74 @@ def ensure_installed(
         shutil.rmtree(scratch, ignore_errors=True)
         raise
     return target, True
+
+
+@dataclass(frozen=True)
+class PureTrainer:
+    wheel: Path  # built beside the trainer's sdist (aiptrain.packaging)
+    python: str  # the runtime image's Python, major.minor
+
+
+def unpacks_on_host(wheel: Path) -> bool:
+    """A wheel whose files land the same for any Python 3 and need nothing run: pure
+    (`py3-none-any`), no `.data` directory (scripts, headers, data files) and no entry points."""
+    import zipfile
+
+    from packaging.utils import parse_wheel_filename
+
+    try:
+        tags = parse_wheel_filename(wheel.name)[3]
+        with zipfile.ZipFile(wheel) as archive:
+            names = archive.namelist()
+    except Exception:  # noqa: BLE001 - anything unexpected: the container installs it, as before
+        return False
+    pure = all(tag.interpreter.startswith("py3") and tag.abi == "none" and tag.platform == "any" for tag in tags)
+    runs_something = any(name.split("/", 1)[0].endswith(".data") or name.endswith(".dist-info/entry_points.txt")
+                         for name in names)
+    return pure and not runs_something
+
+
+def _unpack(pure: PureTrainer, target: Path, image: str) -> None:
+    """The wheel into `target` laid out as pip's user scheme in the image lays it out (what
+    PYTHONUSERBASE points the replicas at). Its Requires-Python is checked as pip would."""
+    from email.parser import HeaderParser
+
+    from installer import install
+    from installer.destinations import SchemeDictionaryDestination
+    from installer.sources import WheelFile
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    with WheelFile.open(pure.wheel) as source:
+        metadata = HeaderParser().parsestr(source.read_dist_info("METADATA"))
+        requires = metadata.get("Requires-Python")
+        try:
+            if requires and not SpecifierSet(requires).contains(pure.python, prereleases=True):
+                raise _install_failed(image, f"ERROR: Package '{metadata.get('Name')}' requires a different Python: "
+                                             f"{pure.python} not in '{requires}'")
+        except InvalidSpecifier:
+            pass  # pip ignores a malformed one too
+        site = str(target / "lib" / f"python{pure.python}" / "site-packages")
+        scheme = {"purelib": site, "platlib": site, "scripts": str(target / "bin"), "data": str(target),
+                  "headers": str(target / "include" / f"python{pure.python}")}
+        install(source, SchemeDictionaryDestination(scheme, interpreter="/usr/bin/python3", script_kind="posix"),
+                {"INSTALLER": b"aiptrain\n"})
+
+
+def _install_failed(image: str, last: str) -> ValidationError:
+    return ValidationError(
+        f"Installing the job's packages in [{image}] failed: {last} Fix the package (its setup.py "
+        "or install_requires) and submit again."
+    )
+
+
+def _give(tree: Path, user: str, whole_tree: bool = True) -> None:
+    """The install's directory (and all in it) to the replicas' user, readable by them. The tree
+    is this host's own, just made: nothing in it is a link."""
+    uid, gid = (int(part) for part in user.split(":"))
+    os.chown(tree, uid, gid)
+    if not whole_tree:
+        return
+    for root, dirs, files in os.walk(tree):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            os.chown(path, uid, gid, follow_symlinks=False)

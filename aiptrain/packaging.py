@@ -49,6 +49,10 @@ IGNORED = shutil.ignore_patterns(
 class BuiltPackage:
     path: Path  # the sdist, inside a directory the caller owns
     sha256: str
+    # The same build as a wheel, when asked for and setuptools could make one: what the install
+    # may unpack on the host for a pure-Python trainer (aiptrain.installs). The sdist stays what
+    # is staged, as gcloud stages it.
+    wheel: Path | None = None
 
 
 def _packaging_failed(output: str, package_root: Path, generated: bool) -> ValidationError:
@@ -69,8 +73,10 @@ def _packaging_failed(output: str, package_root: Path, generated: bool) -> Valid
     )
 
 
-def build_sdist(package_path: Path, out_dir: Path) -> BuiltPackage:
-    """Build an sdist of the package at `package_path` into `out_dir` (which must exist)."""
+def build_sdist(package_path: Path, out_dir: Path, wheel_dir: Path | None = None) -> BuiltPackage:
+    """Build an sdist of the package at `package_path` into `out_dir` (which must exist), and a
+    wheel into `wheel_dir` when given, in the same setuptools run (a tenth of a second more). The
+    wheel is an extra: a package whose wheel does not build still gets its sdist."""
     package_root = package_path.parent
     user_setup = package_root / "setup.py"
     with tempfile.TemporaryDirectory(prefix="aiptrain-sdist-") as tmp:
@@ -80,24 +86,33 @@ def build_sdist(package_path: Path, out_dir: Path) -> BuiltPackage:
         else:
             shutil.copytree(package_path, build_root / package_path.name, ignore=IGNORED, symlinks=True)
             (build_root / "setup.py").write_text(GENERATED_SETUP_PY.format(name=package_path.name))
-        dist_dir = Path(tmp) / "dist"
-        result = subprocess.run(
-            [sys.executable, "setup.py", "-q", "sdist", "--dist-dir", str(dist_dir)],
-            cwd=build_root,
-            capture_output=True,
-            text=True,
-        )
+        dist_dir, wheels_dir = Path(tmp) / "dist", Path(tmp) / "wheels"
+        wheel_args = ["bdist_wheel", "--dist-dir", str(wheels_dir)] if wheel_dir is not None else []
+        result = _setup_py(build_root, ["sdist", "--dist-dir", str(dist_dir), *wheel_args])
         built = sorted(dist_dir.glob("*")) if dist_dir.is_dir() else []
-        if result.returncode != 0 or not built:
+        if wheel_args and result.returncode != 0 and not built:  # was it the wheel? the sdist alone
+            result = _setup_py(build_root, ["sdist", "--dist-dir", str(dist_dir)])
+            built = sorted(dist_dir.glob("*")) if dist_dir.is_dir() else []
+        if not built or (result.returncode != 0 and not wheel_args):
             raise _packaging_failed(result.stdout + result.stderr, package_root, generated=not user_setup.is_file())
         target = out_dir / built[0].name
         shutil.move(built[0], target)
-    return BuiltPackage(target, sha256_of(target))
+        wheels = sorted(wheels_dir.glob("*.whl")) if result.returncode == 0 and wheels_dir.is_dir() else []
+        wheel = None
+        if wheel_dir is not None and len(wheels) == 1:
+            wheel = wheel_dir / wheels[0].name
+            shutil.move(wheels[0], wheel)
+    return BuiltPackage(target, sha256_of(target), wheel)
+
+
+def _setup_py(build_root: Path, commands: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "setup.py", "-q", *commands], cwd=build_root, capture_output=True,
+                          text=True)
 
 
 # -- the sdist cache ---------------------------------------------------------------------------
 
-CACHE_FORMAT = "1"  # bump when what goes into a tree hash changes
+CACHE_FORMAT = "2"  # bump when what goes into a tree hash, or an entry, changes (2: the wheel beside)
 
 
 def _build_input(package_path: Path) -> tuple[Path, list[str] | None]:
@@ -158,16 +173,17 @@ def source_tree_hash(package_path: Path) -> str:
 
 
 def cached_sdist(package_path: Path, cache_dir: Path) -> BuiltPackage:
-    """The sdist of `package_path`, from `cache_dir/sdists/<tree hash>/` when the tree is
-    unchanged since it was built, else built now and kept there. The returned file belongs
-    to the cache: read it, never move or delete it."""
+    """The sdist of `package_path` (and its wheel, when aiptrain generated its setup.py), from
+    `cache_dir/sdists/<tree hash>/` when the tree is unchanged since it was built, else built
+    now and kept there. The returned files belong to the cache: read them, never move or delete
+    them."""
     tree_hash = source_tree_hash(package_path)
     entry = cache_dir / "sdists" / tree_hash
-    cached = sorted(entry.glob("*")) if entry.is_dir() else []
+    cached = _cached(entry)
     if cached:
-        log.debug("Reusing the cached sdist %s (source tree %s unchanged).", cached[0].name, tree_hash[:12])
+        log.debug("Reusing the cached sdist %s (source tree %s unchanged).", cached.path.name, tree_hash[:12])
         touch(entry)  # its last use, for cache pruning
-        return BuiltPackage(cached[0], sha256_of(cached[0]))
+        return cached
     log.debug("Building an sdist of %s (source tree %s not in the cache).", package_path, tree_hash[:12])
     shutil.rmtree(entry, ignore_errors=True)  # an entry someone emptied
     entry.parent.mkdir(parents=True, exist_ok=True)
@@ -175,15 +191,31 @@ def cached_sdist(package_path: Path, cache_dir: Path) -> BuiltPackage:
     # of two submits building the same tree at once, the first rename wins.
     partial = Path(tempfile.mkdtemp(prefix=f".{tree_hash[:12]}-", dir=entry.parent))
     try:
-        built = build_sdist(package_path, partial)
+        # A wheel only of a build aiptrain's own setup.py drives: a trainer's own setup.py may do
+        # anything, and it runs where the service runs it, in the image (aiptrain.installs).
+        generated = _build_input(package_path)[1] is not None
+        if generated:
+            (partial / WHEEL_DIR).mkdir()
+        built = build_sdist(package_path, partial, partial / WHEEL_DIR if generated else None)
         try:
             os.rename(partial, entry)
         except OSError:
-            theirs = sorted(entry.glob("*"))
+            theirs = _cached(entry)
             if not theirs:
                 raise
             log.debug("Another submit cached the same tree first; using its sdist.")
-            return BuiltPackage(theirs[0], sha256_of(theirs[0]))
+            return theirs
     finally:
         shutil.rmtree(partial, ignore_errors=True)
-    return BuiltPackage(entry / built.path.name, built.sha256)
+    return BuiltPackage(entry / built.path.name, built.sha256, entry / WHEEL_DIR / built.wheel.name if built.wheel else None)
+
+
+WHEEL_DIR = "wheel"  # in a cache entry, beside the sdist
+
+
+def _cached(entry: Path) -> BuiltPackage | None:
+    sdists = sorted(p for p in entry.iterdir() if p.is_file()) if entry.is_dir() else []
+    if not sdists:
+        return None
+    wheels = sorted((entry / WHEEL_DIR).glob("*.whl"))
+    return BuiltPackage(sdists[0], sha256_of(sdists[0]), wheels[0] if len(wheels) == 1 else None)

@@ -426,11 +426,14 @@ class Submitter:
                 undo.callback(_tried, functools.partial(shutil.rmtree, created, ignore_errors=True))
             ti = job.training_input
             files = list(submission.local_packages)
+            trainer_wheel = None
             if submission.package_path:
                 from aiptrain.packaging import cached_sdist
 
                 self._step(f"Packaging {submission.package_path}")
-                files.append(cached_sdist(submission.package_path, self.settings.cache_dir).path)
+                built = cached_sdist(submission.package_path, self.settings.cache_dir)
+                files.append(built.path)
+                trainer_wheel = built.wheel
                 check_unique_names([p.name for p in files] + [u.rsplit("/", 1)[-1] for u in submission.remote_packages])
             # gs:// packages come first and are passed through; packageUris from --config
             # count only when the flags name no package.
@@ -463,14 +466,16 @@ class Submitter:
             launch_plan = plan(job, submission.replicas, inputs)
             self.backend.check_ready(launch_plan)
             if submission.runtime_image and package_files and self.backend.host_dirs_reach_replicas:
-                inputs = dataclasses.replace(inputs, installed=self._install_once(submission, inputs))
+                # The trainer's own wheel may be unpacked here when it is all there is to install.
+                alone = trainer_wheel if len(package_files) == 1 and not remote else None
+                inputs = dataclasses.replace(inputs, installed=self._install_once(submission, inputs, alone))
                 launch_plan = plan(job, submission.replicas, inputs)
             undo.pop_all()  # accepted: nothing to undo
             return launch_plan, inputs
 
-    def _install_once(self, submission: Submission, inputs: PlanInputs) -> str:
+    def _install_once(self, submission: Submission, inputs: PlanInputs, trainer_wheel: Path | None) -> str:
         """The packages installed for the runtime image once, for every replica (aiptrain.installs)."""
-        from aiptrain.installs import ensure_installed
+        from aiptrain.installs import PureTrainer, ensure_installed
 
         assert submission.runtime_image and inputs.package_dir  # a runtime job with packages (the caller's check)
         self._step("Installing the packages once for every replica")
@@ -479,6 +484,7 @@ class Submitter:
             self.backend, submission.runtime_image, Path(inputs.package_dir), list(inputs.package_files),
             inputs.wheelhouse, self.settings.cache_dir, inputs.user,
             {LABEL_INSTALL_FOR: submission.job.job_id, **owner},
+            PureTrainer(trainer_wheel, submission.runtime.python) if trainer_wheel and submission.runtime else None,
         )
         log.info("%s the packages for %s: %s", "Installed" if installed_now else "Reused", submission.runtime_image,
                  target)
