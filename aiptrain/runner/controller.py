@@ -68,7 +68,7 @@ class PerThreadStore:
 
 
 class Controller:
-    def __init__(self, settings: Settings, lock: JobLock, idle_exit: bool = True):
+    def __init__(self, settings: Settings, lock: JobLock, idle_exit: bool = True, serves_commands: bool = False):
         self.settings = settings
         self.home_lock = lock  # the home's controller lock, held while this process drives its jobs
         self.idle_exit = idle_exit
@@ -81,6 +81,9 @@ class Controller:
         self.home_gone = False  # the home was deleted: what its jobs shared goes with the controller
         self.readied: set[str] = set()  # jobs still being staged by their submit, whose launch we got ready for
         self.backends: dict[str, Backend] = {}
+        # Whether this controller starts the home's command server: a controller process does;
+        # one run inside another program (a test) leaves commands to their own processes.
+        self.command_server_started = not serves_commands
         self.wake = threading.Event()
         self.news = threading.Event()  # a command wrote to the FIFO: look for new jobs now
         self.stopping = threading.Event()
@@ -93,6 +96,7 @@ class Controller:
     def run(self) -> None:
         last_adopt = last_prune = float("-inf")
         quiet_since = time.monotonic()
+        waiting = False
         while not self.stopping.is_set():
             now = time.monotonic()
             if not self.settings.home.exists():  # the home was deleted under us: nothing to drive
@@ -109,6 +113,7 @@ class Controller:
                 self.prune_cache()
                 last_prune = now
             self.dispatch(now)
+            self.start_command_server(waiting)
             if self.drivers or self.in_flight:
                 quiet_since = now
             elif self.idle_exit and now - quiet_since >= self.settings.controller_idle_seconds:
@@ -233,6 +238,18 @@ class Controller:
         if not waiting:
             return ADOPT_EVERY_SECONDS
         return min(ADOPT_EVERY_SECONDS, max(0.0, min(waiting) - now))
+
+    def start_command_server(self, submits_waiting: bool) -> None:
+        """The home's command server (aiptrain.commandserver), once: when nothing is in hand, so
+        its imports never compete with a home's first submit and launch for the cores. It goes
+        when the controller goes."""
+        if self.command_server_started or submits_waiting or self.in_flight:
+            return
+        self.command_server_started = True
+        try:
+            commandserver.start(self.settings.home, os.getpid())
+        except OSError as exc:  # commands then run in their own processes, as without it
+            log.warning("Could not start the command server: %s", exc)
 
     # -- what jobs share ------------------------------------------------------------------------
 
@@ -379,7 +396,7 @@ def serve(settings: Settings, lock: JobLock, idle_exit: bool) -> None:
     """Drive the home's jobs while holding its controller `lock`."""
     write_state(settings)
     raise_open_files_limit()
-    controller = Controller(settings, lock, idle_exit)
+    controller = Controller(settings, lock, idle_exit, serves_commands=True)
     def stop(*_) -> None:
         controller.stopping.set()
         controller.wake.set()
@@ -387,9 +404,6 @@ def serve(settings: Settings, lock: JobLock, idle_exit: bool) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, stop)
     threading.Thread(target=read_fifo, args=(settings, controller), daemon=True, name="fifo").start()
-    # Its commands forked from a process that imported their modules once (aiptrain.commandserver);
-    # it goes when the controller goes.
-    commandserver.start(settings.home, os.getpid())
     log.info("Controller %s started for %s (version %s)", os.getpid(), settings.home, control.code_version())
     try:
         controller.run()
