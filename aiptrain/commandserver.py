@@ -15,8 +15,8 @@ as Mercurial's chg and Python's multiprocessing forkserver do:
 
 The child writes to the client's own terminal or pipes, so what it prints, how it detects a
 terminal and what a Ctrl-C does are what they are in-process. Anything unusual makes the client
-run the command itself: no server (no controller: readers start nothing), another code version,
-another user at either end, a closed standard descriptor, AIPTRAIN_COMMAND_SERVER=0.
+run the command itself: no server (no controller: readers start nothing), another code version
+or Python environment, another user at either end, a closed standard descriptor, AIPTRAIN_COMMAND_SERVER=0.
 
 The socket is in Linux's abstract namespace (no path, so no AF_UNIX length limit for deep homes);
 both ends check the other's user with SO_PEERCRED, since any local user may connect to, or
@@ -89,7 +89,7 @@ def forward(argv: list[str], home: Path, version: str) -> int | None:
     signals = _SignalsToChild()
     try:
         request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": _umask(),
-                              "version": version}).encode()
+                              "version": version, "python": sys.executable}).encode()
         socket.send_fds(conn, [LENGTH.pack(len(request))], list(STD_FDS))
         conn.sendall(request)
         reader = conn.makefile("rb")
@@ -242,7 +242,9 @@ class Server:
                 return
             header, fds, _, _ = socket.recv_fds(conn, LENGTH.size, len(STD_FDS))
             request = json.loads(_read_exactly(conn, LENGTH.unpack(header)[0]))
-            if request.get("version") != self.version or len(fds) != len(STD_FDS):
+            # Another aiptrain, or the same one in another environment (its own packages): not ours to run.
+            if (request.get("version"), request.get("python")) != (self.version, sys.executable) \
+                    or len(fds) != len(STD_FDS):
                 conn.sendall(b'{"refused": "version"}\n')
                 conn.close()
                 return
