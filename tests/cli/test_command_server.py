@@ -100,9 +100,9 @@ def _zombie(pid: int) -> bool:
 
 def test_a_client_of_another_version_runs_its_command_itself(server, home, monkeypatch):
     assert commandserver.forward(["jobs", "list"], home, "0.0.0+other") is None
-    monkeypatch.setattr(sys, "executable", "/another/venv/bin/python")  # the same code, other packages
-    assert commandserver.forward(["jobs", "list"], home, code_version()) is None
-    monkeypatch.undo()
+    with monkeypatch.context() as patched:
+        patched.setattr(sys, "executable", "/another/venv/bin/python")  # the same code, other packages
+        assert commandserver.forward(["jobs", "list"], home, code_version()) is None
     assert commandserver.forward(["local", "train"], home, code_version()) is None  # not a jobs command
     assert forked(server) == []
 
