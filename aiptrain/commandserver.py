@@ -58,21 +58,13 @@ def socket_name(home: Path) -> bytes:
     return f"\0aiptrain-commands-{os.getuid()}-{digest}".encode()
 
 
-def serves(argv: list[str]) -> bool:
-    """Whether a command line is one the server runs: the `jobs` commands (in any of gcloud's
-    spellings). Long-running servers (`serve`, `controller run`) and `local train` (the user's
-    trainer in this very process's terminal session) always run in their own process."""
-    words = argv[: argv.index("--")] if "--" in argv else argv
-    return "jobs" in words
-
-
 # -- the client ---------------------------------------------------------------------------------
 
 
 def forward(argv: list[str], home: Path, version: str) -> int | None:
     """Run `aiptrain ARGV` in a child of the home's server; its exit status, or None when the
     server cannot run it (the caller runs it itself, nothing having happened yet)."""
-    if os.environ.get(DISABLE_VAR) == "0" or not serves(argv):
+    if os.environ.get(DISABLE_VAR) == "0":
         return None
     try:
         for fd in STD_FDS:
