@@ -51,7 +51,8 @@ from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings
 from aiptrain.staging import WHEELHOUSE
 from aiptrain.storage import check_gcs_uri, emulator_host, gcs_root_for, is_gcs, local_path
-from aiptrain.storage.endpoint import TLS_DIR_NAME, StorageEndpoint, ensure_tls
+from aiptrain.storage.endpoint import StorageEndpoint
+from aiptrain.storage.endpoint import prepare_files as prepare_endpoint_files
 from aiptrain.store import JobStore, duplicate_job
 from aiptrain.topology import Replica, replicas_for
 from aiptrain.validation import (
@@ -286,18 +287,8 @@ def storage_endpoint(submission: Submission, settings: Settings, prepare_files: 
     the gcs tree made ready for it first, unless `prepare_files` is False: a dry run)."""
     if not submission.serves_gcs or submission.gcs_root is None:
         return None
-    from aiptrain.storage.local import give_to_replicas
-
     if prepare_files:
-        tls_dir = settings.home / TLS_DIR_NAME
-        made = not (tls_dir / "trust.pem").is_file()
-        submission.gcs_root.mkdir(parents=True, exist_ok=True)
-        ensure_tls(tls_dir, (NOBODY_ID, NOBODY_ID) if os.getuid() == 0 else None)
-        if made:  # the first time: what the host wrote before becomes the replicas' to write beside
-            give_to_replicas(submission.gcs_root, submission.gcs_root, whole_tree=True)
-            # The controller starts the endpoint while the install container runs, now that its
-            # TLS files exist, instead of on its next look (a second later) or at the launch.
-            control.send(settings, control.WAKE)
+        prepare_endpoint_files(settings.home, submission.gcs_root)
     return storage_endpoint_for(settings, submission.gcs_root, submission.runtime_image)
 
 

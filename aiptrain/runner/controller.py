@@ -28,6 +28,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 from aiptrain import commandserver
 from aiptrain.backends import Backend, open_backend
@@ -40,7 +41,7 @@ from aiptrain.runner import control
 from aiptrain.runner.driver import JobDriver
 from aiptrain.settings import Settings
 from aiptrain.storage import gcs_root_for
-from aiptrain.storage.endpoint import StorageEndpoint, tls_ready
+from aiptrain.storage.endpoint import prepare_files as prepare_endpoint_files
 from aiptrain.store import JobStore
 
 log = logging.getLogger("aiptrain.controller")
@@ -266,29 +267,26 @@ class Controller:
         return self.backends[name]
 
     def get_ready_for(self, job_id: str) -> None:
-        """While its submit still stages a job (the sdist, the install container), start what its
-        launch wants first: the engine's connection and the installation's storage endpoint,
-        a quarter of a second of a first job's start paid meanwhile. A failure here is left for
-        the launch to meet and report."""
+        """While its submit still stages a job (the sdist, the install), start what its launch
+        wants first: the engine's connection and the installation's storage endpoint (its files
+        made first in a new home), a quarter of a second of a first job's start paid meanwhile.
+        A failure here is left for the launch to meet and report."""
         if job_id in self.readied:
             return
+        self.readied.add(job_id)
         try:
             backend = self.backend(self.store.backend_of(job_id))
             gcs_root, _ = gcs_root_for(self.settings.gcs_mode, self.settings.gcs_root)
         except Exception as exc:  # noqa: BLE001 - the launch meets it again, and says it
             log.info("Could not get ready for job %s: %s", job_id, exc)
-            self.readied.add(job_id)
             return
-        if gcs_root is not None and not tls_ready(self.settings.home):
-            return  # the first submit of a home is making the endpoint's TLS files: look again
-        self.readied.add(job_id)
         if gcs_root is not None:
-            self.pool.submit(self.start_storage_endpoint, backend, storage_endpoint_for(self.settings, gcs_root))
+            self.pool.submit(self.start_storage_endpoint, backend, gcs_root)
 
-    @staticmethod
-    def start_storage_endpoint(backend: Backend, endpoint: StorageEndpoint) -> None:
+    def start_storage_endpoint(self, backend: Backend, gcs_root: Path) -> None:
         try:
-            backend.ensure_storage_endpoint(endpoint)
+            prepare_endpoint_files(self.settings.home, gcs_root)
+            backend.ensure_storage_endpoint(storage_endpoint_for(self.settings, gcs_root))
         except Exception as exc:  # noqa: BLE001 - the launch meets it again, and says it
             log.info("Could not start the storage endpoint ahead of a launch: %s", exc)
 

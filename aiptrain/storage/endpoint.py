@@ -101,30 +101,33 @@ def replica_env() -> dict[str, str]:
 TLS_DIR_NAME = "storage-endpoint"  # in the home: the endpoint's certificate, key and the bundle replicas trust
 
 
-def tls_ready(home: Path) -> bool:
-    return all((home / TLS_DIR_NAME / name).is_file() for name in TLS_FILES)
-
-
 def code_digest() -> str:
     return hashlib.sha256(SERVER_CODE.read_bytes()).hexdigest()[:12]
 
 
-def ensure_tls(tls_dir: Path, owner: tuple[int, int] | None) -> Path:
-    """The endpoint's certificate and key, and the bundle replicas trust (a CA made for this
-    installation, then the public roots of certifi), made once. The CA's own key is never
-    written anywhere: it signs the endpoint's certificate and is gone, so nothing else can
-    ever be signed with it. `owner` (uid, gid) gets the key when aiptrain runs as root (the
-    endpoint runs as that user); otherwise the key stays the caller's, mode 0600."""
+def prepare_files(home: Path, gcs_root: Path) -> None:
+    """What the endpoint needs before it first starts in a home, made once: the gcs tree, and
+    the TLS files (its certificate and key, and the bundle replicas trust: a CA made for this
+    installation, then the public roots of certifi). The CA's own key is never written anywhere:
+    it signs the endpoint's certificate and is gone, so nothing else can ever be signed with it.
+    When aiptrain runs as root, the endpoint and the replicas run as `nobody`: the key is theirs,
+    and what the host wrote in the tree before becomes theirs to write beside, before the TLS
+    files that say it is done are written. Submit and the controller both call it, whichever
+    comes first: one makes the files, the other waits for them."""
+    from aiptrain.storage.local import REPLICA_IDS, give_to_replicas
+
+    tls_dir = home / TLS_DIR_NAME
     if all((tls_dir / name).is_file() for name in TLS_FILES):
-        return tls_dir
+        return
     import fcntl
 
+    gcs_root.mkdir(parents=True, exist_ok=True)
     tls_dir.mkdir(parents=True, exist_ok=True)
     with open(tls_dir / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent submits: one makes them, the others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
         if not all((tls_dir / name).is_file() for name in TLS_FILES):
-            _write_tls(tls_dir, owner)
-    return tls_dir
+            give_to_replicas(gcs_root, gcs_root, whole_tree=True)
+            _write_tls(tls_dir, REPLICA_IDS if os.getuid() == 0 else None)
 
 
 def _write_tls(tls_dir: Path, owner: tuple[int, int] | None) -> None:

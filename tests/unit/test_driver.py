@@ -225,7 +225,7 @@ def test_a_study_runs_its_trials_as_groups_of_the_same_driver(settings, store):
 
 @pytest.mark.parametrize("gcs_mode, tls, started", [
     ("local", True, True),  # gs:// kept here: the endpoint starts while the submit stages
-    ("local", False, False),  # the home's first submit is still making the TLS files: not yet
+    ("local", False, True),  # a new home's: the controller makes the endpoint's TLS files itself
     ("remote", True, False),  # Cloud Storage itself: no endpoint
 ])
 def test_the_controller_gets_ready_for_a_job_its_submit_still_stages(settings, store, monkeypatch, gcs_mode, tls,
@@ -253,6 +253,7 @@ def test_the_controller_gets_ready_for_a_job_its_submit_still_stages(settings, s
         controller.home_lock.release()
     calls = [call for call in backend.calls if call[0] == "ensure_storage_endpoint"]
     assert len(calls) == (1 if started else 0)
+    assert (settings.home / TLS_DIR_NAME / "trust.pem").is_file() is (started or tls)
     assert "job" not in controller.drivers
 
 
@@ -310,17 +311,3 @@ def test_a_controller_whose_home_was_deleted_removes_what_its_jobs_shared(settin
     controller.run()  # sees the home gone and stops
     assert ("remove_installation",) in backend.calls and ("release_shared",) not in backend.calls
 
-
-def test_the_submit_that_makes_the_tls_files_wakes_the_controller_to_start_the_endpoint(settings, monkeypatch):
-    """Its next look would come a second later, after the install container it overlaps."""
-    from types import SimpleNamespace
-
-    from aiptrain import submission
-    from aiptrain.runner import control
-
-    woken = []
-    monkeypatch.setattr(control, "send", lambda settings, word=control.WAKE, job_id="": woken.append(word))
-    staged = SimpleNamespace(serves_gcs=True, gcs_root=settings.home / "gcs", runtime_image="aiptrain/runtime:minimal")
-    submission.storage_endpoint(staged, settings)
-    submission.storage_endpoint(staged, settings)
-    assert woken == [control.WAKE]  # the first time only
