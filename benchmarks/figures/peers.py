@@ -69,6 +69,7 @@ def bench_torchx(b: Bench) -> list[Row]:
         "keeps no record; aiptrain's time includes removing the job's containers and recording the job. "
         f"Each sample is followed by an untimed {ENGINE_SETTLE_SECONDS:g} s pause for the engine's clean-up."
     )
-    cold.notes.append("9b: each aiptrain sample in a fresh AIPTRAIN_HOME: the sdist build and the one install "
-                      "container are counted; TorchX's side has no install step (the source is mounted).")
+    cold.notes.append("9b: each aiptrain sample in a fresh AIPTRAIN_HOME: the sdist (and wheel) build and the install "
+                      "are counted (the benchmark trainer has no setup.py of its own, so its pure wheel is unpacked on "
+                      "the host, aiptrain.installs); TorchX's side has no install step (the source is mounted).")
     return rows
