@@ -203,16 +203,22 @@ class Server:
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         self.selector.register(self.signals_r, selectors.EVENT_READ, "signal")
         while self.listener is not None or self.children:
-            for key, _ in self.selector.select(PARENT_LOOK_SECONDS):
-                if key.data == "accept" and self.listener is not None:
-                    self.accept()
-                elif key.data == "signal":
-                    os.read(self.signals_r, 4096)
-                elif isinstance(key.data, int):  # a client hung up before its command ended
-                    self.client_gone(key.data)
-            self.reap()
-            if self.listener is not None and os.getppid() != self.controller_pid:
-                self.stop_accepting()  # the controller went: its children finish, none start
+            try:
+                self.serve_once()
+            except Exception as exc:  # noqa: BLE001 - one request's trouble never stops the server
+                print(f"command server: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+    def serve_once(self) -> None:
+        for key, _ in self.selector.select(PARENT_LOOK_SECONDS):
+            if key.data == "accept" and self.listener is not None:
+                self.accept()
+            elif key.data == "signal":
+                os.read(self.signals_r, 4096)
+            elif isinstance(key.data, int):  # a client hung up before its command ended
+                self.client_gone(key.data)
+        self.reap()
+        if self.listener is not None and os.getppid() != self.controller_pid:
+            self.stop_accepting()  # the controller went: its children finish, none start
 
     def stop_accepting(self) -> None:
         if self.listener is not None:
@@ -312,7 +318,7 @@ class Server:
             conn = self.children.pop(pid, None)
             if conn is None:
                 continue
-            self.selector.unregister(conn)
+            self.stop_watching(conn)
             code = os.waitstatus_to_exitcode(wait_status)
             try:
                 conn.sendall(json.dumps({"exit": code if code >= 0 else 128 - code}).encode() + b"\n")
@@ -321,11 +327,13 @@ class Server:
             conn.close()
 
     def client_gone(self, pid: int) -> None:
-        """The client's connection closed (or sent something) mid-command: a client killed
-        outright takes its command with it, as it would have in-process."""
+        """The client's connection closed mid-command: a client killed outright takes its
+        command with it, as it would have in-process. A client that sends anything after its
+        request breaks the protocol: it is no longer watched (its command runs on)."""
         conn = self.children.get(pid)
         if conn is None:
             return
+        self.stop_watching(conn)
         try:
             if conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
                 return
@@ -333,11 +341,16 @@ class Server:
             return
         except OSError:
             pass
-        self.selector.unregister(conn)
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+    def stop_watching(self, conn: socket.socket) -> None:
+        try:
+            self.selector.unregister(conn)
+        except KeyError:
+            pass  # already: its client hung up
 
 
 def _read_exactly(conn: socket.socket, size: int) -> bytes:

@@ -90,6 +90,8 @@ def test_ctrl_c_reaches_the_command_and_a_client_killed_outright_takes_its_comma
         wait_for(lambda child=child: not Path(f"/proc/{child}").exists() or _zombie(child), timeout=10,
                  what="the command to end")
         client.stdin.close()
+    assert aiptrain("jobs", "describe", "nope").returncode == 2  # the server serves on
+    assert forked(server)[-1].endswith("runs aiptrain jobs describe nope")
 
 
 def _zombie(pid: int) -> bool:
