@@ -179,9 +179,13 @@ class Bench:
     # -- running things ----------------------------------------------------------------
 
     def aiptrain(self, home: Path, *args: str, timeout: float = 300, check: bool = True,
-                 capture: bool = True) -> tuple[float, subprocess.CompletedProcess]:
+                 capture: bool = True, server: bool = True) -> tuple[float, subprocess.CompletedProcess]:
+        """`aiptrain ARGS` in `home`; `server=False`: in its own process even while the home's
+        command server runs (aiptrain.commandserver)."""
         env = {**os.environ, "AIPTRAIN_HOME": str(home), "AIPTRAIN_DEFAULT_RUNTIME": "minimal"}
         env.pop("AIPTRAIN_STAGING_BUCKET", None)
+        if not server:
+            env["AIPTRAIN_COMMAND_SERVER"] = "0"
         return timed([*self.aiptrain_cmd, *args], env=env, timeout=timeout, check=check, capture=capture)
 
     def submit_args(self, job_id: str, *flags: str, trainer_args: tuple[str, ...] = (),

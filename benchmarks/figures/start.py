@@ -36,7 +36,29 @@ def bench_startup(b: Bench) -> list[Row]:
         lambda i: row.ours.append(timed(help_cmd)[0]),
         lambda i: row.base.append(timed(click_cmd)[0]),
     )
-    return [row]
+    return [row, bench_served_describe(b)]
+
+
+def bench_served_describe(b: Bench) -> Row:
+    """1b: what a command costs while the home's controller runs: `jobs describe`, run as a child
+    of the home's command server, against the same command in its own process."""
+    row = Row("1b", "jobs describe while the home's controller runs", "jobs describe (the command server's child)",
+              "AIPTRAIN_COMMAND_SERVER=0 jobs describe (its own process)")
+    home = b.new_home()
+    job_id = b.job_id("served")
+    b.submit(home, job_id, "--stream-logs")  # untimed: starts the controller, which starts the server
+    log = home / "controller.log"
+    deadline = time.monotonic() + 60
+    while " serves " not in (log.read_text() if log.exists() else ""):
+        if time.monotonic() > deadline:
+            raise BenchError("the home's command server did not start")
+        time.sleep(0.05)
+    interleaved(
+        b.args.repeat,
+        lambda i: row.ours.append(b.aiptrain(home, "jobs", "describe", job_id)[0]),
+        lambda i: row.base.append(b.aiptrain(home, "jobs", "describe", job_id, server=False)[0]),
+    )
+    return row
 
 
 def bench_basic(b: Bench) -> list[Row]:
