@@ -3,6 +3,7 @@ controller steps it, in milliseconds. The engine side of the same rules runs in 
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from datetime import timedelta
 
@@ -14,7 +15,7 @@ from aiptrain.errors import EnvironmentNotReady
 from aiptrain.logs import read_records
 from aiptrain.model import Job, ReplicaConfig, Scheduling, State, TrainingInput, utc_now
 from aiptrain.planning import PlanInputs, save_plan_inputs
-from aiptrain.runner.driver import INTERRUPTED, LAUNCH_STARTED, JobDriver
+from aiptrain.runner.driver import DRAIN_LOOK_SECONDS, INTERRUPTED, LAUNCH_STARTED, JobDriver
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
 from aiptrain.tuning import LAUNCHED_DIR
@@ -56,6 +57,8 @@ def drive(driver: JobDriver, backend: FakeBackend, between=None, max_steps: int 
     for n in range(max_steps):
         if driver.step() is None:
             return driver.final_state
+        if driver.phase == "ending":  # the drain waits on the log followers' threads: let them run
+            time.sleep(DRAIN_LOOK_SECONDS)
         backend.advance()
         if between:
             between(n)
