@@ -61,9 +61,10 @@ def socket_name(home: Path) -> bytes:
 # -- the client ---------------------------------------------------------------------------------
 
 
-def forward(argv: list[str], home: Path, version: str) -> int | None:
+def forward(argv: list[str], home: Path) -> int | None:
     """Run `aiptrain ARGV` in a child of the home's server; its exit status, or None when the
-    server cannot run it (the caller runs it itself, nothing having happened yet)."""
+    server cannot run it (the caller runs it itself, nothing having happened yet). With no
+    server, it costs a failed connect: the code version is computed only for a server."""
     if os.environ.get(DISABLE_VAR) == "0":
         return None
     try:
@@ -78,6 +79,9 @@ def forward(argv: list[str], home: Path, version: str) -> int | None:
             return None
     except OSError:
         return None
+    from aiptrain.runner.control import code_version
+
+    version = code_version()
     signals = _SignalsToChild()
     try:
         request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": _umask(),

@@ -19,10 +19,9 @@ def main() -> None:
     argv = sys.argv[1:]
     if serves(argv):
         from aiptrain import commandserver
-        from aiptrain.runner.control import code_version
         from aiptrain.settings import default_home
 
-        status = commandserver.forward(argv, default_home(), code_version())
+        status = commandserver.forward(argv, default_home())
         if status is not None:
             sys.exit(status)
     from aiptrain.cli import main as run_here

@@ -15,7 +15,6 @@ import pytest
 
 from aiptrain import commandserver
 from aiptrain.launcher import serves
-from aiptrain.runner.control import code_version
 
 from conftest import wait_for
 
@@ -102,10 +101,14 @@ def _zombie(pid: int) -> bool:
 
 
 def test_a_client_of_another_version_runs_its_command_itself(server, home, monkeypatch):
-    assert commandserver.forward(["jobs", "list"], home, "0.0.0+other") is None
+    from aiptrain.runner import control
+
+    with monkeypatch.context() as patched:
+        patched.setattr(control, "code_version", lambda: "0.0.0+other")
+        assert commandserver.forward(["jobs", "list"], home) is None
     with monkeypatch.context() as patched:
         patched.setattr(sys, "executable", "/another/venv/bin/python")  # the same code, other packages
-        assert commandserver.forward(["jobs", "list"], home, code_version()) is None
+        assert commandserver.forward(["jobs", "list"], home) is None
     assert forked(server) == []
 
 
