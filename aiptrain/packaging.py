@@ -90,14 +90,15 @@ def build_sdist(package_path: Path, out_dir: Path, wheel_dir: Path | None = None
         wheel_args = ["bdist_wheel", "--dist-dir", str(wheels_dir)] if wheel_dir is not None else []
         result = _setup_py(build_root, ["sdist", "--dist-dir", str(dist_dir), *wheel_args])
         built = sorted(dist_dir.glob("*")) if dist_dir.is_dir() else []
-        if wheel_args and result.returncode != 0 and not built:  # was it the wheel? the sdist alone
+        if wheel_args and not built:  # the wheel's failure may have stopped the sdist: build it alone
+            wheel_args = []
             result = _setup_py(build_root, ["sdist", "--dist-dir", str(dist_dir)])
             built = sorted(dist_dir.glob("*")) if dist_dir.is_dir() else []
-        if not built or (result.returncode != 0 and not wheel_args):
+        if not built or (result.returncode != 0 and not wheel_args):  # a failed wheel alone costs only the wheel
             raise _packaging_failed(result.stdout + result.stderr, package_root, generated=not user_setup.is_file())
         target = out_dir / built[0].name
         shutil.move(built[0], target)
-        wheels = sorted(wheels_dir.glob("*.whl")) if result.returncode == 0 and wheels_dir.is_dir() else []
+        wheels = sorted(wheels_dir.glob("*.whl")) if wheel_args and result.returncode == 0 and wheels_dir.is_dir() else []
         wheel = None
         if wheel_dir is not None and len(wheels) == 1:
             wheel = wheel_dir / wheels[0].name
@@ -113,6 +114,7 @@ def _setup_py(build_root: Path, commands: list[str]) -> subprocess.CompletedProc
 # -- the sdist cache ---------------------------------------------------------------------------
 
 CACHE_FORMAT = "2"  # bump when what goes into a tree hash, or an entry, changes (2: the wheel beside)
+WHEEL_DIR = "wheel"  # in a cache entry, beside the sdist
 
 
 def _build_input(package_path: Path) -> tuple[Path, list[str] | None]:
@@ -207,10 +209,8 @@ def cached_sdist(package_path: Path, cache_dir: Path) -> BuiltPackage:
             return theirs
     finally:
         shutil.rmtree(partial, ignore_errors=True)
-    return BuiltPackage(entry / built.path.name, built.sha256, entry / WHEEL_DIR / built.wheel.name if built.wheel else None)
-
-
-WHEEL_DIR = "wheel"  # in a cache entry, beside the sdist
+    wheel = entry / WHEEL_DIR / built.wheel.name if built.wheel else None
+    return BuiltPackage(entry / built.path.name, built.sha256, wheel)
 
 
 def _cached(entry: Path) -> BuiltPackage | None:

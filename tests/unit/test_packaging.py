@@ -236,3 +236,22 @@ def test_requirements_served_by_the_runtime_image_are_not_resolved_again(tmp_pat
     sdist = build_sdist(root / "trainer", tmp_path).path
     assert requirements_for([sdist], runtime("2.11").provides) == ["tabulate"]
     assert requirements_for([sdist], runtime("minimal").provides) == ["tensorflow>=2", "pandas", "tabulate"]
+
+
+def test_a_wheel_that_does_not_build_costs_only_the_wheel(tmp_path):
+    """The wheel beside the sdist is an extra (aiptrain.installs): its failure leaves the sdist."""
+    root = tmp_path / "src"
+    (root / "trainer").mkdir(parents=True)
+    (root / "trainer" / "__init__.py").write_text("")
+    (root / "setup.py").write_text(
+        "from setuptools import setup\n"
+        "from setuptools.command.build_py import build_py\n"
+        "class Refuse(build_py):\n"
+        "    def run(self):\n"
+        "        raise SystemExit('no wheel here')\n"
+        "setup(name='trainer', version='0.1', packages=['trainer'], cmdclass={'build_py': Refuse})\n"
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    built = build_sdist(root / "trainer", out, wheel_dir=out)
+    assert built.path.name == "trainer-0.1.tar.gz" and built.path.is_file() and built.wheel is None
