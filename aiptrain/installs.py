@@ -28,6 +28,7 @@ from aiptrain.backends import Backend
 from aiptrain.errors import ValidationError
 from aiptrain.planning import install_container
 from aiptrain.staging import sha256_of
+from aiptrain.storage.local import give_to_replicas
 
 COMPLETE = ".aiptrain-complete"  # written last: a directory without it is an interrupted install
 
@@ -67,11 +68,11 @@ def ensure_installed(
     scratch = Path(tempfile.mkdtemp(dir=installs, prefix=".installing-"))
     try:
         if os.getuid() == 0:  # the install container runs as the replicas' user
-            _give(scratch, user, whole_tree=False)
+            uid, gid = (int(part) for part in user.split(":"))
+            os.chown(scratch, uid, gid)
         if pure is not None and wheelhouse is None and unpacks_on_host(pure.wheel):
             _unpack(pure, scratch, image)
-            if os.getuid() == 0:  # what the host wrote, as the container would have: the replicas' user's
-                _give(scratch, user)
+            give_to_replicas(scratch, scratch, whole_tree=True)  # as the container would have left it
         else:
             spec = install_container(image, str(package_dir), tuple(package_files), wheelhouse, str(scratch), user,
                                      labels)
@@ -146,16 +147,3 @@ def _install_failed(image: str, last: str) -> ValidationError:
         f"Installing the job's packages in [{image}] failed: {last} Fix the package (its setup.py "
         "or install_requires) and submit again."
     )
-
-
-def _give(tree: Path, user: str, whole_tree: bool = True) -> None:
-    """The install's directory (and all in it) to the replicas' user, readable by them. The tree
-    is this host's own, just made: nothing in it is a link."""
-    uid, gid = (int(part) for part in user.split(":"))
-    os.chown(tree, uid, gid)
-    if not whole_tree:
-        return
-    for root, dirs, files in os.walk(tree):
-        for name in dirs + files:
-            path = os.path.join(root, name)
-            os.chown(path, uid, gid, follow_symlinks=False)
