@@ -25,6 +25,16 @@ NO_ENGINE_LAYERS = ("unit", "cli")
 NO_ENGINE = "unix:///nonexistent/tests-unit-and-cli-use-no-docker-engine.sock"
 
 
+def trainer_with_setup_py(root: Path, setup_py: str) -> Path:
+    """A package `trainer` (an empty `__init__.py` and a `task.py` that prints a line) under
+    `root`, beside a setup.py of its own whose text is `setup_py`; the package's directory."""
+    (root / "trainer").mkdir(parents=True)
+    (root / "trainer" / "__init__.py").write_text("")
+    (root / "trainer" / "task.py").write_text("print('hi')\n")
+    (root / "setup.py").write_text(setup_py)
+    return root / "trainer"
+
+
 def layer_of(path: Path) -> str:
     """The folder under tests/ that holds a test file ("" for one outside any)."""
     parts = path.resolve().relative_to(TESTS).parts if path.resolve().is_relative_to(TESTS) else ()

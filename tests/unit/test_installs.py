@@ -13,7 +13,7 @@ from aiptrain.installs import COMPLETE, PureTrainer, ensure_installed, install_k
 from aiptrain.packaging import build_sdist
 from aiptrain.planning import INSTALL, INSTALL_TARGET, PACKAGES_DIR, Mount, install_container
 
-from conftest import REPO
+from conftest import REPO, trainer_with_setup_py
 from fakes import FakeBackend
 
 SAMPLE = REPO / "sample_jobs" / "basic" / "trainer"
@@ -52,13 +52,8 @@ def test_the_install_key_follows_the_image_and_every_byte(tmp_path):
 
 
 def _trainer_with_setup(tmp_path, setup_args: str) -> Path:
-    root = tmp_path / "src"
-    (root / "trainer").mkdir(parents=True)
-    (root / "trainer" / "__init__.py").write_text("")
-    (root / "trainer" / "task.py").write_text("print('hi')\n")
-    (root / "setup.py").write_text(f"from setuptools import setup\nsetup(name='trainer', version='0.1', "
-                                   f"packages=['trainer'], {setup_args})\n")
-    return root / "trainer"
+    return trainer_with_setup_py(tmp_path / "src", "from setuptools import setup\nsetup(name='trainer', "
+                                 f"version='0.1', packages=['trainer'], {setup_args})\n")
 
 
 def _install(tmp_path, built, python="3.7"):

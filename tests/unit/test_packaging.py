@@ -17,7 +17,7 @@ from aiptrain.errors import ValidationError
 from aiptrain.packaging import build_sdist, cached_sdist, source_tree_hash
 from aiptrain.wheelhouse import canonical_name, read_metadata, requirements_for, resolve
 
-from conftest import REPO
+from conftest import REPO, trainer_with_setup_py
 
 SAMPLE = REPO / "sample_jobs" / "basic" / "trainer"
 WITH_DEPENDENCY = REPO / "sample_jobs" / "with_dependency" / "trainer"
@@ -224,34 +224,26 @@ def test_requirements_served_by_the_runtime_image_are_not_resolved_again(tmp_pat
     from aiptrain.runtimes import runtime
     from aiptrain.wheelhouse import requirements_for
 
-    root = tmp_path / "tfjob"
-    (root / "trainer").mkdir(parents=True)
-    (root / "trainer" / "__init__.py").write_text("")
-    (root / "setup.py").write_text(
+    package = trainer_with_setup_py(tmp_path / "tfjob", (
         "from setuptools import setup\n"
         "setup(name='trainer', packages=['trainer'], install_requires=['tensorflow>=2', 'pandas', 'tabulate'])\n"
-    )
-    from aiptrain.packaging import build_sdist
-
-    sdist = build_sdist(root / "trainer", tmp_path).path
+    ))
+    sdist = build_sdist(package, tmp_path).path
     assert requirements_for([sdist], runtime("2.11").provides) == ["tabulate"]
     assert requirements_for([sdist], runtime("minimal").provides) == ["tensorflow>=2", "pandas", "tabulate"]
 
 
 def test_a_wheel_that_does_not_build_costs_only_the_wheel(tmp_path):
     """The wheel beside the sdist is an extra (aiptrain.installs): its failure leaves the sdist."""
-    root = tmp_path / "src"
-    (root / "trainer").mkdir(parents=True)
-    (root / "trainer" / "__init__.py").write_text("")
-    (root / "setup.py").write_text(
+    package = trainer_with_setup_py(tmp_path / "src", (
         "from setuptools import setup\n"
         "from setuptools.command.build_py import build_py\n"
         "class Refuse(build_py):\n"
         "    def run(self):\n"
         "        raise SystemExit('no wheel here')\n"
         "setup(name='trainer', version='0.1', packages=['trainer'], cmdclass={'build_py': Refuse})\n"
-    )
+    ))
     out = tmp_path / "out"
     out.mkdir()
-    built = build_sdist(root / "trainer", out, wheel_dir=out)
+    built = build_sdist(package, out, wheel_dir=out)
     assert built.path.name == "trainer-0.1.tar.gz" and built.path.is_file() and built.wheel is None
