@@ -9,18 +9,30 @@ even if we are killed half way.
 Built sdists are cached by the content of the tree they were built from: resubmitting
 an unchanged trainer reuses the very same file, so its sha256 (and the staging path
 that contains it) is stable and nothing needs building or uploading again.
+
+A package with no setup.py of its own whose tree is plain (regular files and directories
+only) is built here, without a setuptools process: what the generated setup.py would give is
+fixed (every `*.py` of every package under it, a `0.0.0` version, no dependencies), and a
+setuptools run costs half a second of every changed trainer's submit, mostly its imports.
+Anything else (links, a FIFO, names setuptools reads otherwise) still goes to setuptools.
+tests/unit/test_packaging.py builds trees both ways and compares what each archive holds.
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
 import hashlib
+import io
 import logging
 import os
 import shutil
 import stat
 import subprocess
 import sys
+import tarfile
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,8 +87,19 @@ def _packaging_failed(output: str, package_root: Path, generated: bool) -> Valid
 
 def build_sdist(package_path: Path, out_dir: Path, wheel_dir: Path | None = None) -> BuiltPackage:
     """Build an sdist of the package at `package_path` into `out_dir` (which must exist), and a
-    wheel into `wheel_dir` when given, in the same setuptools run (a tenth of a second more). The
-    wheel is an extra: a package whose wheel does not build still gets its sdist."""
+    wheel into `wheel_dir` when given: here for a plain tree with no setup.py of its own, else
+    with setuptools."""
+    if not (package_path.parent / "setup.py").is_file():
+        modules = plain_package_modules(package_path)
+        if modules is not None:
+            return _build_generated(package_path, modules, out_dir, wheel_dir)
+    return build_with_setuptools(package_path, out_dir, wheel_dir)
+
+
+def build_with_setuptools(package_path: Path, out_dir: Path, wheel_dir: Path | None = None) -> BuiltPackage:
+    """build_sdist in a setuptools process (`setup.py sdist`, with `bdist_wheel` in the same run
+    when a wheel is wanted: a tenth of a second more). The wheel is an extra: a package whose
+    wheel does not build still gets its sdist."""
     package_root = package_path.parent
     user_setup = package_root / "setup.py"
     with tempfile.TemporaryDirectory(prefix="aiptrain-sdist-") as tmp:
@@ -111,9 +134,133 @@ def _setup_py(build_root: Path, commands: list[str]) -> subprocess.CompletedProc
                           text=True)
 
 
+# -- a generated setup.py's build, without setuptools -------------------------------------------
+
+GENERATED_VERSION = "0.0.0"  # setuptools' version of a setup() that names none
+WHEEL_GENERATOR = "aiptrain"
+SETUP_CFG = "[egg_info]\ntag_build = \ntag_date = 0\n\n"  # what setuptools' sdist adds
+
+
+def plain_package_modules(package_path: Path) -> list[str] | None:
+    """The modules the generated setup.py builds from the package, as paths relative to its
+    root (`trainer/task.py`), sorted: every `*.py` but hidden ones of the package and of each
+    package below it (find_packages looks only into directories with an `__init__.py` and no
+    dot in the name; build_py takes `*.py`). None when the tree holds what setuptools would
+    read otherwise: a link, a FIFO or device, a directory named `*.py`, a name that is not
+    UTF-8, or a package name that is not an ASCII identifier."""
+    if not (package_path.name.isidentifier() and package_path.name.isascii()):
+        return None
+    return _package_modules(package_path, package_path.name)
+
+
+def _package_modules(directory: Path, relative: str) -> list[str] | None:
+    names = sorted(os.listdir(directory))
+    ignored = IGNORED(str(directory), names)
+    modules: list[str] = []
+    for name in names:
+        if name in ignored:
+            continue
+        path = directory / name
+        try:
+            name.encode()
+        except UnicodeEncodeError:
+            return None
+        info = path.lstat()
+        if stat.S_ISDIR(info.st_mode):
+            if name.endswith(".py"):
+                return None
+            if "." not in name and (path / "__init__.py").is_file():
+                below = _package_modules(path, f"{relative}/{name}")
+                if below is None:
+                    return None
+                modules += below
+        elif not stat.S_ISREG(info.st_mode):
+            return None
+        elif name.endswith(".py") and not name.startswith("."):
+            modules.append(f"{relative}/{name}")
+    return sorted(modules)
+
+
+def _build_generated(package_path: Path, modules: list[str], out_dir: Path,
+                     wheel_dir: Path | None) -> BuiltPackage:
+    """The sdist (and wheel) setuptools builds with the generated setup.py, written directly.
+    Times are the files' own and gzip's is zero: the same files give the same bytes."""
+    name, root = package_path.name, package_path.parent
+    pkg_info = f"Metadata-Version: 2.1\nName: {name}\nVersion: {GENERATED_VERSION}\n"
+    egg_info = {
+        "PKG-INFO": pkg_info,
+        # setuptools sorts its file list by (directory, name)
+        "SOURCES.txt": "\n".join(sorted(["setup.py", *modules, *(f"{name}.egg-info/{n}" for n in (
+            "PKG-INFO", "SOURCES.txt", "dependency_links.txt", "top_level.txt"))], key=os.path.split)),
+        "dependency_links.txt": "\n",
+        "top_level.txt": f"{name}\n",
+    }
+    generated = {"PKG-INFO": pkg_info, "setup.cfg": SETUP_CFG, "setup.py": GENERATED_SETUP_PY.format(name=name),
+                 **{f"{name}.egg-info/{n}": text for n, text in egg_info.items()}}
+    base = f"{name}-{GENERATED_VERSION}"
+    target = out_dir / f"{base}.tar.gz"
+    _write_sdist(target, base, root, modules, generated)
+    wheel = None
+    if wheel_dir is not None:
+        wheel = wheel_dir / f"{base}-py3-none-any.whl"
+        _write_wheel(wheel, f"{base}.dist-info", root, modules, {
+            "METADATA": pkg_info + "\n",
+            "WHEEL": f"Wheel-Version: 1.0\nGenerator: {WHEEL_GENERATOR}\nRoot-Is-Purelib: true\nTag: py3-none-any\n\n",
+            "top_level.txt": f"{name}\n",
+        })
+    return BuiltPackage(target, sha256_of(target), wheel)
+
+
+def _write_sdist(target: Path, base: str, root: Path, modules: list[str], generated: dict[str, str]) -> None:
+    """The sdist: the modules as they are (mode and time), the generated files beside them, and
+    a directory entry for each directory that holds one, all under `base/`."""
+    stamp = max((int(root.joinpath(rel).stat().st_mtime) for rel in modules), default=0)
+    directories = sorted({parent for rel in [*modules, *generated] for parent in _parents(rel)})
+    with open(target, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped, \
+            tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for rel in ["", *directories]:
+            info = tarfile.TarInfo(f"{base}/{rel}".rstrip("/"))
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, stamp
+            archive.addfile(info)
+        for rel in modules:
+            info = archive.gettarinfo(str(root / rel), f"{base}/{rel}")
+            info.uid, info.gid, info.uname, info.gname = 0, 0, "", ""  # whose files they were is nobody's business
+            with open(root / rel, "rb") as handle:
+                archive.addfile(info, handle)
+        for rel, text in generated.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{base}/{rel}")
+            info.size, info.mode, info.mtime = len(data), 0o644, stamp
+            archive.addfile(info, io.BytesIO(data))
+
+
+def _parents(relative: str) -> list[str]:
+    parts = relative.split("/")[:-1]
+    return ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _write_wheel(target: Path, dist_info: str, root: Path, modules: list[str], metadata: dict[str, str]) -> None:
+    """A pure wheel (PEP 427): the modules, then the .dist-info with its RECORD of hashes."""
+    record = []
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        files = [(rel, (root / rel).read_bytes(), (root / rel).stat().st_mode) for rel in modules]
+        files += [(f"{dist_info}/{n}", text.encode(), 0o644) for n, text in metadata.items()]
+        for rel, data, mode in files:
+            entry = zipfile.ZipInfo(rel, date_time=(1980, 1, 1, 0, 0, 0))
+            entry.external_attr = (stat.S_IFREG | (mode & 0o777)) << 16
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(entry, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{rel},sha256={digest},{len(data)}")
+        record.append(f"{dist_info}/RECORD,,")
+        entry = zipfile.ZipInfo(f"{dist_info}/RECORD", date_time=(1980, 1, 1, 0, 0, 0))
+        entry.external_attr = (stat.S_IFREG | 0o644) << 16
+        archive.writestr(entry, "\n".join(record) + "\n", zipfile.ZIP_DEFLATED)
+
+
 # -- the sdist cache ---------------------------------------------------------------------------
 
-CACHE_FORMAT = "2"  # bump when what goes into a tree hash, or an entry, changes (2: the wheel beside)
+CACHE_FORMAT = "3"  # bump when what goes into a tree hash, or an entry, changes (2: the wheel beside; 3: built here)
 WHEEL_DIR = "wheel"  # in a cache entry, beside the sdist
 
 

@@ -14,7 +14,13 @@ import pytest
 import yaml
 
 from aiptrain.errors import ValidationError
-from aiptrain.packaging import build_sdist, cached_sdist, source_tree_hash
+from aiptrain.packaging import (
+    build_sdist,
+    build_with_setuptools,
+    cached_sdist,
+    plain_package_modules,
+    source_tree_hash,
+)
 from aiptrain.wheelhouse import canonical_name, read_metadata, requirements_for, resolve
 
 from conftest import REPO, trainer_with_setup_py
@@ -119,6 +125,114 @@ def test_build_failure_leaves_no_cache_entry(tmp_path):
     with pytest.raises(ValidationError, match="Packaging of user Python code failed"):
         cached_sdist(root / "trainer", tmp_path / "cache")
     assert list((tmp_path / "cache" / "sdists").iterdir()) == []
+
+
+# -- the generated setup.py's build, without setuptools ------------------------------------------
+
+# Trees that the generated setup.py treats in every way it can: what find_packages skips
+# (a directory without __init__.py and what is below it, a dotted name), what build_py skips
+# (data files, hidden and upper-case modules), what the build never copies (__pycache__,
+# build/), subpackages at depth, a module named setup.py inside the package, an executable.
+PLAIN_TREES = {
+    "flat": {"__init__.py": "", "task.py": "print('task')\n", "README.md": "# r\n", "data.json": "{}",
+             ".hidden.py": "x = 1\n", "model.PY": "y = 2\n"},
+    "nested": {"__init__.py": "", "task.py": "import trainer.sub.m\n", "sub/__init__.py": "", "sub/m.py": "m = 1\n",
+               "sub/deeper/__init__.py": "", "sub/deeper/x.py": "x = 1\n", "notpkg/x.py": "no = 1\n",
+               "notpkg/inner/__init__.py": "", "notpkg/inner/y.py": "y = 1\n", "a.b/__init__.py": "",
+               "a.b/z.py": "", "build/__init__.py": "", "build/b.py": "", "__pycache__/t.cpython-311.pyc": "",
+               "setup.py": "print('a module, not the build')\n", "sub/empty_dir/.keep": "",
+               "run.py": "#!/usr/bin/env python3\n"},
+}
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    package = root / "trainer"
+    for relative, text in files.items():
+        (package / relative).parent.mkdir(parents=True, exist_ok=True)
+        (package / relative).write_text(text)
+    if "run.py" in files:
+        (package / "run.py").chmod(0o755)
+    return package
+
+
+def _what_it_holds(built) -> tuple[dict, dict]:
+    """(sdist member -> (content, executable) or None for a directory; wheel member -> content),
+    leaving out the wheel's WHEEL and RECORD, which name the program that wrote them."""
+    with tarfile.open(built.path) as archive:
+        sdist = {m.name: (archive.extractfile(m).read(), bool(m.mode & 0o100)) if m.isfile() else None
+                 for m in archive}
+    with zipfile.ZipFile(built.wheel) as archive:
+        wheel = {n: archive.read(n) for n in archive.namelist() if not n.endswith(("/WHEEL", "/RECORD"))}
+    return sdist, wheel
+
+
+@pytest.mark.parametrize("tree", sorted(PLAIN_TREES))
+def test_a_plain_tree_builds_here_what_setuptools_builds(tree, tmp_path):
+    package = _tree(tmp_path / "src", PLAIN_TREES[tree])
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    for out in (ours, theirs):
+        out.mkdir()
+    here = build_sdist(package, ours, ours)
+    setuptools = build_with_setuptools(package, theirs, theirs)
+    assert here.path.name == setuptools.path.name == "trainer-0.0.0.tar.gz"
+    assert here.wheel.name == setuptools.wheel.name == "trainer-0.0.0-py3-none-any.whl"
+    assert _what_it_holds(here) == _what_it_holds(setuptools)
+
+
+def test_a_built_wheel_records_every_file_it_holds(tmp_path):
+    """installer (aiptrain.installs) checks each file against RECORD."""
+    from installer.sources import WheelFile
+
+    package = _tree(tmp_path / "src", PLAIN_TREES["nested"])
+    built = build_sdist(package, tmp_path, tmp_path)
+    with WheelFile.open(built.wheel) as wheel:
+        wheel.validate_record()  # raises on a file missing from RECORD or a wrong hash or size
+
+
+def test_the_same_tree_builds_the_same_bytes(tmp_path):
+    package = _tree(tmp_path / "src", PLAIN_TREES["nested"])
+    first, second = tmp_path / "a", tmp_path / "b"
+    for out in (first, second):
+        out.mkdir()
+    assert build_sdist(package, first, first).sha256 == build_sdist(package, second, second).sha256
+    assert (first / "trainer-0.0.0-py3-none-any.whl").read_bytes() == (second / "trainer-0.0.0-py3-none-any.whl").read_bytes()
+
+
+def _link(package: Path) -> None:
+    (package / "linked.py").symlink_to(package / "task.py")
+
+
+def _linked_dir(package: Path) -> None:
+    (package / "other").symlink_to(package.parent, target_is_directory=True)
+
+
+def _fifo(package: Path) -> None:
+    os.mkfifo(package / "pipe")
+
+
+def _dir_named_like_a_module(package: Path) -> None:
+    (package / "odd.py").mkdir()
+
+
+def _link_in_a_subpackage(package: Path) -> None:
+    (package / "sub").mkdir()
+    (package / "sub" / "__init__.py").symlink_to(package / "__init__.py")
+
+
+@pytest.mark.parametrize("make", [_link, _linked_dir, _fifo, _dir_named_like_a_module, _link_in_a_subpackage])
+def test_a_tree_setuptools_reads_otherwise_goes_to_setuptools(make, tmp_path):
+    package = _tree(tmp_path / "src", PLAIN_TREES["flat"])
+    make(package)
+    assert plain_package_modules(package) is None
+
+
+def test_a_package_name_that_is_no_identifier_goes_to_setuptools(tmp_path):
+    package = tmp_path / "my-trainer"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    assert plain_package_modules(package) is None
+    assert plain_package_modules(_tree(tmp_path / "src", PLAIN_TREES["flat"])) == ["trainer/__init__.py",
+                                                                                   "trainer/task.py"]
 
 
 # -- reading requirements --------------------------------------------------------------------------
