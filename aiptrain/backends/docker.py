@@ -77,19 +77,33 @@ class NoEndpointImage(EnvironmentNotReady):
     """No image on the engine can run the storage endpoint."""
 
 
+# One low-level client per process and timeout (its connection pool is thread-safe): a submit
+# asked for one in three places, and each new client costs a connection and a version request.
+_CLIENTS: dict[tuple[int, tuple], object] = {}
+# Where the engine is, as the docker CLI reads it (docker.utils.kwargs_from_env).
+ENGINE_VARIABLES = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
+_CLIENTS_LOCK = threading.Lock()
+os.register_at_fork(after_in_child=_CLIENTS.clear)  # a forked child never shares its parent's sockets
+
+
 def connect(timeout: int = 120):
-    """A low-level client for the engine DOCKER_HOST names (or the local socket)."""
+    """The low-level client for the engine DOCKER_HOST names (or the local socket), connected
+    once per process."""
     import docker
     from docker.errors import DockerException
 
-    try:
-        # DOCKER_HOST, DOCKER_TLS_VERIFY and DOCKER_CERT_PATH, as the docker CLI reads them.
-        # version="auto" asks the engine for its API version: that request is the reachability check.
-        return docker.APIClient(version="auto", timeout=timeout, max_pool_size=64, **docker.utils.kwargs_from_env())
-    except DockerException as exc:
-        raise EnvironmentNotReady(
-            f"Cannot reach the Docker engine ({_first_line(exc)}): start Docker or set DOCKER_HOST."
-        ) from None
+    key = (timeout, tuple(os.environ.get(name) for name in ENGINE_VARIABLES))
+    with _CLIENTS_LOCK:
+        if key not in _CLIENTS:
+            try:
+                # version="auto" asks the engine for its API version: that request is the reachability check.
+                _CLIENTS[key] = docker.APIClient(version="auto", timeout=timeout, max_pool_size=64,
+                                                 **docker.utils.kwargs_from_env())
+            except DockerException as exc:
+                raise EnvironmentNotReady(
+                    f"Cannot reach the Docker engine ({_first_line(exc)}): start Docker or set DOCKER_HOST."
+                ) from None
+        return _CLIENTS[key]
 
 
 def _first_line(exc: Exception) -> str:
