@@ -20,132 +20,34 @@ or Python environment, another user at either end, a closed standard descriptor,
 
 The socket is in Linux's abstract namespace (no path, so no AF_UNIX length limit for deep homes);
 both ends check the other's user with SO_PEERCRED, since any local user may connect to, or
-squat, an abstract name. The server imports nothing heavy until it runs: the client half of
-this module is on every command's start-up path.
+squat, an abstract name. The client half is aiptrain.launcher, which is on every command's
+start-up path and imports only what the interpreter has built in; it says what goes over the socket.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import marshal
 import os
 import signal
 import socket
-import struct
 import sys
 from pathlib import Path
 
-DISABLE_VAR = "AIPTRAIN_COMMAND_SERVER"  # "0": every command runs in its own process
+from aiptrain.launcher import DISABLE_VAR, LENGTH_BYTES, STD_FDS, code_version, peer_uid, socket_name
+
 REQUEST_SECONDS = 5.0  # a client has this long to send its request once connected
 PARENT_LOOK_SECONDS = 1.0  # how often the server looks whether its controller still runs
 BIND_PATIENCE_SECONDS = 5.0  # a predecessor whose controller just went still holds the name
-STD_FDS = (0, 1, 2)
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-LENGTH = struct.Struct("!I")
 # What the children of the server need, imported once in the server, before any fork. A module
 # missing from here is imported by the child that needs it: slower, never wrong.
 PRELOADED = (
     "aiptrain.cli", "aiptrain.cli.jobs", "aiptrain.cli.gcloud", "aiptrain.cli.formats", "aiptrain.cli.live",
     "aiptrain.cli.output", "aiptrain.client", "aiptrain.backends.docker", "aiptrain.packaging",
-    "aiptrain.staging", "aiptrain.wheelhouse", "aiptrain.installs", "aiptrain.runtimes", "docker", "yaml",
-    "rich.console", "rich.live",
+    "aiptrain.staging", "aiptrain.wheelhouse", "aiptrain.installs", "aiptrain.runtimes", "aiptrain.dependencies",
+    "aiptrain.gcloud_properties", "aiptrain.storage.gcs", "docker", "yaml", "rich.console", "rich.live",
+    # A submit's dependency check (50 ms of imports), and what requests reads at its first request.
+    "packaging.requirements", "packaging.tags", "packaging.utils", "netrc",
 )
-
-
-def socket_name(home: Path) -> bytes:
-    """The abstract socket name of a home's server, for this user."""
-    digest = hashlib.sha256(str(home).encode()).hexdigest()[:24]
-    return f"\0aiptrain-commands-{os.getuid()}-{digest}".encode()
-
-
-# -- the client ---------------------------------------------------------------------------------
-
-
-def forward(argv: list[str], home: Path) -> int | None:
-    """Run `aiptrain ARGV` in a child of the home's server; its exit status, or None when the
-    server cannot run it (the caller runs it itself, nothing having happened yet). With no
-    server, it costs a failed connect: the code version is computed only for a server."""
-    if os.environ.get(DISABLE_VAR) == "0":
-        return None
-    try:
-        for fd in STD_FDS:
-            os.fstat(fd)
-    except OSError:
-        return None  # a closed stdin/stdout/stderr cannot be handed over
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(socket_name(home))
-        if _peer_uid(conn) != os.getuid():
-            return None
-    except OSError:
-        return None
-    from aiptrain.runner.control import code_version
-
-    version = code_version()
-    signals = _SignalsToChild()
-    try:
-        request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": _umask(),
-                              "version": version, "python": sys.executable}).encode()
-        socket.send_fds(conn, [LENGTH.pack(len(request))], list(STD_FDS))
-        conn.sendall(request)
-        reader = conn.makefile("rb")
-        started = json.loads(reader.readline() or b"{}")
-    except (OSError, ValueError):
-        started = {}
-    if "pid" not in started:  # refused (another version), or the server went: nothing ran
-        signals.restore()
-        return None
-    signals.send_to(int(started["pid"]))
-    while True:
-        line = reader.readline()
-        if not line:  # the server went away mid-command: the child's status went with it
-            print("ERROR: aiptrain's command server stopped before the command ended.", file=sys.stderr)
-            return 4
-        ended = json.loads(line)
-        if "exit" in ended:
-            return int(ended["exit"])
-
-
-class _SignalsToChild:
-    """What a terminal or a supervisor sends the client goes on to the child that runs the
-    command; one that arrives before the child exists is passed on once it does."""
-
-    def __init__(self) -> None:
-        self.pid: int | None = None
-        self.pending: list[int] = []
-        self.before = {signum: signal.signal(signum, self.pass_on) for signum in FORWARDED_SIGNALS}
-
-    def pass_on(self, signum: int, _frame) -> None:
-        if self.pid is None:
-            self.pending.append(signum)
-            return
-        try:
-            os.kill(self.pid, signum)
-        except ProcessLookupError:
-            pass
-
-    def send_to(self, pid: int) -> None:
-        self.pid = pid
-        for signum in self.pending:
-            self.pass_on(signum, None)
-
-    def restore(self) -> None:
-        for caught, handler in self.before.items():
-            signal.signal(caught, handler)
-        for signum in self.pending:  # nothing ran: the signal is the client's own again
-            os.kill(os.getpid(), signum)
-
-
-def _peer_uid(conn: socket.socket) -> int:
-    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                          struct.calcsize("3i")))
-    return uid
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 # -- the server ---------------------------------------------------------------------------------
@@ -185,7 +87,7 @@ class Server:
         while True:
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                listener.bind(socket_name(self.home))
+                listener.bind(socket_name(str(self.home)))
             except OSError:
                 listener.close()
                 if time.monotonic() > deadline:
@@ -239,24 +141,24 @@ class Server:
         fds: list[int] = []
         try:
             conn.settimeout(REQUEST_SECONDS)
-            if _peer_uid(conn) != os.getuid():
+            if peer_uid(conn) != os.getuid():
                 conn.close()
                 return
-            header, fds, _, _ = socket.recv_fds(conn, LENGTH.size, len(STD_FDS))
-            request = json.loads(_read_exactly(conn, LENGTH.unpack(header)[0]))
+            header, fds, _, _ = socket.recv_fds(conn, LENGTH_BYTES, len(STD_FDS))
+            request = marshal.loads(_read_exactly(conn, int.from_bytes(header, "big")))  # the same user's bytes
             # Another aiptrain, or the same one in another environment (its own packages): not ours to run.
-            if (request.get("version"), request.get("python")) != (self.version, sys.executable) \
-                    or len(fds) != len(STD_FDS):
-                conn.sendall(b'{"refused": "version"}\n')
+            if not isinstance(request, dict) or len(fds) != len(STD_FDS) \
+                    or (request.get("version"), request.get("python")) != (self.version, sys.executable):
+                conn.sendall(b"refused version\n")
                 conn.close()
                 return
             pid = os.fork()
             if pid == 0:
                 self.child(conn, fds, request)  # never returns
-            conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+            conn.sendall(f"pid {pid}\n".encode())
             if self.debug:
                 print(f"command server: {pid} runs aiptrain {' '.join(request['argv'])}", file=sys.stderr, flush=True)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, EOFError, TypeError) as exc:  # marshal's refusals among them
             print(f"command server: a request failed: {exc}", file=sys.stderr, flush=True)
             conn.close()
             return
@@ -325,7 +227,7 @@ class Server:
             self.stop_watching(conn)
             code = os.waitstatus_to_exitcode(wait_status)
             try:
-                conn.sendall(json.dumps({"exit": code if code >= 0 else 128 - code}).encode() + b"\n")
+                conn.sendall(f"exit {code if code >= 0 else 128 - code}\n".encode())
             except OSError:
                 pass
             conn.close()
@@ -390,8 +292,6 @@ def _reopen_std_streams() -> None:
 def main(argv: list[str]) -> int:
     """`python -m aiptrain.commandserver HOME CONTROLLER_PID`, started by the controller."""
     import importlib
-
-    from aiptrain.runner.control import code_version
 
     home, controller_pid = Path(argv[0]), int(argv[1])
     for module in PRELOADED:

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiptrain.launcher import code_version
 from aiptrain.ownership import JobLock
 from aiptrain.settings import Settings
 
@@ -37,16 +38,6 @@ class ControllerInfo:
     pid: int
     version: str
     started: str  # RFC 3339
-
-
-def code_version() -> str:
-    """What a controller must match to keep running: aiptrain's version and when its code last
-    changed (an editable install changes without a new version number)."""
-    from aiptrain import __version__
-
-    package = Path(__file__).resolve().parent.parent
-    newest = max((p.stat().st_mtime_ns for p in package.rglob("*.py")), default=0)
-    return f"{__version__}+{newest}"
 
 
 def running(settings: Settings) -> ControllerInfo | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from aiptrain import commandserver
+from aiptrain import commandserver, launcher
 from aiptrain.launcher import serves
 
 from conftest import wait_for
@@ -101,14 +101,12 @@ def _zombie(pid: int) -> bool:
 
 
 def test_a_client_of_another_version_runs_its_command_itself(server, home, monkeypatch):
-    from aiptrain.runner import control
-
     with monkeypatch.context() as patched:
-        patched.setattr(control, "code_version", lambda: "0.0.0+other")
-        assert commandserver.forward(["jobs", "list"], home) is None
+        patched.setattr(launcher, "code_version", lambda: "0.0.0+other")
+        assert launcher.forward(["jobs", "list"], str(home)) is None
     with monkeypatch.context() as patched:
         patched.setattr(sys, "executable", "/another/venv/bin/python")  # the same code, other packages
-        assert commandserver.forward(["jobs", "list"], home) is None
+        assert launcher.forward(["jobs", "list"], str(home)) is None
     assert forked(server) == []
 
 
@@ -126,3 +124,28 @@ def test_without_a_server_the_command_runs_in_its_own_process(home):
 ])
 def test_which_commands_the_server_runs(argv, served):
     assert serves(argv) is served
+
+
+@pytest.mark.parametrize("env", [
+    {},
+    {"XDG_DATA_HOME": "/srv/data"},
+    {"XDG_DATA_HOME": "  "},
+    {"AIPTRAIN_HOME": "~/somewhere/../home"},
+])
+def test_the_client_finds_the_home_settings_finds(env, monkeypatch, tmp_path):
+    """The launcher finds the home without aiptrain.settings' imports: the two must agree."""
+    from aiptrain.settings import default_home
+
+    for name in ("AIPTRAIN_HOME", "XDG_DATA_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert launcher.home_directory() == str(default_home())
+
+
+def test_every_spelling_of_a_home_names_one_server(tmp_path):
+    (tmp_path / "home").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "home")
+    assert launcher.socket_name(str(tmp_path / "home")) == launcher.socket_name(str(tmp_path / "link/../home"))
+    assert launcher.socket_name(str(tmp_path / "home")) == launcher.socket_name(str(tmp_path / "link"))
