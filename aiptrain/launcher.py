@@ -37,15 +37,39 @@ def serves(argv: list[str]) -> bool:
     return "jobs" in words
 
 
+def submits(argv: list[str]) -> bool:
+    """Whether a command line submits a job (not its help, not a dry run)."""
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    return "jobs" in words and "submit" in words and not {"--dry-run", "--help", "-h"} & set(words)
+
+
 def main() -> None:
     argv = sys.argv[1:]
     if serves(argv):
         status = forward(argv, home_directory())
         if status is not None:
             sys.exit(status)
+        if submits(argv):
+            start_controller()
     from aiptrain.cli import main as run_here
 
     run_here()
+
+
+def start_controller() -> None:
+    """A submit run in its own process starts the home's controller first, so the controller's
+    start-up (an interpreter and its imports) runs beside the submit's own instead of after it.
+    With a controller already running this is one flock try. Never an error here: the submit
+    makes sure of the controller again once its job is recorded, and says what is wrong."""
+    try:
+        from aiptrain.runner import control
+        from aiptrain.settings import Settings
+
+        settings = Settings()
+        if not settings.api_url:  # in client mode the server's controller runs the jobs
+            control.ensure_running(settings)
+    except Exception:  # noqa: BLE001 - see above
+        pass
 
 
 # -- what the server is found by ------------------------------------------------------------------

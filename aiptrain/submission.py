@@ -333,12 +333,13 @@ class Submitter:
         if lock is None:
             raise duplicate_job(job.job_id)  # another process is submitting this very ID
         # Connecting to Docker (importing its SDK, negotiating the API) and the controller's
-        # start-up overlap the packaging. The controller leaves the job alone while we hold its lock.
+        # start-up overlap the packaging. The controller leaves the job alone while we hold its
+        # lock; woken now, it gets ready for the launch meanwhile (the storage endpoint).
         warm_up = threading.Thread(target=self.backend.warm_up, daemon=True)
         warm_up.start()
         try:
             job = self.store.create(job, backend=self.backend.name)
-            control.ensure_running(self.settings)
+            control.wake(self.settings, job.job_id)
             if submission.project:
                 record_project(self.settings, job.job_id, submission.project)
             with JobLogWriter(self.settings.job_log_path(job.job_id)) as job_log:

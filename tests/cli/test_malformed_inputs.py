@@ -129,7 +129,7 @@ def test_each_malformed_input_exits_2_with_one_line_and_leaves_nothing(home, tmp
     if (home / "jobs.db").exists():
         from aiptrain.store import JobStore
 
-        assert JobStore(home / "jobs.db").list() == []
+        assert JobStore(home / "jobs.db").all() == []
 
 
 def test_error_lines_name_the_problem(home, tmp_path, package):
