@@ -237,25 +237,29 @@ class DockerBackend:
     # -- launch --------------------------------------------------------------------------
 
     def launch(self, plan: LaunchPlan) -> None:
-        with self._removed_on_failure(plan):
-            if plan.network:
-                self._create_network(plan.network)
+        """The job's network and replicas. Replicas are created while the storage endpoint comes
+        up (in a new home, or after a quiet spell, it takes the longest: about half a second)
+        and started once it serves: a trainer's first request may come at once, and not every
+        client retries a refused connection."""
+        with self._removed_on_failure(plan), ThreadPoolExecutor(max_workers=1) as endpoint_starter:
             # A job without a network of its own runs on the solo network, whose gateway is where
             # the storage endpoint listens.
-            gateway: str | None = None
-            if plan.network:
-                network = plan.network.name
-                if plan.storage:
-                    _, gateway = self.solo_network()
-            else:
-                network, gateway = self.solo_network()
-            hosts = None
-            # Serving before any replica starts: a trainer's first request may come at once, and
-            # not every client retries a refused connection. Running already: one inspect.
-            if plan.storage and gateway is not None and self._storage_endpoint_or_none(plan.storage):
+            solo, gateway = self.solo_network() if not plan.network or plan.storage else ("", "")
+            serving, hosts = None, None
+            if plan.storage and gateway and self._endpoint_image_present(plan.storage):
+                serving = endpoint_starter.submit(self.ensure_storage_endpoint, plan.storage)
                 hosts = dict.fromkeys(API_HOSTS, gateway)
-            self._each(lambda spec: self._start(spec, plan.environment(spec), network, hosts, bool(plan.network)),
-                       plan.containers)
+            if plan.network:
+                self._create_network(plan.network)
+            network = plan.network.name if plan.network else solo
+
+            def create_then_start(spec: ContainerSpec) -> None:
+                container_id = self._create(spec, plan.environment(spec), network, hosts, bool(plan.network))
+                if serving:
+                    serving.result()
+                self.api.start(container_id)
+
+            self._each(create_then_start, plan.containers)
 
     # -- shared per installation: the lone replicas' network, the storage endpoint ------------------
 
@@ -305,14 +309,15 @@ class DockerBackend:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
-    def _storage_endpoint_or_none(self, endpoint) -> str | None:
-        """The storage endpoint's address, started if it is not running. With no image to run
-        it, the job runs without (its gs:// fails as offline), said in the log."""
+    def _endpoint_image_present(self, endpoint) -> bool:
+        """Whether an image here can run the storage endpoint. Without one the job runs without
+        it (its gs:// fails as offline), said in the log."""
         try:
-            return self.ensure_storage_endpoint(endpoint)
+            self._present_image(endpoint.images)
+            return True
         except NoEndpointImage as exc:
             log.warning("%s", exc)
-            return None
+            return False
 
     def ensure_storage_endpoint(self, endpoint) -> str:
         """The address replicas reach the installation's storage endpoint at (port 443): the lone
@@ -415,7 +420,7 @@ class DockerBackend:
                 return
             if not state.get("Running") and state.get("Status") == "exited":
                 raise AiptrainError(f"The storage endpoint for gs:// did not start: {output.strip()[-300:]}")
-            time.sleep(0.05)
+            time.sleep(0.02)  # replicas wait for it: each look sooner is a look less of their start
         raise AiptrainError(f"The storage endpoint for gs:// did not start within {ENDPOINT_READY_SECONDS}s.")
 
     def remove_installation(self) -> None:
@@ -518,8 +523,8 @@ class DockerBackend:
             api.remove_container(container["Id"], force=True)
         return status, output
 
-    def _start(self, spec: ContainerSpec, env: dict[str, str], network: str,
-               hosts: dict[str, str] | None = None, aliases: bool = True) -> None:
+    def _create(self, spec: ContainerSpec, env: dict[str, str], network: str,
+                hosts: dict[str, str] | None = None, aliases: bool = True) -> str:
         api = self.api
         host_config = self._host_config(spec, network, hosts)
         # A lone replica's hostname is in its own /etc/hosts: no alias tells its neighbours its name.
@@ -537,7 +542,7 @@ class DockerBackend:
             host_config=host_config,
             networking_config=api.create_networking_config({network: endpoint}) if endpoint else None,
         )
-        api.start(container["Id"])
+        return container["Id"]
 
     # -- observation ---------------------------------------------------------------------
 

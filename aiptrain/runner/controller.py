@@ -409,6 +409,12 @@ def serve(settings: Settings, lock: JobLock, idle_exit: bool) -> None:
         signal.signal(signum, stop)
     threading.Thread(target=read_fifo, args=(settings, controller), daemon=True, name="fifo").start()
     log.info("Controller %s started for %s (version %s)", os.getpid(), settings.home, control.code_version())
+    # The engine's SDK imported and connected now, while the submit that started us (most often)
+    # still stages its job: it would cost a tenth of a second of that job's start-up later.
+    try:
+        controller.backend(settings.backend)
+    except Exception as exc:  # noqa: BLE001 - the jobs that need it meet it again, and say it
+        log.warning("Could not open the %s backend: %s", settings.backend, exc)
     try:
         controller.run()
     finally:
