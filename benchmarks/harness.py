@@ -308,6 +308,19 @@ def docker(*args: str, check: bool = True) -> str:
     return result.stdout
 
 
+def remove_network(name: str, patience: float = 60) -> None:
+    """`docker network rm`, again while a loaded engine still lists endpoints of containers it
+    has just removed ("has active endpoints"), as aiptrain's own teardown does."""
+    deadline = time.monotonic() + patience
+    while True:
+        result = subprocess.run(["docker", "network", "rm", name], capture_output=True, text=True, timeout=180)
+        if result.returncode == 0 or "active endpoints" not in result.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if result.returncode != 0:
+        raise BenchError(f"`docker network rm {name}` failed: {result.stderr.strip()[-500:]}")
+
+
 def python_script(name: str, *args: str) -> list[str]:
     """`python3 -c SCRIPT ARGS` of one of benchmarks/trainers' scripts, for a bare container."""
     return ["python3", "-c", (TRAINERS / name).read_text(), *args]

@@ -20,6 +20,7 @@ from harness import (
     engine_time,
     first_user_lines,
     interleaved,
+    remove_network,
     timed,
 )
 
@@ -137,7 +138,7 @@ def bench_standard_1(b: Bench) -> list[Row]:
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=STANDARD_1_REPLICAS) as pool:
             list(pool.map(lambda name: docker("rm", "-f", name), names))
-        docker("network", "rm", network)
+        remove_network(network)
         stop.base.append(time.perf_counter() - t0)
 
     interleaved(b.args.repeat, ours, base)
@@ -210,7 +211,7 @@ def bench_first_line(b: Bench) -> list[Row]:
                 firsts.append(engine_time(docker("logs", "-t", name).split()[0]))
             row.base.append(max(firsts) - start)
             docker("rm", "-f", *names)
-            docker("network", "rm", network)
+            remove_network(network)
 
         interleaved(b.args.repeat, ours, base)
         row.notes.append(f"7: time from submit to the last of the {replicas} replicas printing its first line, from "
