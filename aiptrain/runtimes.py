@@ -94,10 +94,10 @@ def image_contents(rt: Runtime) -> Image:
     label records it installed."""
     from docker.errors import ImageNotFound
 
-    from aiptrain.backends.docker import connect
+    from aiptrain.backends.docker import connect, inspect_image
 
     try:
-        labels = connect().inspect_image(rt.image).get("Config", {}).get("Labels") or {}
+        labels = inspect_image(connect(), rt.image).get("Config", {}).get("Labels") or {}
     except ImageNotFound:  # the backend's own check says what to do
         labels = {}
     return held_by(rt, labels.get(INSTALLED_LABEL, "").split())

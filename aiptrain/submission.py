@@ -322,6 +322,12 @@ class Submitter:
         self._report(text)
 
     def submit(self, submission: Submission) -> Job:
+        from aiptrain.backends.docker import inspections_shared
+
+        with inspections_shared():
+            return self._submit(submission)
+
+    def _submit(self, submission: Submission) -> Job:
         job = submission.job
         if submission.runtime:
             check_available(submission.runtime, submission.runtime_given_as)

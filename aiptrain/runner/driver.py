@@ -293,14 +293,8 @@ class JobDriver:
         return True
 
     def observe(self, trial_id: str | None = None) -> list[ReplicaObservation]:
-        """The replicas' states (of one trial, when given), riding out a Docker engine that is
-        briefly unreachable (restarting, overloaded) instead of failing a healthy job."""
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_delay(ENGINE_PATIENCE_SECONDS),
-            wait=tenacity.wait_exponential(multiplier=0.1, max=2),
-            reraise=True,
-        )
-        observations = retrying(self.backend.observe, self.job_id)
+        """The replicas' states (of one trial, when given)."""
+        observations = patiently(self.backend.observe, self.job_id)
         return observations if trial_id is None else [o for o in observations if o.trial_id == trial_id]
 
     def restart(self, task: str, observations: list[ReplicaObservation], trial_id: str = "") -> None:
@@ -313,7 +307,7 @@ class JobDriver:
             trial_id,
         )
         self.followers.restarted(trial_id, task)
-        self.backend.restart(obs.container_id or "")
+        patiently(self.backend.restart, obs.container_id or "")  # an engine going down kills replicas too
 
     def stop_running(self, observations: list[ReplicaObservation]) -> None:
         running = [o.container_id for o in observations if o.status == ReplicaStatus.RUNNING and o.container_id]
@@ -389,6 +383,17 @@ class JobDriver:
             except Exception as exc:  # noqa: BLE001 - the others still run
                 log.warning("Failing job %s left something: %s", self.job_id, exc)
         self.phase = "done"
+
+
+def patiently(call, *args):
+    """`call(*args)`, riding out a Docker engine that is briefly unreachable (restarting,
+    overloaded) instead of failing a healthy job: tried again for up to ENGINE_PATIENCE_SECONDS."""
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_delay(ENGINE_PATIENCE_SECONDS),
+        wait=tenacity.wait_exponential(multiplier=0.1, max=2),
+        reraise=True,
+    )
+    return retrying(call, *args)
 
 
 def log_tail(lines: list[str]) -> list[str]:

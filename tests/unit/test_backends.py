@@ -173,3 +173,55 @@ def test_the_fake_backend_plays_its_script_and_reports_each_change():
     stop.set()
     watcher.join(timeout=60)
     assert changes == ["job"] * 6  # launch, exit, restart, exit, stop, remove
+
+
+def _event(action: str, container: str, exit_code: int | None = None, time_ns: int = 1_800_000_000_000_000_000) -> dict:
+    attributes = {"aiptrain.job": "j"} | ({"exitCode": str(exit_code)} if exit_code is not None else {})
+    return {"Action": action, "id": container, "timeNano": time_ns, "Actor": {"Attributes": attributes}}
+
+
+def test_a_die_is_believed_until_the_replica_starts_again():
+    from aiptrain.backends.docker import HeardExits
+
+    exits = HeardExits()
+    exits.heard(_event("start", "c1"))
+    assert exits.died("c1") is None
+    exits.heard(_event("die", "c1", 0))
+    assert exits.died("c1") == (0, None)  # a success: no time needed
+    exits.heard(_event("die", "c2", 137))
+    code, when = exits.died("c2")
+    assert code == 137 and when is not None and when.tzinfo is not None
+    exits.restarting("c2")  # the driver restarts it: the old die no longer counts
+    assert exits.died("c2") is None
+    exits.heard(_event("die", "c2", 137))  # the old run's die, heard late
+    assert exits.died("c2") is None
+    exits.heard(_event("start", "c2"))
+    exits.heard(_event("die", "c2", 1))  # the new run's own end
+    assert exits.died("c2")[0] == 1
+    exits.forget("c2")
+    assert exits.died("c2") is None
+    exits.heard({"Action": "die", "id": "c3", "Actor": {"Attributes": {}}})  # no exit code: nothing believed
+    assert exits.died("c3") is None
+
+
+def test_observe_believes_a_die_the_container_list_has_not_caught_up_with():
+    from aiptrain.backends import ReplicaStatus
+    from aiptrain.backends.docker import DockerBackend
+    from aiptrain.planning import LABEL_TASK, LABEL_TASK_INDEX, LABEL_TASK_TYPE
+
+    labels = {LABEL_TASK: "master-replica-0", LABEL_TASK_TYPE: "master", LABEL_TASK_INDEX: "0"}
+
+    class Engine:
+        state, status = "running", "Up 1 second"
+
+        def containers(self, **_):
+            return [{"Id": "c1", "Labels": labels, "State": self.state, "Status": self.status}]
+
+    engine = Engine()
+    backend = DockerBackend(client=engine)
+    assert [o.status for o in backend.observe("j")] == [ReplicaStatus.RUNNING]
+    backend.exits.heard(_event("die", "c1", 0))
+    [seen] = backend.observe("j")
+    assert (seen.status, seen.exit_code) == (ReplicaStatus.EXITED, 0)
+    engine.state, engine.status = "exited", "Exited (0) 1 second ago"
+    assert backend.observe("j")[0].exit_code == 0 and backend.exits.died("c1") is None  # the list says so now
