@@ -20,9 +20,11 @@ from aiptrain.model import State
 from aiptrain.topology import MASTER_TASK, task_label
 
 RETRYABLE_EXIT_CODES = frozenset({130, 137, 143})
-# The engine lists a replica as running for 0.1 to 0.3 s after its `die` event (measured on a busy 2-core
-# machine): after an engine event about a job, the controller looks at it SETTLE_CHECKS times, this often.
-SETTLE_CHECKS, SETTLE_SECONDS = 10, 0.05
+# The engine lists a replica as running for a while after its `die` event, until it has cleaned up
+# after it (40 to 60 ms on a quiet 2-core machine, up to 0.3 s on a busy one), and only then has its
+# log the last line when that has no newline: after an engine event about a job, the controller
+# looks at it SETTLE_CHECKS times, this often (a job's end is seen 12 ms after that, not 25, on average).
+SETTLE_CHECKS, SETTLE_SECONDS = 20, 0.025
 
 
 @dataclass(frozen=True)

@@ -212,7 +212,6 @@ class DockerBackend:
         self._subnet_pool = subnet_pool
         self._connecting = threading.Lock()
         self._home = home  # labels what the installation shares, so it can be found from its home
-        self.exits = HeardExits()  # what `watch` heard: `observe` believes a `die` before the list does
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DockerBackend:
@@ -590,12 +589,8 @@ class DockerBackend:
             labels = info["Labels"]
             status = _STATES.get(info["State"], ReplicaStatus.EXITED)
             exit_code = finished = None
-            died = self.exits.died(info["Id"]) if status == ReplicaStatus.RUNNING else None
-            if died is not None:  # the list still says running: the engine is cleaning up after it
-                status, (exit_code, finished) = ReplicaStatus.EXITED, died
-            elif status == ReplicaStatus.EXITED:
+            if status == ReplicaStatus.EXITED:
                 exit_code, finished = self._exit_details(info)
-                self.exits.forget(info["Id"])  # the list says so itself now
             observations.append(labelled_observation(labels, info["Id"], status, exit_code, finished))
         return observations
 
@@ -617,7 +612,6 @@ class DockerBackend:
     # -- control -------------------------------------------------------------------------
 
     def restart(self, container_id: str) -> None:
-        self.exits.restarting(container_id)
         self.api.start(container_id)
 
     def stop(self, container_ids: list[str], grace_seconds: int = 10) -> None:
@@ -651,7 +645,6 @@ class DockerBackend:
             except APIError as exc:  # "removal already in progress" from a concurrent cleanup
                 if "already in progress" not in str(exc):
                     raise
-            self.exits.forget(container["Id"])
 
         containers = self._containers(job_id, trial_id)
         if trial_id is None:  # and the job's install container, if a killed submit left it
@@ -720,7 +713,6 @@ class DockerBackend:
             try:
                 since = time.time()
                 for event in self.api.events(since=since, until=since + 30, filters=filters, decode=True):
-                    self.exits.heard(event)
                     job_id = (event.get("Actor") or {}).get("Attributes", {}).get(LABEL_JOB)
                     if job_id:
                         on_change(job_id)
@@ -754,46 +746,6 @@ class DockerBackend:
         if follow:
             api._disable_socket_timeout(api._get_raw_response_socket(response))  # follow may wait long
         return response
-
-
-class HeardExits:
-    """The `die` events the engine sent about replicas, for `observe`: the engine sends `die` as
-    a replica's process ends, then cleans up after it (its network: 50 ms here) and only then
-    lists it as exited, and a job ends that much sooner when its controller believes the event.
-    A replica restarted since is left out until the engine says it started again, so a `die` of
-    its last run that arrives late is never taken for the new run's."""
-
-    def __init__(self) -> None:
-        self._died: dict[str, tuple[int, datetime | None]] = {}  # container -> (exit code, when if failed)
-        self._restarting: set[str] = set()
-        self._lock = threading.Lock()  # the watcher thread writes, the steps' threads read
-
-    def heard(self, event: dict) -> None:
-        container_id, action = event.get("id", ""), event.get("Action") or event.get("status")
-        attributes = (event.get("Actor") or {}).get("Attributes") or {}
-        with self._lock:
-            if action == "start":
-                self._restarting.discard(container_id)
-                self._died.pop(container_id, None)
-            elif action == "die" and container_id not in self._restarting and "exitCode" in attributes:
-                code = int(attributes["exitCode"])
-                when = datetime.fromtimestamp(event["timeNano"] / 1e9).astimezone() if code and "timeNano" in event \
-                    else None  # as _exit_details: only a failure's time orders anything
-                self._died[container_id] = (code, when)
-
-    def died(self, container_id: str) -> tuple[int, datetime | None] | None:
-        with self._lock:
-            return self._died.get(container_id)
-
-    def restarting(self, container_id: str) -> None:
-        with self._lock:
-            self._restarting.add(container_id)
-            self._died.pop(container_id, None)
-
-    def forget(self, container_id: str) -> None:
-        with self._lock:
-            self._died.pop(container_id, None)
-            self._restarting.discard(container_id)
 
 
 def labelled_observation(labels: dict[str, str], replica_id: str, status: ReplicaStatus, exit_code: int | None = None,
