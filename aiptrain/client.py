@@ -26,6 +26,7 @@ from aiptrain.config import SubmitFlags
 from aiptrain.errors import EnvironmentNotReady, JobNotFound, ValidationError
 from aiptrain.exports import dry_run_tfjob, tfjob_export
 from aiptrain.model import Job
+from aiptrain.runner import control
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore, duplicate_job
 from aiptrain.submission import Submission, Submitter, prepare, recorded_project
@@ -114,6 +115,9 @@ class Client:
             raise EnvironmentNotReady(full)
         if self.store.exists(submission.job.job_id):
             raise duplicate_job(submission.job.job_id)
+        # What could be checked without side effects passed: the controller starts now, so its
+        # start-up overlaps the engine's connection, the image check and the packaging.
+        control.ensure_running(self.settings)
         if submission.runtime and self.settings.auto_build:
             runtimes.ensure_image(submission.runtime, self.settings.cache_dir,
                                   build_progress or report or (lambda line: None), submission.runtime_given_as)

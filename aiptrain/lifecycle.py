@@ -23,8 +23,8 @@ RETRYABLE_EXIT_CODES = frozenset({130, 137, 143})
 # The engine lists a replica as running for a while after its `die` event, until it has cleaned up
 # after it (40 to 60 ms on a quiet 2-core machine, up to 0.3 s on a busy one), and only then has its
 # log the last line when that has no newline: after an engine event about a job, the controller
-# looks at it SETTLE_CHECKS times, this often (a job's end is seen 12 ms after that, not 25, on average).
-SETTLE_CHECKS, SETTLE_SECONDS = 20, 0.025
+# looks at it again after each of these waits, closer together while the end is likeliest.
+SETTLE_LOOKS = (0.025,) * 4 + (0.05,) * 6
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from pathlib import Path
 from aiptrain import commandserver
 from aiptrain.backends import Backend, open_backend
 from aiptrain.jobtable import DamagedRecord
-from aiptrain.lifecycle import SETTLE_CHECKS, SETTLE_SECONDS
+from aiptrain.lifecycle import SETTLE_LOOKS
 from aiptrain.model import rfc3339, utc_now
 from aiptrain.ownership import JobLock
 from aiptrain.planning import storage_endpoint_for
@@ -77,7 +77,7 @@ class Controller:
         self.store = PerThreadStore(settings)
         self.drivers: dict[str, JobDriver] = {}
         self.due: dict[str, float] = {}  # job -> monotonic time of its next step
-        self.quick_looks: dict[str, int] = {}  # job -> looks left at SETTLE_SECONDS after an engine event
+        self.quick_looks: dict[str, int] = {}  # job -> looks of SETTLE_LOOKS left after an engine event
         self.in_flight: dict[str, Future] = {}
         self.skipped: set[str] = set()  # jobs whose record cannot be read: left as they are
         self.home_gone = False  # the home was deleted: what its jobs shared goes with the controller
@@ -204,7 +204,7 @@ class Controller:
                 looks = self.quick_looks.get(job_id, 0)
                 if looks:
                     self.quick_looks[job_id] = looks - 1
-                    delay = min(delay, SETTLE_SECONDS)
+                    delay = min(delay, SETTLE_LOOKS[-looks])
                 self.due[job_id] = time.monotonic() + delay
         self.wake.set()
 
@@ -233,7 +233,7 @@ class Controller:
         with self.lock:
             if job_id in self.drivers:
                 self.due[job_id] = 0.0
-                self.quick_looks[job_id] = SETTLE_CHECKS
+                self.quick_looks[job_id] = len(SETTLE_LOOKS)
         self.wake.set()
 
     def seconds_to_next(self, now: float) -> float:

@@ -105,11 +105,13 @@ def test_unknown_scale_tier_flag_lists_gclouds_choices():
 
 def test_only_settings_reads_aiptrains_environment():
     """Every AIPTRAIN_* variable is read in aiptrain/settings.py, so one place says what each does
-    and two readers cannot disagree; the storage endpoint's server runs alone in its container."""
+    and two readers cannot disagree; the storage endpoint's server runs alone in its container,
+    and the launcher finds the home (AIPTRAIN_HOME) before any import, as settings does
+    (tests/cli/test_command_server.py keeps the two in step)."""
     import re
     from pathlib import Path
 
     package = Path(__file__).resolve().parents[2] / "aiptrain"
     read = re.compile(r"""(?:environ\.get\(|environ\[|getenv\()\s*f?["']AIPTRAIN_""")
     readers = {str(path.relative_to(package)) for path in package.rglob("*.py") if read.search(path.read_text())}
-    assert readers == {"settings.py", "storage/endpoint_server.py"}
+    assert readers == {"settings.py", "storage/endpoint_server.py", "launcher.py"}
