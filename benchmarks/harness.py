@@ -280,6 +280,14 @@ class Bench:
         if self.torchx_ran and not self.torchx_network_existed:
             docker("network", "rm", TORCHX_NETWORK, check=False)  # TorchX's network, made by this run
         shutil.rmtree(self.tmp, ignore_errors=True)
+        # What the deleted homes shared on the engine (each lone replicas' network holds a subnet
+        # of the pool): removed as a controller's sweep would, now rather than at the next one.
+        from aiptrain.backends.docker import DockerBackend
+
+        try:
+            DockerBackend().remove_abandoned()
+        except Exception:  # noqa: BLE001 - best effort: any controller's next sweep does it
+            pass
         return leftovers
 
 

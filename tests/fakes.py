@@ -262,6 +262,9 @@ class FakeBackend:
     def remove_installation(self) -> None:
         self.calls.append(("remove_installation",))
 
+    def remove_abandoned(self) -> None:
+        self.calls.append(("remove_abandoned",))
+
     def release_shared(self, still_needed: Callable[[], bool]) -> None:
         self.calls.append(("release_shared",))
         self._maybe_fail("release_shared")

@@ -107,6 +107,10 @@ class Backend(Protocol):
         """Remove everything the installation shares (the storage endpoint, the lone replicas'
         network): its home is gone, so nothing will use them again."""
 
+    def remove_abandoned(self) -> None:
+        """Remove what installations whose home was deleted from this host left shared on the
+        engine (their storage endpoint, their lone replicas' network), where nothing uses it."""
+
     def watch(self, stop: threading.Event, on_change: Callable[[str], None]) -> None:
         """Call `on_change(job_id)` whenever a replica of the installation starts or stops,
         until `stop` is set (the controller runs one watcher per backend)."""

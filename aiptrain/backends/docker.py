@@ -113,6 +113,12 @@ def inspect_image(api, image: str) -> dict:
     return shared[image]
 
 
+def engine_is_local() -> bool:
+    """Whether the engine is this host's own (its Unix socket), not one DOCKER_HOST names elsewhere."""
+    host = os.environ.get("DOCKER_HOST", "")
+    return not host or host.startswith("unix://")
+
+
 def connect(timeout: int = 120):
     """The low-level client for the engine DOCKER_HOST names (or the local socket), connected
     once per process."""
@@ -324,6 +330,32 @@ class DockerBackend:
         found = self.api.networks(names=[self.solo_network_name], filters={"label": f"{LABEL_ROLE}={SOLO_ROLE}"})
         return sorted((n for n in found if n["Name"] == self.solo_network_name), key=lambda n: n["Created"])
 
+    def remove_abandoned(self) -> None:
+        """What the installations of homes deleted from this host left on its engine (their
+        storage endpoint, their lone replicas' network) when no controller of theirs ran to
+        remove it: each such network holds a subnet of AIPTRAIN_SUBNET_POOL for good, and a
+        machine that makes a fresh home per CI run used to exhaust the pool (128 of them).
+        Only on an engine of this host (a home on another machine is not this one's to
+        judge), and only what nothing uses: a network with a replica still on it stays."""
+        from docker.errors import APIError, NotFound
+
+        if not engine_is_local():
+            return
+        shared = [*self.api.networks(filters={"label": [f"{LABEL_ROLE}={SOLO_ROLE}", LABEL_HOME]}),
+                  *self.api.containers(all=True, filters={"label": [f"{LABEL_ROLE}={ROLE}", LABEL_HOME]})]
+        gone = {home for home in ((item.get("Labels") or {}).get(LABEL_HOME, "") for item in shared)
+                if home and home != self._home and not os.path.isdir(home)}
+        for item in shared:
+            if (item.get("Labels") or {}).get(LABEL_HOME) not in gone:
+                continue
+            with contextlib.suppress(NotFound, APIError):  # in use (a replica still on it), or gone meanwhile
+                if "Driver" in item:  # a network
+                    self.api.remove_network(item["Id"])
+                else:
+                    self.api.remove_container(item["Id"], force=True)
+        if gone:
+            log.info("Removed what %d deleted home(s) left on the engine: %s", len(gone), ", ".join(sorted(gone)))
+
     @contextlib.contextmanager
     def _home_lock(self, what: str) -> Iterator[None]:
         """One process of this home at a time makes `what` (a lock file in the home)."""
@@ -484,8 +516,13 @@ class DockerBackend:
 
         pool = subnet_pool(self._subnet_pool)
         refused: list[ipaddress.IPv4Network] = []
+        swept = False
         for _ in range(SUBNET_ATTEMPTS):
             subnet = pick_subnet(pool, network.addresses, [*self._subnets_in_use(), *refused], network.name)
+            if subnet is None and not swept:  # deleted homes' networks may hold the pool: free theirs
+                swept = True
+                self.remove_abandoned()
+                subnet = pick_subnet(pool, network.addresses, [*self._subnets_in_use(), *refused], network.name)
             if subnet is None:
                 break
             ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))])

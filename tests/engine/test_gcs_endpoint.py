@@ -362,3 +362,39 @@ def assert_a_gs_study_reads_every_trials_metric(cli, gcs_home: Path, tmp_path: P
     assert sorted(t["finalMetric"]["objectiveValue"] for t in trials) == pytest.approx([0.1, 0.2])
     for trial in trials:
         assert list((gcs_home / "gcs" / "study-out" / "run" / trial["trialId"] / "validation").iterdir())
+
+
+def test_what_a_deleted_home_shared_goes_at_the_next_sweep_or_when_the_subnet_pool_runs_out(tmp_path, docker_api):
+    """A home deleted while no controller of its ran leaves its lone replicas' network (a /22 of
+    the pool each): any controller's sweep removes it, and so does a network create that would
+    otherwise find the pool full. A home that still exists keeps its network."""
+    import shutil
+
+    from aiptrain.backends.docker import DockerBackend
+    from aiptrain.settings import Settings
+
+    pool = "10.213.4.0/22"  # room for exactly one lone replicas' network
+
+    def backend(name: str, subnet_pool: str = "10.213.8.0/21") -> DockerBackend:
+        home = tmp_path / name
+        home.mkdir(exist_ok=True)
+        return DockerBackend(Settings(home=home).installation_id, client=docker_api, subnet_pool=subnet_pool,
+                             home=str(home))
+
+    def homes_with_networks() -> set[str]:
+        return {n["Labels"].get("aiptrain.home") for n in docker_api.networks(filters={"label": "aiptrain.home"})}
+
+    backend("gone").solo_network()
+    kept = backend("kept")
+    kept.solo_network()
+    shutil.rmtree(tmp_path / "gone")
+    backend("sweeper").remove_abandoned()
+    assert str(tmp_path / "gone") not in homes_with_networks() and str(tmp_path / "kept") in homes_with_networks()
+
+    backend("gone_too", pool).solo_network()
+    shutil.rmtree(tmp_path / "gone_too")
+    newcomer = backend("newcomer", pool)
+    newcomer.solo_network()  # the pool's one /22 was the deleted home's
+    assert str(tmp_path / "gone_too") not in homes_with_networks() and str(tmp_path / "newcomer") in homes_with_networks()
+    for remaining in (kept, newcomer):
+        remaining.remove_installation()
