@@ -62,7 +62,7 @@ def start(home: Path, controller_pid: int) -> None:
         return
 
     subprocess.Popen([sys.executable, "-m", "aiptrain.commandserver", str(home), str(controller_pid)],
-                     stdin=subprocess.DEVNULL)
+                     stdin=subprocess.DEVNULL, cwd="/")  # as the controller: no modules from a working directory
 
 
 class Server:

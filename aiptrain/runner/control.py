@@ -97,6 +97,9 @@ def start(settings: Settings, lock: JobLock) -> int:
             [sys.executable, "-m", "aiptrain.runner.controller", str(lock.fd)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, pass_fds=(lock.fd,),
             start_new_session=True,  # Ctrl-C in the terminal stops a stream, never the jobs
+            # `python -m` looks for modules in its working directory first: one with an `aiptrain`
+            # folder (a checkout of another version) would have the controller run that code.
+            cwd="/",
             env={**os.environ, "AIPTRAIN_HOME": str(settings.home)},
         )
     return process.pid
