@@ -51,7 +51,8 @@ ADOPT_EVERY_SECONDS = 1.0  # looks for active jobs nobody drives, besides every 
 PRUNE_EVERY_SECONDS = 3600.0
 FULL_DISK_RETRY_SECONDS = 5.0
 RETAKE_TRIES = 50  # 10 ms apart: taking the home's lock back after letting go of it
-COMMAND_SERVER_QUIET_SECONDS = 1.0  # nothing in hand this long: the command server starts
+# Nothing in hand this long, before this controller's first job: the command server starts.
+COMMAND_SERVER_QUIET_SECONDS = 1.0
 
 
 class PerThreadStore:
@@ -87,6 +88,7 @@ class Controller:
         # one run inside another program (a test) leaves commands to their own processes.
         self.command_server_started = not serves_commands
         self.last_busy = time.monotonic()  # a step in flight or a submit staging, last seen
+        self.had_work = False  # a job was in hand since this controller started
         self.wake = threading.Event()
         self.news = threading.Event()  # a command wrote to the FIFO: look for new jobs now
         self.stopping = threading.Event()
@@ -243,14 +245,19 @@ class Controller:
         return min(ADOPT_EVERY_SECONDS, max(0.0, min(waiting) - now))
 
     def start_command_server(self, submits_waiting: bool) -> None:
-        """The home's command server (aiptrain.commandserver), once: after a second with nothing
-        in hand, so its imports never compete with a home's first submit and launch for the
-        cores (a submit starts the controller before its own imports, so its job shows up a
-        moment after the controller does). It goes when the controller goes."""
+        """The home's command server (aiptrain.commandserver), once, when nothing is in hand: as
+        soon as the first job's step is done (the describe, cancel or resubmit that follows a
+        submit then finds it), or after a second with nothing in hand for a controller started
+        early by a submit, whose job shows up a moment after the controller does: its imports
+        never compete with that submit and launch for the cores. It goes when the controller goes."""
         now = time.monotonic()
         if submits_waiting or self.in_flight:
             self.last_busy = now
-        if self.command_server_started or now - self.last_busy < COMMAND_SERVER_QUIET_SECONDS:
+            self.had_work = True
+            return
+        if self.command_server_started or (
+            not self.had_work and now - self.last_busy < COMMAND_SERVER_QUIET_SECONDS
+        ):
             return
         self.command_server_started = True
         try:
