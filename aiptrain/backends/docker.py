@@ -69,7 +69,7 @@ DEFAULT_NETWORK = "bridge"  # the engine's own network, never created or removed
 SOLO_NETWORK_ADDRESSES = 1000
 SOLO_OPTIONS = {"com.docker.network.bridge.enable_icc": "false"}
 SOLO_ROLE = "solo-network"
-LABEL_HOME = "aiptrain.home"  # on what an installation shares: the home it belongs to
+LABEL_HOME = "aiptrain.home"  # on every container and network made here: the home it belongs to
 SOLO_PREFIX = "aiptrain-solo"
 ENDPOINT_READY_SECONDS = 20
 
@@ -217,7 +217,7 @@ class DockerBackend:
         self._client = client
         self._subnet_pool = subnet_pool
         self._connecting = threading.Lock()
-        self._home = home  # labels what the installation shares, so it can be found from its home
+        self._home = home  # labels all this makes, so what a deleted home left can be found
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DockerBackend:
@@ -298,8 +298,11 @@ class DockerBackend:
 
     def _installation_labels(self, role: str) -> dict[str, str]:
         owner = {LABEL_INSTALLATION: self._installation} if self._installation else {}
-        home = {LABEL_HOME: self._home} if self._home else {}
-        return {**owner, **home, LABEL_ROLE: role}
+        return {**owner, LABEL_ROLE: role}
+
+    def _with_home(self, labels: dict[str, str]) -> dict[str, str]:
+        """`labels` and the home this backend works for, which `remove_abandoned` goes by."""
+        return {**labels, LABEL_HOME: self._home} if self._home else labels
 
     @property
     def solo_network_name(self) -> str:
@@ -331,27 +334,28 @@ class DockerBackend:
         return sorted((n for n in found if n["Name"] == self.solo_network_name), key=lambda n: n["Created"])
 
     def remove_abandoned(self) -> None:
-        """What the installations of homes deleted from this host left on its engine (their
-        storage endpoint, their lone replicas' network) when no controller of theirs ran to
-        remove it: each such network holds a subnet of AIPTRAIN_SUBNET_POOL for good, and a
-        machine that makes a fresh home per CI run used to exhaust the pool (128 of them).
-        Only on an engine of this host (a home on another machine is not this one's to
-        judge), and only what nothing uses: a network with a replica still on it stays."""
+        """What homes deleted from this host left on its engine when no controller of theirs ran
+        to remove it (their storage endpoint, their replicas, which exit on their own, and the
+        networks: each holds a subnet of AIPTRAIN_SUBNET_POOL for good, and a machine that makes
+        a fresh home per CI run used to exhaust the pool, 128 of them). Only on an engine of
+        this host (a home on another machine is not this one's to judge), and only what no
+        trainer uses: a replica still running stays, and so does its network."""
         from docker.errors import APIError, NotFound
 
         if not engine_is_local():
             return
-        shared = [*self.api.networks(filters={"label": [f"{LABEL_ROLE}={SOLO_ROLE}", LABEL_HOME]}),
-                  *self.api.containers(all=True, filters={"label": [f"{LABEL_ROLE}={ROLE}", LABEL_HOME]})]
-        gone = {home for home in ((item.get("Labels") or {}).get(LABEL_HOME, "") for item in shared)
+        containers = self.api.containers(all=True, filters={"label": LABEL_HOME})
+        networks = self.api.networks(filters={"label": LABEL_HOME})
+        gone = {home for home in ((item.get("Labels") or {}).get(LABEL_HOME, "") for item in [*containers, *networks])
                 if home and home != self._home and not os.path.isdir(home)}
-        for item in shared:
-            if (item.get("Labels") or {}).get(LABEL_HOME) not in gone:
+        for item in [*containers, *networks]:  # containers first: a network with one on it stays
+            labels = item.get("Labels") or {}
+            if labels.get(LABEL_HOME) not in gone:
                 continue
-            with contextlib.suppress(NotFound, APIError):  # in use (a replica still on it), or gone meanwhile
+            with contextlib.suppress(NotFound, APIError):  # in use, or gone meanwhile
                 if "Driver" in item:  # a network
                     self.api.remove_network(item["Id"])
-                else:
+                elif labels.get(LABEL_ROLE) == ROLE or item.get("State") != "running":  # the endpoint, or done
                     self.api.remove_container(item["Id"], force=True)
         if gone:
             log.info("Removed what %d deleted home(s) left on the engine: %s", len(gone), ", ".join(sorted(gone)))
@@ -446,7 +450,7 @@ class DockerBackend:
             cap_drop=["ALL"], security_opt=["no-new-privileges"], restart_policy={"Name": "unless-stopped"},
             pids_limit=512,
         )
-        labels = {**endpoint.labels, **({LABEL_HOME: self._home} if self._home else {})}
+        labels = self._with_home(endpoint.labels)
         container = self.api.create_container(
             image, command=endpoint.command, user=endpoint.user, labels=labels, name=endpoint.name,
             working_dir="/tmp", environment={"PYTHONDONTWRITEBYTECODE": "1"}, ports=[ENDPOINT_PORT],
@@ -527,8 +531,8 @@ class DockerBackend:
                 break
             ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))])
             try:
-                self.api.create_network(network.name, ipam=ipam, labels=network.labels, check_duplicate=True,
-                                        options=options, **self.network_options)
+                self.api.create_network(network.name, ipam=ipam, labels=self._with_home(network.labels),
+                                        check_duplicate=True, options=options, **self.network_options)
                 return
             except APIError as exc:
                 if "overlap" not in engine_error(exc).lower():
@@ -577,7 +581,7 @@ class DockerBackend:
         api = self.api
         container = api.create_container(
             spec.image, command=spec.command, entrypoint=spec.entrypoint, environment=spec.env, user=spec.user,
-            working_dir=spec.working_dir, labels=spec.labels, host_config=self._host_config(spec, "none"),
+            working_dir=spec.working_dir, labels=self._with_home(spec.labels), host_config=self._host_config(spec, "none"),
         )
         try:
             api.start(container["Id"])
@@ -599,7 +603,7 @@ class DockerBackend:
             entrypoint=spec.entrypoint,
             environment=env,
             hostname=spec.hostname,
-            labels=spec.labels,
+            labels=self._with_home(spec.labels),
             name=spec.name,
             user=spec.user,
             working_dir=spec.working_dir,

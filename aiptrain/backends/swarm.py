@@ -455,7 +455,7 @@ class SwarmBackend(DockerBackend):
                         self.api.remove_service(service["ID"])
                 image = self._present_image(endpoint.images)
                 node_id = self.api.info()["Swarm"]["NodeID"]
-                labels = {**endpoint.labels, **self._installation_labels(ROLE)}
+                labels = self._with_home({**endpoint.labels, **self._installation_labels(ROLE)})
                 try:
                     service = self.api.create_service(**endpoint_service_spec(endpoint, image, network, node_id,
                                                                               labels))

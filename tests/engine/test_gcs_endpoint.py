@@ -398,3 +398,50 @@ def test_what_a_deleted_home_shared_goes_at_the_next_sweep_or_when_the_subnet_po
     assert str(tmp_path / "gone_too") not in homes_with_networks() and str(tmp_path / "newcomer") in homes_with_networks()
     for remaining in (kept, newcomer):
         remaining.remove_installation()
+
+
+def test_a_deleted_homes_exited_replicas_and_their_network_are_swept_and_running_ones_stay(tmp_path, docker_api):
+    """What a job of a home deleted under it left (the benchmarks' interrupted runs did): its
+    replicas once they have exited, then its network. A replica still running is a trainer's
+    work: it stays, and so does the network it is on."""
+    import contextlib
+    import shutil
+
+    from docker.errors import NotFound
+
+    from aiptrain.backends.docker import DockerBackend
+    from aiptrain.planning import NetworkSpec
+    from aiptrain.settings import Settings
+
+    home = tmp_path / "deleted"
+    home.mkdir()
+    backend = DockerBackend(Settings(home=home).installation_id, client=docker_api, subnet_pool="10.213.16.0/21",
+                            home=str(home))
+    names = {"done": f"aiptrain-sweep-done-{tmp_path.name}"[:60], "busy": f"aiptrain-sweep-busy-{tmp_path.name}"[:60]}
+    networks = {role: f"{name}-net" for role, name in names.items()}
+    for role in names:
+        backend._create_network(NetworkSpec(networks[role], {"aiptrain.job-id": role}))
+    labels = {"aiptrain.home": str(home)}  # as DockerBackend._create labels a replica
+    docker_api.start(docker_api.create_container(
+        "aiptrain/runtime:minimal", command=["true"], labels=labels, name=names["done"],
+        host_config=docker_api.create_host_config(network_mode=networks["done"]))["Id"])
+    docker_api.start(docker_api.create_container(
+        "aiptrain/runtime:minimal", command=["sleep", "60"], labels=labels, name=names["busy"],
+        host_config=docker_api.create_host_config(network_mode=networks["busy"]))["Id"])
+    try:
+        docker_api.wait(names["done"], timeout=30)
+        assert {n["Labels"].get("aiptrain.home") for n in docker_api.networks(names=list(networks.values()))} == {
+            str(home)}
+        shutil.rmtree(home)
+        DockerBackend(client=docker_api).remove_abandoned()
+
+        left = {c["Names"][0].lstrip("/") for c in docker_api.containers(all=True, filters={"label": "aiptrain.home"})}
+        assert names["done"] not in left and names["busy"] in left
+        kept = {n["Name"] for n in docker_api.networks(names=list(networks.values()))}
+        assert kept == {networks["busy"]}
+    finally:
+        for name in names.values():
+            with contextlib.suppress(NotFound):
+                docker_api.remove_container(name, force=True)
+        for network in docker_api.networks(names=list(networks.values())):
+            docker_api.remove_network(network["Id"])
