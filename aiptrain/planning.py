@@ -511,6 +511,11 @@ def install_container(image: str, package_dir: str, package_files: tuple[str, ..
     )
 
 
+# A lone replica's hostname, the same in every job: its network may be made ready before its
+# job is known (the docker backend's network holders), and no neighbour needs to tell it apart.
+LONE_HOSTNAME = "master-replica-0"
+
+
 def own_network(replicas: list[Replica]) -> bool:
     """Replicas that must find each other get a bridge network of their own. A lone replica
     resolves only its own hostname, which the engine writes into its /etc/hosts on any network:
@@ -532,7 +537,7 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | N
     network = NetworkSpec(engine_name(f"aiptrain-{base}", inputs.installation), scope, len(replicas)) \
         if own_network(replicas) else None
     package_paths = " ".join(f"{PACKAGES_DIR}/{name}" for name in inputs.package_files)
-    hostnames = [hostname(base, replica) for replica in replicas]
+    hostnames = [hostname(base, replica) for replica in replicas] if network else [LONE_HOSTNAME]
     totals = _totals(replicas)
     installs = installs_packages(job, inputs)
 

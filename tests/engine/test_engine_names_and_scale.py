@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aiptrain.planning import LONE_HOSTNAME
+
 from conftest import job_resources, wait_for
 
 MINIMAL = "aiptrain/runtime:minimal"
@@ -135,7 +137,7 @@ def test_a_lone_replica_resolves_its_own_hostname_on_the_default_bridge(tmp_path
     result = run_cli(home, *args)
     assert result.returncode == 0, result.stderr[-3000:]
     edges = [line.split("\t")[4] for line in result.stderr.splitlines() if "\tedge " in line]
-    assert len(edges) == 1 and "own=lone-master-0 same=True unresolved=[] tf_matches=True" in edges[0], edges
+    assert len(edges) == 1 and f"own={LONE_HOSTNAME} same=True unresolved=[] tf_matches=True" in edges[0], edges
     assert job_resources(docker_api, "lone") == []
 
 

@@ -268,6 +268,9 @@ def test_a_lone_replica_cannot_reach_another_jobs_replica_by_ip(cli, gcs_home, m
     try:
         def address() -> str | None:
             for container in docker_api.containers(filters={"label": f"aiptrain.job-id={listener}"}):
+                mode = container["HostConfig"]["NetworkMode"]
+                if mode.startswith("container:"):  # in a network made ready for it: the holder's address
+                    container = docker_api.inspect_container(mode.removeprefix("container:"))
                 networks = container["NetworkSettings"]["Networks"]
                 return next((n["IPAddress"] for n in networks.values() if n.get("IPAddress")), None)
             return None

@@ -5,6 +5,8 @@ import json
 import pytest
 import yaml
 
+from aiptrain.planning import LONE_HOSTNAME
+
 from conftest import job_resources, wait_for
 
 
@@ -151,7 +153,7 @@ def test_replicas_are_unprivileged_and_see_the_package_read_only(cli, submit_arg
         assert mounts["/opt/aiptrain/packages"]["RW"] is False
         assert mounts[str(tmp_path / "inspected-out")]["RW"] is True
         assert not any("docker.sock" in m["Source"] for m in info["Mounts"])
-        assert info["Config"]["Hostname"] == "inspected-master-0"
+        assert info["Config"]["Hostname"] == LONE_HOSTNAME
     finally:
         cli("jobs", "cancel", "inspected", check_code=0)
     assert job_resources(docker_api, "inspected") == []

@@ -14,7 +14,7 @@ import yaml
 
 from aiptrain.config import SubmitFlags
 from aiptrain.errors import ValidationError
-from aiptrain.planning import ContainerSpec, LaunchPlan, Mount, PlanInputs, plan
+from aiptrain.planning import LONE_HOSTNAME, ContainerSpec, LaunchPlan, Mount, PlanInputs, plan
 from aiptrain.settings import Settings
 from aiptrain.submission import Submission, prepare
 
@@ -50,11 +50,12 @@ def launch_specs(sub: Submission) -> tuple[ContainerSpec, ...]:
     return launch_plan(sub).containers
 
 
-def expected_spec(sub: Submission, task_type: str, image: str, entrypoint, command, mounts=()) -> ContainerSpec:
-    """The whole spec of replica 0 of `task_type` in a custom-container job."""
+def expected_spec(sub: Submission, task_type: str, image: str, entrypoint, command, mounts=(),
+                  lone: bool = False) -> ContainerSpec:
+    """The whole spec of replica 0 of `task_type` in a custom-container job (`lone`: its only replica)."""
     return ContainerSpec(
         name=f"cc_job-{task_type}-0",
-        hostname=f"cc-job-{task_type}-0",
+        hostname=LONE_HOSTNAME if lone else f"cc-job-{task_type}-0",
         task_name=f"{task_type}-replica-0",
         task_type=task_type,
         task_index=0,
@@ -100,7 +101,7 @@ def test_a_custom_container_needs_no_module_package_or_runtime(tmp_path):
     sub = submission(tmp_path, master_image_uri=IMAGE)
     assert sub.runtime_image is None and sub.job.training_input.runtime_version is None
     # No args and no job dir: an empty command, so the image's own CMD applies (`docker run IMAGE`).
-    assert launch_specs(sub) == (expected_spec(sub, "master", IMAGE, None, []),)
+    assert launch_specs(sub) == (expected_spec(sub, "master", IMAGE, None, [], lone=True),)
 
 
 def test_worker_and_parameter_server_images_override_the_master_image(tmp_path):
@@ -134,7 +135,7 @@ def test_container_command_and_args_from_config_are_the_whole_command_line(tmp_p
 def test_container_command_alone_runs_without_the_image_cmd(tmp_path):
     config = {"trainingInput": {"masterConfig": {"imageUri": IMAGE, "containerCommand": ["/bin/run"]}}}
     sub = submission(tmp_path, config)
-    assert launch_specs(sub) == (expected_spec(sub, "master", IMAGE, ["/bin/run"], []),)
+    assert launch_specs(sub) == (expected_spec(sub, "master", IMAGE, ["/bin/run"], [], lone=True),)
 
 
 def test_container_fields_are_per_replica_type_and_only_the_image_is_inherited(tmp_path):

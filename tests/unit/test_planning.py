@@ -30,13 +30,14 @@ def test_basic_plan_is_one_whole_value():
     job = make_job()
     launch = plan(job, replicas_for(job.training_input), INPUTS)
     job_dict = job.training_input.model_dump(mode="json", exclude_none=True)
+    # A lone replica's hostname is the same in every job (planning.LONE_HOSTNAME).
     assert launch == LaunchPlan(
         job_id="my_job",
         network=None,  # one replica: the installation's network for lone replicas
         containers=(
             ContainerSpec(
                 name="my_job-master-0",
-                hostname="my-job-master-0",
+                hostname="master-replica-0",
                 task_name="master-replica-0",
                 task_type="master",
                 task_index=0,
@@ -68,24 +69,24 @@ def test_basic_plan_is_one_whole_value():
         ),
         cluster=ClusterConfig(
             primary="chief",
-            tf_config_cluster={"chief": ["my-job-master-0:2222"]},
-            cluster_spec_cluster={"master": ["my-job-master-0:2222"]},
+            tf_config_cluster={"chief": ["master-replica-0:2222"]},
+            cluster_spec_cluster={"master": ["master-replica-0:2222"]},
             job=job_dict,
-            primary_host="my-job-master-0",
+            primary_host="master-replica-0",
             workers=0,
         ),
     )
     tf_config = {
-        "cluster": {"chief": ["my-job-master-0:2222"]},
+        "cluster": {"chief": ["master-replica-0:2222"]},
         "task": {"type": "chief", "index": 0},
         "job": job_dict,
         "environment": "cloud",
     }
-    cluster_spec = {**tf_config, "cluster": {"master": ["my-job-master-0:2222"]}, "task": {"type": "master", "index": 0}}
+    cluster_spec = {**tf_config, "cluster": {"master": ["master-replica-0:2222"]}, "task": {"type": "master", "index": 0}}
     env = launch.environment(launch.containers[0])
     assert (env["TF_CONFIG"], env["CLUSTER_SPEC"]) == (json.dumps(tf_config), json.dumps(cluster_spec))
     assert {k: env[k] for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")} == {
-        "MASTER_ADDR": "my-job-master-0", "MASTER_PORT": "2222", "WORLD_SIZE": "1", "RANK": "0"}
+        "MASTER_ADDR": "master-replica-0", "MASTER_PORT": "2222", "WORLD_SIZE": "1", "RANK": "0"}
 
 
 def tf_configs(launch):
@@ -131,7 +132,7 @@ def test_evaluators_are_not_in_the_tf_config_cluster_but_are_in_cluster_spec():
 def test_master_for_old_runtimes_and_custom_containers_without_use_chief():
     old = make_job(runtime_version="1.15")
     assert tf_configs(plan(old, replicas_for(old.training_input), INPUTS))["master-replica-0"]["cluster"] == {
-        "master": ["my-job-master-0:2222"]
+        "master": ["master-replica-0:2222"]
     }
     forced = make_job(runtime_version="1.15", use_chief_in_tf_config=True)
     assert "chief" in tf_configs(plan(forced, replicas_for(forced.training_input), INPUTS))["master-replica-0"]["cluster"]
