@@ -341,10 +341,9 @@ class Submitter:
         # Connecting to Docker (importing its SDK, negotiating the API) and the controller's
         # start-up overlap the packaging. The controller leaves the job alone while we hold its
         # lock; woken now, it gets ready for the launch meanwhile (the storage endpoint).
-        warm_up = threading.Thread(target=self.backend.warm_up, daemon=True)
-        warm_up.start()
         try:
             job = self.store.create(job, backend=self.backend.name)
+            threading.Thread(target=self._get_ready, args=(submission,), daemon=True).start()
             control.wake(self.settings, job.job_id)
             if submission.project:
                 record_project(self.settings, job.job_id, submission.project)
@@ -356,6 +355,20 @@ class Submitter:
         lock.release()
         control.wake(self.settings, job.job_id)  # the controller launches it, now or once admitted
         return self._launched(job.job_id)
+
+    def _get_ready(self, submission: Submission) -> None:
+        """Connect to the engine and start the installation's storage endpoint when it serves
+        this job's gs://: beside the packaging, in this process, since a new home's controller
+        is still importing then (its replicas waited a quarter of a second more for the
+        endpoint). The controller's launch makes sure of it again, and reports a failure; one
+        started for a job that is then refused goes when the controller does (release_shared)."""
+        self.backend.warm_up()
+        try:
+            endpoint = storage_endpoint(submission, self.settings)
+            if endpoint is not None:
+                self.backend.ensure_storage_endpoint(endpoint)
+        except Exception as exc:  # noqa: BLE001 - the launch meets it again, and says it
+            log.info("Could not start the storage endpoint ahead of the launch: %s", exc)
 
     def _launched(self, job_id: str) -> Job:
         """An admitted job once the controller has launched it: submit returns when the replicas

@@ -179,7 +179,7 @@ class FakeBackend:
         self.calls.append(("host_address",))
         return self.address
 
-    def warm_up(self) -> None:
+    def warm_up(self, launches: bool = False) -> None:
         self.calls.append(("warm_up",))
 
     def check_ready(self, plan: LaunchPlan) -> None:

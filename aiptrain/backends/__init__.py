@@ -67,8 +67,10 @@ class Backend(Protocol):
     def host_address(self) -> str | None:
         """This host's address as seen from inside a replica, if the backend knows it."""
 
-    def warm_up(self) -> None:
-        """Get ready to be used soon (connect); never raises."""
+    def warm_up(self, launches: bool = False) -> None:
+        """Get ready to be used soon (connect); never raises. `launches`: this process launches
+        the installation's jobs from now on (the controller), so what makes a launch faster may
+        be kept ready."""
 
     def check_ready(self, plan: LaunchPlan) -> None:
         """Raise EnvironmentNotReady if the plan cannot run here (no engine, image, GPU)."""

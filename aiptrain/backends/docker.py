@@ -280,10 +280,11 @@ class DockerBackend:
 
     # -- readiness -----------------------------------------------------------------------
 
-    def warm_up(self) -> None:
-        """Connect ahead of need; a failure shows up on first real use. Called by the process
-        that launches (the controller), which keeps a lone replica's network ready from now on."""
-        self._keeps_holders = True
+    def warm_up(self, launches: bool = False) -> None:
+        """Connect ahead of need; a failure shows up on first real use. The process that
+        launches keeps a lone replica's network ready from now on (HOLDER_ROLE)."""
+        if launches:
+            self._keeps_holders = True
         try:
             self.api  # noqa: B018 - the property connects
         except Exception:  # noqa: BLE001 - reported by the call that needs the engine

@@ -273,7 +273,7 @@ class Controller:
             backend = open_backend(self.settings, name)
             # Connected here, in the main thread, before any other thread imports the engine's SDK:
             # docker-py imported by two threads at once can leave it half-initialized for good.
-            backend.warm_up()
+            backend.warm_up(launches=True)
             self.backends[name] = backend
             threading.Thread(target=backend.watch, args=(self.watchers_stop, self.changed), daemon=True,
                              name=f"watch-{name}").start()
