@@ -455,8 +455,6 @@ class DockerBackend:
         timer.start()
 
     def _make_holder(self) -> None:
-        from docker.errors import DockerException
-
         with self._holders:
             if self._making_holder or self._ready_holder:  # a timer cancelled too late
                 return
@@ -466,7 +464,7 @@ class DockerBackend:
         try:
             if recipe is not None:
                 holder = ReadyHolder(self._start_holder(recipe), recipe.gateway)
-        except (DockerException, NoEndpointImage) as exc:
+        except Exception as exc:  # noqa: BLE001 - only a speed-up: a launch without one makes its own network
             log.info("Could not make a network ready for the next lone replica: %s", exc)
         with self._holders:
             self._making_holder = False
@@ -484,8 +482,8 @@ class DockerBackend:
             cap_drop=["ALL"], security_opt=["no-new-privileges"], pids_limit=8, mem_limit=HOLDER_MEMORY,
         )
         owner = {LABEL_INSTALLATION: self._installation} if self._installation else {}
-        container = self.api.create_container(
-            self._present_image(recipe.images), command=["sleep", "infinity"], user=recipe.user,
+        container = self.api.create_container(  # the base image first: it is aiptrain's, not a job's
+            self._present_image(tuple(reversed(recipe.images))), command=["sleep", "infinity"], user=recipe.user,
             hostname=LONE_HOSTNAME, labels=self._with_home({**owner, LABEL_ROLE: HOLDER_ROLE}),
             host_config=host_config,
         )
@@ -516,6 +514,8 @@ class DockerBackend:
         containers = self.api.containers(all=True, filters={"label": [owner]})
         used = holders_used(containers)
         with self._holders:
+            if self._making_holder:  # one being made is not ready yet, nor used: the next sweep looks
+                return
             used |= {*self._holders_in_hand, *([self._ready_holder.container_id] if self._ready_holder else [])}
             idle = [c["Id"] for c in containers
                     if (c.get("Labels") or {}).get(LABEL_ROLE) == HOLDER_ROLE and c["Id"] not in used]
