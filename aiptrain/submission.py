@@ -338,9 +338,9 @@ class Submitter:
         lock = JobLock.try_acquire(self.settings.job_lock_path(job.job_id))
         if lock is None:
             raise duplicate_job(job.job_id)  # another process is submitting this very ID
-        # Connecting to Docker (importing its SDK, negotiating the API) and the controller's
-        # start-up overlap the packaging. The controller leaves the job alone while we hold its
-        # lock; woken now, it gets ready for the launch meanwhile (the storage endpoint).
+        # Connecting to Docker (importing its SDK, negotiating the API), the storage endpoint's
+        # start and the controller's start-up overlap the packaging. The controller leaves the
+        # job alone while we hold its lock.
         try:
             job = self.store.create(job, backend=self.backend.name)
             threading.Thread(target=self._get_ready, args=(submission,), daemon=True).start()
@@ -359,8 +359,8 @@ class Submitter:
     def _get_ready(self, submission: Submission) -> None:
         """Connect to the engine and start the installation's storage endpoint when it serves
         this job's gs://: beside the packaging, in this process, since a new home's controller
-        is still importing then (its replicas waited a quarter of a second more for the
-        endpoint). The controller's launch makes sure of it again, and reports a failure; one
+        is still importing then (a first job's replicas waited for the endpoint after its
+        staging). The controller's launch makes sure of it again, and reports a failure; one
         started for a job that is then refused goes when the controller does (release_shared)."""
         self.backend.warm_up()
         try:

@@ -331,7 +331,8 @@ class DockerBackend:
             if plan.network:
                 self._create_network(plan.network)
             network = plan.network.name if plan.network else solo
-            holder = self._take_holder(gateway) if not plan.network and hosts else None
+            lone_at_endpoint = not plan.network and hosts is not None  # what holders are made for
+            holder = self._take_holder(gateway) if lone_at_endpoint else None
 
             def create_then_start(spec: ContainerSpec) -> None:
                 env = plan.environment(spec)
@@ -350,7 +351,7 @@ class DockerBackend:
                 raise
             finally:
                 self._let_go_of(holder)
-        if not plan.network and plan.storage and gateway:
+        if lone_at_endpoint and plan.storage:
             self._keep_holder_ready(HolderRecipe(plan.storage.images, plan.storage.user, solo, gateway),
                                     HOLDER_AFTER_LAUNCH_SECONDS)
 
@@ -414,21 +415,16 @@ class DockerBackend:
                 self._holders_in_hand.discard(holder)
 
     def _start_in_holder(self, spec: ContainerSpec, env: dict[str, str], holder: str, serving) -> bool:
-        """Start the replica in the holder's network: its hostname (LONE_HOSTNAME) and /etc/hosts
-        are the holder's, which the engine refuses to set again for a joining container. False
-        when the holder cannot serve (an engine restart stopped it): what was made goes, and the
+        """Start the replica in the holder's network (its hostname is LONE_HOSTNAME). False when
+        the holder cannot serve (an engine restart stopped it): what was made goes, and the
         replica makes its own network."""
         from docker.errors import APIError
 
         try:
-            container = self.api.create_container(
-                spec.image, command=spec.command, entrypoint=spec.entrypoint, environment=env,
-                labels=self._with_home(spec.labels), name=spec.name, user=spec.user, working_dir=spec.working_dir,
-                host_config=self._host_config(spec, f"container:{holder}"),
-            )
+            container_id = self._create(spec, env, f"container:{holder}")
             if serving:
                 serving.result()
-            self.api.start(container["Id"])
+            self.api.start(container_id)
             return True
         except APIError as exc:
             log.info("A lone replica could not join its ready network (%s): it makes its own.", engine_error(exc))
@@ -615,9 +611,6 @@ class DockerBackend:
         """The storage endpoint never outlives the installation's jobs: removed when the last
         active one ends (the next launch starts it again, about half a second). Under the lock
         a launch starts it with, so a job recorded before its launch keeps it."""
-        from docker.errors import APIError, NotFound
-
-
         if not self._installation or not self._home:
             return
         owner = f"{LABEL_INSTALLATION}={self._installation}"
@@ -625,9 +618,8 @@ class DockerBackend:
         with self._home_lock("storage-endpoint"):
             if still_needed():
                 return
-            for container in self.api.containers(all=True, filters={"label": [owner, f"{LABEL_ROLE}={ROLE}"]}):
-                with contextlib.suppress(NotFound, APIError):
-                    self.api.remove_container(container["Id"], force=True)
+            self._remove_containers(c["Id"] for c in self.api.containers(
+                all=True, filters={"label": [owner, f"{LABEL_ROLE}={ROLE}"]}))
         self._remove_idle_holders()
 
     @staticmethod
@@ -690,15 +682,11 @@ class DockerBackend:
     def remove_installation(self) -> None:
         """Remove what the installation shares (the storage endpoint, the lone replicas' network);
         the next launch makes them again. For tests and uninstalling."""
-        from docker.errors import APIError, NotFound
-
         if not self._installation:
             return
         self._stop_keeping_holders()
         owner = f"{LABEL_INSTALLATION}={self._installation}"
-        for container in self.api.containers(all=True, filters={"label": [owner, LABEL_ROLE]}):
-            with contextlib.suppress(NotFound, APIError):
-                self.api.remove_container(container["Id"], force=True)
+        self._remove_containers(c["Id"] for c in self.api.containers(all=True, filters={"label": [owner, LABEL_ROLE]}))
         for network in self.api.networks(filters={"label": [owner, f"{LABEL_ROLE}={SOLO_ROLE}"]}):
             self._remove_network(network["Id"])
 
@@ -795,16 +783,19 @@ class DockerBackend:
 
     def _create(self, spec: ContainerSpec, env: dict[str, str], network: str,
                 hosts: dict[str, str] | None = None, aliases: bool = True) -> str:
+        """The replica's container on `network`, or in a holder's (`container:<ID>`), whose
+        hostname and /etc/hosts it shares: the engine refuses to set them again there."""
         api = self.api
-        host_config = self._host_config(spec, network, hosts)
+        joins = network.startswith("container:")
+        host_config = self._host_config(spec, network, None if joins else hosts)
         # A lone replica's hostname is in its own /etc/hosts: no alias tells its neighbours its name.
-        endpoint = api.create_endpoint_config(aliases=[spec.hostname]) if aliases else None
+        endpoint = api.create_endpoint_config(aliases=[spec.hostname]) if aliases and not joins else None
         container = api.create_container(
             spec.image,
             command=spec.command,
             entrypoint=spec.entrypoint,
             environment=env,
-            hostname=spec.hostname,
+            hostname=None if joins else spec.hostname,
             labels=self._with_home(spec.labels),
             name=spec.name,
             user=spec.user,

@@ -28,7 +28,6 @@ import threading
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 
 from aiptrain import commandserver
 from aiptrain.backends import Backend, open_backend
@@ -36,12 +35,9 @@ from aiptrain.jobtable import DamagedRecord
 from aiptrain.lifecycle import SETTLE_LOOKS
 from aiptrain.model import rfc3339, utc_now
 from aiptrain.ownership import JobLock
-from aiptrain.planning import storage_endpoint_for
 from aiptrain.runner import control
 from aiptrain.runner.driver import JobDriver
 from aiptrain.settings import Settings
-from aiptrain.storage import gcs_root_for
-from aiptrain.storage.endpoint import prepare_files as prepare_endpoint_files
 from aiptrain.store import JobStore
 
 log = logging.getLogger("aiptrain.controller")
@@ -82,7 +78,6 @@ class Controller:
         self.in_flight: dict[str, Future] = {}
         self.skipped: set[str] = set()  # jobs whose record cannot be read: left as they are
         self.home_gone = False  # the home was deleted: what its jobs shared goes with the controller
-        self.readied: set[str] = set()  # jobs still being staged by their submit, whose launch we got ready for
         self.backends: dict[str, Backend] = {}
         # Whether this controller starts the home's command server: a controller process does;
         # one run inside another program (a test) leaves commands to their own processes.
@@ -134,14 +129,12 @@ class Controller:
         left to it (the submit wakes us when done); True while there is such a job."""
         waiting = False
         active = self.drivable_job_ids()
-        self.readied.intersection_update(active)
         for job_id in active:
             if job_id in self.drivers:
                 continue
             lock = JobLock.try_acquire(self.settings.job_lock_path(job_id))
-            if lock is None:
+            if lock is None:  # its submit starts the storage endpoint meanwhile (Submitter._get_ready)
                 waiting = True
-                self.get_ready_for(job_id)
                 continue
             lock.remove()  # the job is the controller's now, and the controller's lock is the home's
             try:
@@ -278,30 +271,6 @@ class Controller:
             threading.Thread(target=backend.watch, args=(self.watchers_stop, self.changed), daemon=True,
                              name=f"watch-{name}").start()
         return self.backends[name]
-
-    def get_ready_for(self, job_id: str) -> None:
-        """While its submit still stages a job (the sdist, the install), start what its launch
-        wants first: the engine's connection and the installation's storage endpoint (its files
-        made first in a new home), a quarter of a second of a first job's start paid meanwhile.
-        A failure here is left for the launch to meet and report."""
-        if job_id in self.readied:
-            return
-        self.readied.add(job_id)
-        try:
-            backend = self.backend(self.store.backend_of(job_id))
-            gcs_root, _ = gcs_root_for(self.settings.gcs_mode, self.settings.gcs_root)
-        except Exception as exc:  # noqa: BLE001 - the launch meets it again, and says it
-            log.info("Could not get ready for job %s: %s", job_id, exc)
-            return
-        if gcs_root is not None:
-            self.pool.submit(self.start_storage_endpoint, backend, gcs_root)
-
-    def start_storage_endpoint(self, backend: Backend, gcs_root: Path) -> None:
-        try:
-            prepare_endpoint_files(self.settings.home, gcs_root)
-            backend.ensure_storage_endpoint(storage_endpoint_for(self.settings, gcs_root))
-        except Exception as exc:  # noqa: BLE001 - the launch meets it again, and says it
-            log.info("Could not start the storage endpoint ahead of a launch: %s", exc)
 
     def release_shared(self) -> None:
         """Take down what the home's jobs share (the storage endpoint) unless a job is active: when
