@@ -226,38 +226,48 @@ def test_a_study_runs_its_trials_as_groups_of_the_same_driver(settings, store):
     assert sorted(trial for _, trial in backend.removed if trial) == ["1", "2", "3"] and not backend.replicas
 
 
-@pytest.mark.parametrize("gcs_mode, tls, started", [
-    ("local", True, True),  # gs:// kept here: the endpoint starts while the submit stages
-    ("local", False, True),  # a new home's: the controller makes the endpoint's TLS files itself
-    ("remote", True, False),  # Cloud Storage itself: no endpoint
-])
-def test_the_controller_gets_ready_for_a_job_its_submit_still_stages(settings, store, monkeypatch, gcs_mode, tls,
-                                                                     started):
+def test_the_controller_leaves_a_job_its_submit_still_stages_alone(settings, store, monkeypatch):
     from aiptrain.ownership import JobLock
     from aiptrain.runner import controller as controller_module
-    from aiptrain.storage.endpoint import TLS_DIR_NAME, TLS_FILES
 
-    settings = replace(settings, gcs_mode=gcs_mode)
     store.create(Job(job_id="job", training_input=BASIC))
-    if tls:
-        (settings.home / TLS_DIR_NAME).mkdir()
-        for name in TLS_FILES:
-            (settings.home / TLS_DIR_NAME / name).write_text("made\n")
     backend = FakeBackend()
     monkeypatch.setattr(controller_module, "open_backend", lambda s, name: backend)
     submit_lock = JobLock.try_acquire(settings.job_lock_path("job"))  # as submit holds it while staging
     controller = controller_module.Controller(settings, JobLock.try_acquire(settings.controller_lock_path))
     try:
-        assert controller.adopt() is True  # left to its submit
-        controller.adopt()  # looked at again: got ready once
+        assert controller.adopt() is True  # left to its submit, which wakes the controller when done
         controller.pool.shutdown(wait=True)
     finally:
         submit_lock.release()
         controller.home_lock.release()
+    assert "job" not in controller.drivers and not backend.launched
+
+
+@pytest.mark.parametrize("gcs_mode, tls, started", [
+    ("local", True, True),  # gs:// kept here: the endpoint starts while the submit stages
+    ("local", False, True),  # a new home's: the submit makes the endpoint's TLS files first
+    ("remote", True, False),  # Cloud Storage itself: no endpoint
+])
+def test_a_submit_starts_the_storage_endpoint_beside_its_packaging(settings, store, tmp_path, gcs_mode, tls, started):
+    from aiptrain.config import SubmitFlags
+    from aiptrain.storage.endpoint import TLS_DIR_NAME, TLS_FILES
+    from aiptrain.submission import Submitter, prepare
+
+    settings = replace(settings, gcs_mode=gcs_mode)
+    if tls:
+        (settings.home / TLS_DIR_NAME).mkdir()
+        for name in TLS_FILES:
+            (settings.home / TLS_DIR_NAME / name).write_text("made\n")
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "__init__.py").write_text("")
+    flags = SubmitFlags(job_id="job", package_path=str(tmp_path / "trainer"), module_name="trainer.task", region="us-central1",
+                        runtime_version="minimal", job_dir="gs://bucket/out")
+    backend = FakeBackend()
+    Submitter(settings, store, backend)._get_ready(prepare(flags, settings))
     calls = [call for call in backend.calls if call[0] == "ensure_storage_endpoint"]
     assert len(calls) == (1 if started else 0)
     assert (settings.home / TLS_DIR_NAME / "trust.pem").is_file() is (started or tls)
-    assert "job" not in controller.drivers
 
 
 def test_a_controller_starting_sets_a_large_log_aside(settings, monkeypatch):
