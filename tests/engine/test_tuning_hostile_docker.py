@@ -143,7 +143,11 @@ def test_a_trial_created_but_never_started_is_started_by_the_next_controller(cli
     runs = tmp_path / "created_only" / "runs.log"
     runs.write_text("")  # trial 1's first run never happened, as if it had been killed before starting
     describe(cli, "created_only")  # takes the job over
-    wait_for(lambda: runs.read_text().split() == ["1"], timeout=120, what="trial 1 to run")
+    try:
+        wait_for(lambda: runs.read_text().split() == ["1"], timeout=120, what="trial 1 to run")
+    except AssertionError as exc:  # it failed once in CI, not since: say what the controller saw
+        logs = [(home / "logs" / "created_only.jsonl").read_text()[-3000:], (home / "controller.log").read_text()[-3000:]]
+        raise AssertionError(f"{exc}; runs.log: {runs.read_text()!r}\n" + "\n".join(logs)) from None
     cli("jobs", "cancel", "created_only", check_code=0, timeout=120)
     assert job_resources(docker_api, "created_only") == [] or wait_for(
         lambda: job_resources(docker_api, "created_only") == [], timeout=60, what="cleanup")
