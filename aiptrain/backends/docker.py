@@ -693,11 +693,15 @@ class DockerBackend:
     @contextlib.contextmanager
     def _removed_on_failure(self, plan: LaunchPlan) -> Iterator[None]:
         """A launch that fails removes what it created (of its trial only: a failed trial's
-        launch leaves the other trials be) and says why in one line."""
+        launch leaves the other trials be) and says why in one line: the launch's own error, even
+        when the engine keeps something of it (a stale endpoint holding the job's network)."""
         try:
             yield
         except BaseException as exc:
-            self.remove(plan.job_id, plan.trial_id)
+            try:
+                self.remove(plan.job_id, plan.trial_id)
+            except Exception as leftover:  # noqa: BLE001 - the launch's error is the one to tell
+                log.warning("The failed launch of job %s left something behind: %s", plan.job_id, leftover)
             if isinstance(exc, AiptrainError | KeyboardInterrupt):
                 raise
             raise _launch_error(exc) from exc

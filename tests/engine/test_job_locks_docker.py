@@ -85,3 +85,22 @@ def test_a_job_whose_submit_died_before_queueing_it_is_failed_by_the_controller(
     assert "interrupted" in job["errorMessage"]
     assert sorted(p.name for p in (home / "logs").iterdir()) == [f"{job_id}.jsonl"]
     assert not any((home / "locks").iterdir())
+
+
+def test_a_failed_launch_says_its_own_error_when_the_engine_keeps_some_of_it(docker_api, monkeypatch):
+    """The launch's undoing meets a network the engine keeps (Docker's stale endpoint): the job's
+    error is still why the launch failed; the leftover is a warning in the controller's log."""
+    from types import SimpleNamespace
+
+    from aiptrain.backends.docker import DockerBackend
+    from aiptrain.errors import AiptrainError
+
+    backend = DockerBackend(client=docker_api)
+
+    def keeps_the_network(job_id, trial_id=None):
+        raise AiptrainError("Docker keeps the job's network 0123456789ab although its replicas are gone")
+
+    monkeypatch.setattr(backend, "remove", keeps_the_network)
+    with pytest.raises(AiptrainError, match="^The engine refused to start the replicas"), \
+            backend._removed_on_failure(SimpleNamespace(job_id="launch_fails", trial_id=None)):
+        raise AiptrainError("The engine refused to start the replicas.")
