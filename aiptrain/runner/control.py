@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,11 @@ from aiptrain.settings import Settings
 WAKE, QUIT = b"wake", b"quit"  # one word per line; a wake may name the job it is about
 LOG_KEEP_BYTES = 8 * 1024 * 1024  # the controller's log, before it is set aside at a controller's start
 REPLACE_PATIENCE_SECONDS = 60  # how long an outdated controller may take to finish its steps
+# Variables naming files or directories that the controller (or a library it calls) reads. It
+# runs in "/", so a relative value is made absolute against the starting command's working
+# directory, where it meant something.
+PATH_VARIABLES = ("GOOGLE_APPLICATION_CREDENTIALS", "CLOUDSDK_CONFIG", "DOCKER_CERT_PATH", "AIPTRAIN_API_TOKEN_FILE")
+PATH_LIST_VARIABLES = ("AIPTRAIN_SWARM_SHARED_DIRS",)  # colon-separated
 
 
 @dataclass(frozen=True)
@@ -100,9 +106,22 @@ def start(settings: Settings, lock: JobLock) -> int:
             # `python -m` looks for modules in its working directory first: one with an `aiptrain`
             # folder (a checkout of another version) would have the controller run that code.
             cwd="/",
-            env={**os.environ, "AIPTRAIN_HOME": str(settings.home)},
+            env=controller_environment(os.environ, os.getcwd(), settings.home),
         )
     return process.pid
+
+
+def controller_environment(environ: Mapping[str, str], cwd: str, home: Path) -> dict[str, str]:
+    """The starting command's environment for the controller: its home, and the relative paths
+    of PATH_VARIABLES and PATH_LIST_VARIABLES made absolute against `cwd`."""
+    env = {**environ, "AIPTRAIN_HOME": str(home)}
+    for name in PATH_VARIABLES:
+        if env.get(name):
+            env[name] = os.path.join(cwd, os.path.expanduser(env[name]))
+    for name in PATH_LIST_VARIABLES:
+        if env.get(name):
+            env[name] = ":".join(os.path.join(cwd, os.path.expanduser(p)) if p else p for p in env[name].split(":"))
+    return env
 
 
 def keep_log_small(path: Path) -> None:

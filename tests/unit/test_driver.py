@@ -324,3 +324,15 @@ def test_a_controller_whose_home_was_deleted_removes_what_its_jobs_shared(settin
     controller.run()  # sees the home gone and stops
     assert ("remove_installation",) in backend.calls and ("release_shared",) not in backend.calls
 
+
+
+def test_the_controller_gets_relative_paths_of_its_starting_command_made_absolute(tmp_path):
+    """It runs in "/": a relative GOOGLE_APPLICATION_CREDENTIALS meant the submit's directory."""
+    from aiptrain.runner.control import controller_environment
+
+    env = controller_environment({"GOOGLE_APPLICATION_CREDENTIALS": "keys/sa.json", "CLOUDSDK_CONFIG": "/etc/gcloud",
+                                  "AIPTRAIN_SWARM_SHARED_DIRS": "data:/srv/shared", "DOCKER_CERT_PATH": "",
+                                  "TERM": "xterm"}, "/work/project", tmp_path)
+    assert env == {"GOOGLE_APPLICATION_CREDENTIALS": "/work/project/keys/sa.json", "CLOUDSDK_CONFIG": "/etc/gcloud",
+                   "AIPTRAIN_SWARM_SHARED_DIRS": "/work/project/data:/srv/shared", "DOCKER_CERT_PATH": "",
+                   "TERM": "xterm", "AIPTRAIN_HOME": str(tmp_path)}
