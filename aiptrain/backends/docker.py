@@ -540,7 +540,7 @@ class DockerBackend:
         containers = self.api.containers(all=True, filters={"label": LABEL_HOME})
         networks = self.api.networks(filters={"label": LABEL_HOME})
         gone = {home for home in ((item.get("Labels") or {}).get(LABEL_HOME, "") for item in [*containers, *networks])
-                if home and home != self._home and not os.path.isdir(home)}
+                if self._deleted(home)}
         in_use = holders_used(containers)
         for item in [*containers, *networks]:  # containers first: a network with one on it stays
             labels = item.get("Labels") or {}
@@ -554,6 +554,10 @@ class DockerBackend:
                     self.api.remove_container(item["Id"], force=True)  # the endpoint, an idle holder, or done
         if gone:
             log.info("Removed what %d deleted home(s) left on the engine: %s", len(gone), ", ".join(sorted(gone)))
+
+    def _deleted(self, home: str) -> bool:
+        """Whether `home` (a LABEL_HOME value) names another home, no longer on this host."""
+        return bool(home) and home != self._home and not os.path.isdir(home)
 
     @contextlib.contextmanager
     def _home_lock(self, what: str) -> Iterator[None]:

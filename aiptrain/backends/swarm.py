@@ -70,11 +70,13 @@ from typing import ClassVar
 
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.backends.docker import (
+    LABEL_HOME,
     LABEL_ROLE,
     NETWORK_PATIENCE_SECONDS,
     DockerBackend,
     NoEndpointImage,
     engine_error,
+    engine_is_local,
     labelled_observation,
     subnet_pool,
 )
@@ -558,6 +560,26 @@ class SwarmBackend(DockerBackend):
                     return
             time.sleep(0.2)
         raise AiptrainError(f"The swarm keeps the removed network {network_id[:12]}: see `docker network ls`.")
+
+    def remove_abandoned(self) -> None:
+        """First the storage endpoints of homes deleted from this host, and their storage
+        networks (the swarm would restart an endpoint's task for good, and it holds its network),
+        then what the docker backend sweeps."""
+        from docker.errors import APIError, NotFound
+
+        if engine_is_local():
+            for service in self.api.services(filters={"label": [LABEL_HOME, f"{LABEL_ROLE}={ROLE}"]}):
+                labels = service["Spec"].get("Labels") or {}
+                if not self._deleted(labels.get(LABEL_HOME, "")):
+                    continue
+                with contextlib.suppress(NotFound, APIError):  # gone meanwhile
+                    self.api.remove_service(service["ID"])
+                self._wait_containers_gone(service["ID"])
+                for network in self.api.networks(filters={"label": [f"{LABEL_HOME}={labels[LABEL_HOME]}",
+                                                                    f"{LABEL_ROLE}={STORAGE_ROLE}"]}):
+                    with contextlib.suppress(NotFound, APIError, AiptrainError):  # still held: the next sweep's
+                        self._remove_network(network["Id"])
+        super().remove_abandoned()
 
     def remove_installation(self) -> None:
         """What the installation shares on the swarm (storage endpoint and network), then on this engine."""

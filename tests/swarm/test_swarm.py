@@ -300,3 +300,27 @@ def test_an_endpoint_that_cannot_start_is_reported_and_remove_installation_takes
     owner = f"aiptrain.installation={installation}"
     assert on_swarm.services(filters={"label": owner}) == []
     assert on_swarm.networks(filters={"label": owner}) == []
+
+
+def test_a_deleted_homes_storage_endpoint_and_network_go_at_the_next_sweep(on_swarm, tmp_path):
+    """A home deleted while its endpoint served: the swarm would restart the endpoint's task for
+    good, on a network holding a subnet of the pool. Any controller's sweep removes both."""
+    import shutil
+
+    from aiptrain.planning import replica_user
+    from aiptrain.storage.endpoint import TLS_DIR_NAME, prepare_files
+
+    require_image(on_swarm, runtime_image("minimal"))
+    home = tmp_path / "deleted"
+    (home / "gcs").mkdir(parents=True)
+    prepare_files(home, home / "gcs")
+    installation = uuid.uuid4().hex
+    endpoint = StorageEndpoint(gcs_root=str(home / "gcs"), tls_dir=str(home / TLS_DIR_NAME), user=replica_user(),
+                               installation=installation, images=(runtime_image("minimal"),))
+    SwarmBackend(installation, client=on_swarm, home=str(home)).ensure_storage_endpoint(endpoint)
+    owner = f"aiptrain.installation={installation}"
+    assert on_swarm.services(filters={"label": owner}) and on_swarm.networks(filters={"label": owner})
+    shutil.rmtree(home)
+    SwarmBackend(client=on_swarm).remove_abandoned()
+    assert on_swarm.services(filters={"label": owner}) == []
+    assert on_swarm.networks(filters={"label": owner}) == []
