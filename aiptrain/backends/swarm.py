@@ -567,18 +567,22 @@ class SwarmBackend(DockerBackend):
         then what the docker backend sweeps."""
         from docker.errors import APIError, NotFound
 
-        if engine_is_local():
-            for service in self.api.services(filters={"label": [LABEL_HOME, f"{LABEL_ROLE}={ROLE}"]}):
-                labels = service["Spec"].get("Labels") or {}
-                if not self._deleted(labels.get(LABEL_HOME, "")):
-                    continue
-                with contextlib.suppress(NotFound, APIError):  # gone meanwhile
-                    self.api.remove_service(service["ID"])
-                self._wait_containers_gone(service["ID"])
-                for network in self.api.networks(filters={"label": [f"{LABEL_HOME}={labels[LABEL_HOME]}",
-                                                                    f"{LABEL_ROLE}={STORAGE_ROLE}"]}):
-                    with contextlib.suppress(NotFound, APIError, AiptrainError):  # still held: the next sweep's
-                        self._remove_network(network["Id"])
+        try:  # not a manager (left the swarm meanwhile, say): no services to look at
+            endpoints = self.api.services(filters={"label": [LABEL_HOME, f"{LABEL_ROLE}={ROLE}"]}) \
+                if engine_is_local() else []
+        except APIError:
+            endpoints = []
+        for service in endpoints:
+            labels = service["Spec"].get("Labels") or {}
+            if not self._deleted(labels.get(LABEL_HOME, "")):
+                continue
+            with contextlib.suppress(NotFound, APIError):  # gone meanwhile
+                self.api.remove_service(service["ID"])
+            self._wait_containers_gone(service["ID"])
+            for network in self.api.networks(filters={"label": [f"{LABEL_HOME}={labels[LABEL_HOME]}",
+                                                                f"{LABEL_ROLE}={STORAGE_ROLE}"]}):
+                with contextlib.suppress(NotFound, APIError, AiptrainError):  # still held: the next sweep's
+                    self._remove_network(network["Id"])
         super().remove_abandoned()
 
     def remove_installation(self) -> None:
