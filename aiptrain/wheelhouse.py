@@ -404,6 +404,9 @@ class ResolutionFailed(ValidationError):
         super().__init__(message)
         self.output = output
 
+    def __reduce__(self):  # pickled whole (from a process pool's worker), not as Exception(message)
+        return type(self), (str(self), self.output)
+
 
 def _resolution_error(output: str, python_version: str, platforms: tuple[str, ...], hint: str) -> Exception:
     if "No module named pip" in output:

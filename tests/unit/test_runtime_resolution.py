@@ -5,8 +5,9 @@ resolver with --dry-run --report, from the package index (CI reaches it)."""
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 
 import pytest
 from packaging.requirements import Requirement
@@ -16,7 +17,9 @@ from aiptrain.runtime_catalog import GOOGLE_LIBRARIES, RUNTIMES
 
 VERSIONS = [v for v in RUNTIMES if v.startswith("2.")]
 # Each resolution is about half waiting for the index and half pip's own CPU (38 s, 19 s of it
-# CPU, here): a few at once take the module from about 9 minutes to about 2.
+# CPU, here): a few at once take the module from about 9 minutes to about 2. Each runs in a
+# process of its own: pip's processes started from threads of the test process failed once in
+# CI (execv: EFAULT, CPython 3.11.7, whose subprocess vforks with the GIL released).
 RESOLVING_AT_ONCE = 4
 
 
@@ -25,7 +28,7 @@ def resolutions(request) -> Iterator[dict[str, Future[dict[str, str]]]]:
     """The resolutions of the runtimes this run tests, started together: each test waits for its own."""
     selected = [item.callspec.params["version"] for item in request.session.items
                 if getattr(item, "originalname", "") == test_the_runtimes_requirements_resolve_to_wheels_for_its_image.__name__]
-    with ThreadPoolExecutor(max_workers=RESOLVING_AT_ONCE) as pool:
+    with ProcessPoolExecutor(max_workers=RESOLVING_AT_ONCE, mp_context=multiprocessing.get_context("spawn")) as pool:
         yield {version: pool.submit(wheelhouse.resolve_versions, list(RUNTIMES[version].packages),
                                     RUNTIMES[version].python, wheelhouse.platform_tags("x86_64"), hint="")
                for version in selected}

@@ -40,3 +40,11 @@ def test_an_image_build_is_not_told_to_pass_packages(monkeypatch, tmp_path):
     with pytest.raises(ValidationError) as caught:
         wheelhouse.build_pure_wheel("wrapt==1.12.1", tmp_path, hint="")
     assert "[wrapt] publishes no wheel" in str(caught.value) and "--packages" not in str(caught.value)
+
+
+def test_a_resolution_failure_crosses_a_process_boundary_whole():
+    """Resolutions may run in worker processes (the runtimes' resolution test): their error keeps pip's output."""
+    import pickle
+
+    error = pickle.loads(pickle.dumps(wheelhouse.ResolutionFailed("Cannot resolve [x].", "pip said no")))
+    assert (str(error), error.output) == ("Cannot resolve [x].", "pip said no")
