@@ -17,7 +17,7 @@ thread, and sets `changed`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
@@ -262,8 +262,8 @@ class FakeBackend:
     def remove_installation(self) -> None:
         self.calls.append(("remove_installation",))
 
-    def remove_abandoned(self) -> None:
-        self.calls.append(("remove_abandoned",))
+    def remove_abandoned(self, active_jobs: Callable[[], Collection[str]] | None = None) -> None:
+        self.calls.append(("remove_abandoned", None if active_jobs is None else sorted(active_jobs())))
 
     def release_shared(self, still_needed: Callable[[], bool]) -> None:
         self.calls.append(("release_shared",))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import importlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple, Protocol
@@ -109,9 +109,11 @@ class Backend(Protocol):
         """Remove everything the installation shares (the storage endpoint, the lone replicas'
         network): its home is gone, so nothing will use them again."""
 
-    def remove_abandoned(self) -> None:
+    def remove_abandoned(self, active_jobs: Callable[[], Collection[str]] | None = None) -> None:
         """Remove what installations whose home was deleted from this host left shared on the
-        engine (their storage endpoint, their lone replicas' network), where nothing uses it."""
+        engine (their storage endpoint, their lone replicas' network), where nothing uses it;
+        given `active_jobs` (this home's active job IDs, asked after the engine was looked at),
+        also the networks of this home's ended jobs that the engine kept at their teardown."""
 
     def watch(self, stop: threading.Event, on_change: Callable[[str], None]) -> None:
         """Call `on_change(job_id)` whenever a replica of the installation starts or stops,

@@ -28,7 +28,7 @@ import re
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -525,16 +525,19 @@ class DockerBackend:
         if ready:
             self._remove_containers([ready.container_id])
 
-    def remove_abandoned(self) -> None:
+    def remove_abandoned(self, active_jobs: Callable[[], Collection[str]] | None = None) -> None:
         """What homes deleted from this host left on its engine when no controller of theirs ran
         to remove it (their storage endpoint, their replicas, which exit on their own, and the
         networks: each holds a subnet of AIPTRAIN_SUBNET_POOL for good, and a machine that makes
         a fresh home per CI run used to exhaust the pool, 128 of them). Only on an engine of
         this host (a home on another machine is not this one's to judge), and only what no
-        trainer uses: a replica still running stays, and so does its network."""
+        trainer uses: a replica still running stays, and so does its network. Given this home's
+        `active_jobs`, also what this home's own ended jobs left (`_remove_kept_networks`)."""
         from docker.errors import APIError, NotFound
 
         self._remove_idle_holders()
+        if active_jobs is not None:
+            self._remove_kept_networks(active_jobs)
         if not engine_is_local():
             return
         containers = self.api.containers(all=True, filters={"label": LABEL_HOME})
@@ -554,6 +557,31 @@ class DockerBackend:
                     self.api.remove_container(item["Id"], force=True)  # the endpoint, an idle holder, or done
         if gone:
             log.info("Removed what %d deleted home(s) left on the engine: %s", len(gone), ", ".join(sorted(gone)))
+
+    def _remove_kept_networks(self, active_jobs: Callable[[], Collection[str]]) -> None:
+        """Networks of this home's jobs that have ended: the engine kept them at the teardown (a
+        stale endpoint, which restarting dockerd clears), each holding a subnet of the pool. The
+        jobs are asked for after the networks are listed: a network listed belongs to a job
+        recorded before it, so a job launching meanwhile is among the active ones."""
+        from docker.errors import APIError, NotFound
+
+        if not self._home:
+            return
+        owner = [f"{LABEL_INSTALLATION}={self._installation}"] if self._installation else []
+        networks = self.api.networks(filters={"label": [f"{LABEL_HOME}={self._home}", LABEL_JOB, *owner]})
+        if not networks:
+            return
+        active = set(active_jobs())
+        for network in networks:
+            job_id = (network.get("Labels") or {}).get(LABEL_JOB, "")
+            if job_id in active:
+                continue
+            try:
+                self.api.remove_network(network["Id"])
+            except (NotFound, APIError) as exc:  # gone meanwhile, or kept still: the next sweep tries again
+                log.info("The network %s of ended job %s stays for now: %s", network["Name"], job_id, first_line(str(exc)))
+                continue
+            log.info("Removed the network %s that the engine had kept after job %s ended.", network["Name"], job_id)
 
     def _deleted(self, home: str) -> bool:
         """Whether `home` (a LABEL_HOME value) names another home, no longer on this host."""
@@ -919,8 +947,8 @@ class DockerBackend:
                 if time.monotonic() > deadline:
                     raise AiptrainError(
                         f"Docker keeps the job's network {network_id[:12]} although its replicas are gone (a stale "
-                        "endpoint, an engine fault that restarting dockerd clears): remove it with "
-                        f"`docker network rm {network_id[:12]}` then."
+                        "endpoint, an engine fault that restarting dockerd clears): the home's controller removes it "
+                        f"once Docker lets it go, or remove it with `docker network rm {network_id[:12]}` then."
                     ) from None
             self._disconnect_all(network_id)
             time.sleep(0.2)

@@ -62,7 +62,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -561,7 +561,7 @@ class SwarmBackend(DockerBackend):
             time.sleep(0.2)
         raise AiptrainError(f"The swarm keeps the removed network {network_id[:12]}: see `docker network ls`.")
 
-    def remove_abandoned(self) -> None:
+    def remove_abandoned(self, active_jobs: Callable[[], Collection[str]] | None = None) -> None:
         """First the storage endpoints of homes deleted from this host, and their storage
         networks (the swarm would restart an endpoint's task for good, and it holds its network),
         then what the docker backend sweeps."""
@@ -583,7 +583,7 @@ class SwarmBackend(DockerBackend):
                                                                 f"{LABEL_ROLE}={STORAGE_ROLE}"]}):
                 with contextlib.suppress(NotFound, APIError, AiptrainError):  # still held: the next sweep's
                     self._remove_network(network["Id"])
-        super().remove_abandoned()
+        super().remove_abandoned(active_jobs)
 
     def remove_installation(self) -> None:
         """What the installation shares on the swarm (storage endpoint and network), then on this engine."""

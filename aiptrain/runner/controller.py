@@ -292,20 +292,19 @@ class Controller:
                 log.warning("Could not remove what the deleted home's jobs shared: %s", exc)
 
     def prune_cache(self) -> None:
-        """The cache's pruning, and what deleted homes left on the engine: at the controller's
-        start and hourly, in the pool."""
+        """The cache's pruning, and what deleted homes and this home's ended jobs left on the
+        engine: at the controller's start and hourly, in the pool."""
         from aiptrain import cache
 
         self.pool.submit(cache.prune_if_due, self.settings)
         for backend in list(self.backends.values()):
             self.pool.submit(self.remove_abandoned, backend)
 
-    @staticmethod
-    def remove_abandoned(backend: Backend) -> None:
+    def remove_abandoned(self, backend: Backend) -> None:
         try:
-            backend.remove_abandoned()
+            backend.remove_abandoned(self.store.active_job_ids)
         except Exception as exc:  # noqa: BLE001 - the next sweep tries again
-            log.warning("Could not remove what deleted homes left on the engine: %s", exc)
+            log.warning("Could not remove what deleted homes or ended jobs left on the engine: %s", exc)
 
     # -- the end --------------------------------------------------------------------------------
 

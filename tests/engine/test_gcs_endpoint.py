@@ -448,3 +448,45 @@ def test_a_deleted_homes_exited_replicas_and_their_network_are_swept_and_running
                 docker_api.remove_container(name, force=True)
         for network in docker_api.networks(names=list(networks.values())):
             docker_api.remove_network(network["Id"])
+
+
+def test_the_sweep_removes_the_networks_the_engine_kept_after_this_homes_jobs_ended(tmp_path, docker_api):
+    """A teardown that met a network the engine kept (a stale endpoint) ends the job all the same;
+    the controller's sweep then removes the network once the engine lets it go: a network of this
+    home's ended job goes, an active job's stays, and so does one a container is still on and
+    another home's."""
+    import contextlib
+
+    from docker.errors import NotFound
+
+    from aiptrain.backends.docker import DockerBackend
+    from aiptrain.planning import NetworkSpec
+    from aiptrain.settings import Settings
+
+    def backend(name: str) -> DockerBackend:
+        home = tmp_path / name
+        home.mkdir(exist_ok=True)
+        return DockerBackend(Settings(home=home).installation_id, client=docker_api, subnet_pool="10.213.24.0/21",
+                             home=str(home))
+
+    ours, theirs = backend("ours"), backend("theirs")
+    prefix = f"aiptrain-kept-{tmp_path.name}"[:50]
+    jobs = {"ended": ours, "active": ours, "busy": ours, "theirs": theirs}
+    for job_id, owner in jobs.items():
+        owner._create_network(NetworkSpec(f"{prefix}-{job_id}", {"aiptrain.job-id": job_id,
+                                                                  "aiptrain.installation": owner._installation}))
+    busy = docker_api.create_container("aiptrain/runtime:minimal", command=["sleep", "60"],
+                                       host_config=docker_api.create_host_config(network_mode=f"{prefix}-busy"))["Id"]
+    docker_api.start(busy)
+    asked = []
+    try:
+        ours.remove_abandoned(lambda: asked.append(True) or {"active"})
+        assert asked == [True]
+        left = {n["Name"] for n in docker_api.networks(filters={"label": "aiptrain.job-id"}) if n["Name"].startswith(prefix)}
+        assert left == {f"{prefix}-active", f"{prefix}-busy", f"{prefix}-theirs"}
+    finally:
+        with contextlib.suppress(NotFound):
+            docker_api.remove_container(busy, force=True)
+        for network in docker_api.networks(filters={"label": "aiptrain.job-id"}):
+            if network["Name"].startswith(prefix):
+                docker_api.remove_network(network["Id"])

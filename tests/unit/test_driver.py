@@ -244,6 +244,24 @@ def test_the_controller_leaves_a_job_its_submit_still_stages_alone(settings, sto
     assert "job" not in controller.drivers and not backend.launched
 
 
+def test_the_controllers_sweep_is_told_the_homes_active_jobs(settings, store, monkeypatch):
+    """Networks the engine kept after a job ended go at the sweep, those of active jobs never."""
+    from aiptrain.ownership import JobLock
+    from aiptrain.runner import controller as controller_module
+
+    store.create(Job(job_id="running", training_input=BASIC))
+    ended = store.create(Job(job_id="ended", training_input=BASIC))
+    store.transition(ended.job_id, State.CANCELLED, [State.QUEUED])
+    backend = FakeBackend()
+    controller = controller_module.Controller(settings, JobLock.try_acquire(settings.controller_lock_path))
+    try:
+        controller.remove_abandoned(backend)
+    finally:
+        controller.pool.shutdown(wait=True)
+        controller.home_lock.release()
+    assert backend.calls == [("remove_abandoned", ["running"])]
+
+
 @pytest.mark.parametrize("gcs_mode, tls, started", [
     ("local", True, True),  # gs:// kept here: the endpoint starts while the submit stages
     ("local", False, True),  # a new home's: the submit makes the endpoint's TLS files first
