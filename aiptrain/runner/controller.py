@@ -274,7 +274,7 @@ class Controller:
 
     def ready_storage_endpoint(self, backend: Backend) -> None:
         """Start the home's storage endpoint, in the pool, when the home keeps gs:// on this
-        machine: a controller starts because a job is coming (a submit starts it first thing), and
+        machine: a controller starts because a job is coming (most often a submit starts it), and
         the endpoint's start (a container, then its server: about half a second) is then done by
         the time that job's replicas are created instead of after it. The launch makes sure of it
         again (`ensure_storage_endpoint`, under the home's lock file), with the job's runtime image
@@ -418,8 +418,8 @@ def serve(settings: Settings, lock: JobLock, idle_exit: bool) -> None:
         signal.signal(signum, stop)
     threading.Thread(target=read_fifo, args=(settings, controller), daemon=True, name="fifo").start()
     log.info("Controller %s started for %s (version %s)", os.getpid(), settings.home, control.code_version())
-    # The engine's SDK imported and connected now, while the submit that started us (most often)
-    # still stages its job: it would cost a tenth of a second of that job's start-up later.
+    # The engine's SDK imported and connected now, and the storage endpoint started, while the
+    # submit that started us (most often) still stages its job: both would cost its start-up later.
     try:
         controller.ready_storage_endpoint(controller.backend(settings.backend))
     except Exception as exc:  # noqa: BLE001 - the jobs that need it meet it again, and say it
