@@ -58,13 +58,11 @@ def main() -> None:
 
 def start_controller() -> None:
     """A submit run in its own process, in a home in use (a controller ran there before), starts
-    the home's controller first, so the controller's start-up (an interpreter, its imports, then
-    the home's storage endpoint) runs beside the submit's own instead of after it. A home never
-    used gets its first controller once the submit has checked what it can without side effects
-    (`Client.submit`): a refused first submit leaves nothing behind (starting it here in any home
-    that exists was measured 0.1 to 0.2 s faster on a first submit, and left a refused one's
-    controller files behind). Never an error here: the submit makes sure of the controller
-    again, and says what is wrong."""
+    the home's controller first, so the controller's start-up (an interpreter and its imports)
+    runs beside the submit's own instead of after it. A home never used gets its first
+    controller once the submit has checked what it can without side effects (`Client.submit`):
+    a refused first submit leaves nothing behind. Never an error here: the submit makes sure of
+    the controller again, and says what is wrong."""
     try:
         from aiptrain.runner import control
         from aiptrain.settings import Settings

@@ -342,12 +342,12 @@ class Submitter:
         lock = JobLock.try_acquire(self.settings.job_lock_path(job.job_id))
         if lock is None:
             raise duplicate_job(job.job_id)  # another process is submitting this very ID
-        # Connecting to Docker (importing its SDK, negotiating the API) overlaps the packaging, as
-        # the controller's start-up and its start of the storage endpoint do. The controller
-        # leaves the job alone while we hold its lock.
+        # Connecting to Docker (importing its SDK, negotiating the API), the storage endpoint's
+        # start and the controller's start-up overlap the packaging. The controller leaves the
+        # job alone while we hold its lock.
         try:
             job = self.store.create(job, backend=self.backend.name)
-            threading.Thread(target=self.backend.warm_up, daemon=True).start()
+            threading.Thread(target=self._get_ready, args=(submission,), daemon=True).start()
             control.wake(self.settings, job.job_id)
             if submission.project:
                 record_project(self.settings, job.job_id, submission.project)
@@ -359,6 +359,20 @@ class Submitter:
         lock.release()
         control.wake(self.settings, job.job_id)  # the controller launches it, now or once admitted
         return self._launched(job.job_id)
+
+    def _get_ready(self, submission: Submission) -> None:
+        """Connect to the engine and start the installation's storage endpoint when it serves
+        this job's gs://: beside the packaging, in this process, since a new home's controller
+        is still importing then (a first job's replicas waited for the endpoint after its
+        staging). The controller's launch makes sure of it again, and reports a failure; one
+        started for a job that is then refused goes when the controller does (release_shared)."""
+        self.backend.warm_up()
+        try:
+            endpoint = storage_endpoint(submission, self.settings)
+            if endpoint is not None:
+                self.backend.ensure_storage_endpoint(endpoint)
+        except Exception as exc:  # noqa: BLE001 - the launch meets it again, and says it
+            log.info("Could not start the storage endpoint ahead of the launch: %s", exc)
 
     def _launched(self, job_id: str) -> Job:
         """An admitted job once the controller has launched it: submit returns when the replicas

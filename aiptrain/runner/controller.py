@@ -133,7 +133,7 @@ class Controller:
             if job_id in self.drivers:
                 continue
             lock = JobLock.try_acquire(self.settings.job_lock_path(job_id))
-            if lock is None:  # its submit still stages it
+            if lock is None:  # its submit starts the storage endpoint meanwhile (Submitter._get_ready)
                 waiting = True
                 continue
             lock.remove()  # the job is the controller's now, and the controller's lock is the home's
@@ -272,29 +272,6 @@ class Controller:
                              name=f"watch-{name}").start()
         return self.backends[name]
 
-    def ready_storage_endpoint(self, backend: Backend) -> None:
-        """Start the home's storage endpoint, in the pool, when the home keeps gs:// on this
-        machine: a controller starts because a job is coming (most often a submit starts it), and
-        the endpoint's start (a container, then its server: about half a second) is then done by
-        the time that job's replicas are created instead of after it. The launch makes sure of it
-        again (`ensure_storage_endpoint`, under the home's lock file), with the job's runtime image
-        where the engine lacks the base image; the pool's shut-down comes before the release."""
-        self.pool.submit(self._ready_storage_endpoint, backend)
-
-    def _ready_storage_endpoint(self, backend: Backend) -> None:
-        from aiptrain.planning import storage_endpoint_for
-        from aiptrain.storage import gcs_root_for
-        from aiptrain.storage.endpoint import prepare_files
-
-        try:
-            gcs_root, _ = gcs_root_for(self.settings.gcs_mode, self.settings.gcs_root)
-            if gcs_root is None:  # Cloud Storage itself: no endpoint
-                return
-            prepare_files(self.settings.home, gcs_root)
-            backend.ensure_storage_endpoint(storage_endpoint_for(self.settings, gcs_root))
-        except Exception as exc:  # noqa: BLE001 - the launch meets it again, and says it
-            log.info("Could not start the storage endpoint ahead of a launch: %s", exc)
-
     def release_shared(self) -> None:
         """Take down what the home's jobs share (the storage endpoint) unless a job is active: when
         the controller goes, not when each job ends, so jobs run one after another do not start it
@@ -418,10 +395,10 @@ def serve(settings: Settings, lock: JobLock, idle_exit: bool) -> None:
         signal.signal(signum, stop)
     threading.Thread(target=read_fifo, args=(settings, controller), daemon=True, name="fifo").start()
     log.info("Controller %s started for %s (version %s)", os.getpid(), settings.home, control.code_version())
-    # The engine's SDK imported and connected now, and the storage endpoint started, while the
-    # submit that started us (most often) still stages its job: both would cost its start-up later.
+    # The engine's SDK imported and connected now, while the submit that started us (most often)
+    # still stages its job: it would cost a tenth of a second of that job's start-up later.
     try:
-        controller.ready_storage_endpoint(controller.backend(settings.backend))
+        controller.backend(settings.backend)
     except Exception as exc:  # noqa: BLE001 - the jobs that need it meet it again, and say it
         log.warning("Could not open the %s backend: %s", settings.backend, exc)
     try:

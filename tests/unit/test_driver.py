@@ -263,28 +263,26 @@ def test_the_controllers_sweep_is_told_the_homes_active_jobs(settings, store, mo
 
 
 @pytest.mark.parametrize("gcs_mode, tls, started", [
-    ("local", True, True),  # gs:// kept here: the endpoint starts with the controller
-    ("local", False, True),  # a new home's: the controller makes the endpoint's TLS files first
+    ("local", True, True),  # gs:// kept here: the endpoint starts while the submit stages
+    ("local", False, True),  # a new home's: the submit makes the endpoint's TLS files first
     ("remote", True, False),  # Cloud Storage itself: no endpoint
 ])
-def test_a_controller_starts_the_homes_storage_endpoint_as_it_starts(settings, tmp_path, gcs_mode, tls, started):
-    """A controller starts because a job is coming: the endpoint is up by the time its replicas are created."""
-    from aiptrain.ownership import JobLock
-    from aiptrain.runner import controller as controller_module
+def test_a_submit_starts_the_storage_endpoint_beside_its_packaging(settings, store, tmp_path, gcs_mode, tls, started):
+    from aiptrain.config import SubmitFlags
     from aiptrain.storage.endpoint import TLS_DIR_NAME, TLS_FILES
+    from aiptrain.submission import Submitter, prepare
 
     settings = replace(settings, gcs_mode=gcs_mode)
     if tls:
         (settings.home / TLS_DIR_NAME).mkdir()
         for name in TLS_FILES:
             (settings.home / TLS_DIR_NAME / name).write_text("made\n")
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "__init__.py").write_text("")
+    flags = SubmitFlags(job_id="job", package_path=str(tmp_path / "trainer"), module_name="trainer.task", region="us-central1",
+                        runtime_version="minimal", job_dir="gs://bucket/out")
     backend = FakeBackend()
-    controller = controller_module.Controller(settings, JobLock.try_acquire(settings.controller_lock_path))
-    try:
-        controller.ready_storage_endpoint(backend)
-    finally:
-        controller.pool.shutdown(wait=True)
-        controller.home_lock.release()
+    Submitter(settings, store, backend)._get_ready(prepare(flags, settings))
     calls = [call for call in backend.calls if call[0] == "ensure_storage_endpoint"]
     assert len(calls) == (1 if started else 0)
     assert (settings.home / TLS_DIR_NAME / "trust.pem").is_file() is (started or tls)
