@@ -563,7 +563,7 @@ class DockerBackend:
         stale endpoint, which restarting dockerd clears), each holding a subnet of the pool. The
         jobs are asked for after the networks are listed: a network listed belongs to a job
         recorded before it, so a job launching meanwhile is among the active ones."""
-        from docker.errors import APIError, NotFound
+        from docker.errors import APIError
 
         if not self._home:
             return
@@ -578,7 +578,7 @@ class DockerBackend:
                 continue
             try:
                 self.api.remove_network(network["Id"])
-            except (NotFound, APIError) as exc:  # gone meanwhile, or kept still: the next sweep tries again
+            except APIError as exc:  # gone meanwhile (NotFound), or kept still: the next sweep tries again
                 log.info("The network %s of ended job %s stays for now: %s", network["Name"], job_id, first_line(str(exc)))
                 continue
             log.info("Removed the network %s that the engine had kept after job %s ended.", network["Name"], job_id)

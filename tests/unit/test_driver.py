@@ -244,7 +244,7 @@ def test_the_controller_leaves_a_job_its_submit_still_stages_alone(settings, sto
     assert "job" not in controller.drivers and not backend.launched
 
 
-def test_the_controllers_sweep_is_told_the_homes_active_jobs(settings, store, monkeypatch):
+def test_the_controllers_sweep_is_told_the_homes_active_jobs(settings, store):
     """Networks the engine kept after a job ended go at the sweep, those of active jobs never."""
     from aiptrain.ownership import JobLock
     from aiptrain.runner import controller as controller_module
