@@ -127,8 +127,10 @@ def test_a_job_survives_dockerd_restarting(tmp_path, minimal_runtime, docker_api
     log_file = home / "logs" / "engine_restart.jsonl"
     wait_for(lambda: "probe chief 0 started" in log_file.read_text(), timeout=120, what="the master training")
     os.kill(pid, signal.SIGTERM)
-    wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=60, what="dockerd to stop")
-    subprocess.run([str(REPO / "scripts" / "ensure-docker.sh")], check=True, timeout=120)
+    try:
+        wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=60, what="dockerd to stop")
+    finally:  # an interrupted run leaves the engine up for the next one
+        subprocess.run([str(REPO / "scripts" / "ensure-docker.sh")], check=True, timeout=120)
     wait_for(lambda: describe(home, "engine_restart")["state"] in ("SUCCEEDED", "FAILED"), timeout=240, what="the end")
     job = describe(home, "engine_restart")
     assert job["state"] == "SUCCEEDED", job.get("errorMessage")
