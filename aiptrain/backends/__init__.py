@@ -101,9 +101,9 @@ class Backend(Protocol):
         replicas reach it at."""
 
     def release_shared(self, still_needed: Callable[[], bool]) -> None:
-        """Remove what the installation's jobs share (the storage endpoint) unless
-        `still_needed()` says a job still is active, asked under the lock a launch takes to
-        start them; the next launch starts them again."""
+        """Remove what the installation's jobs share (the storage endpoint and its network)
+        unless `still_needed()` says a job still is active, asked under the locks a launch
+        takes to make them; the next launch makes them again."""
 
     def remove_installation(self) -> None:
         """Remove everything the installation shares (the storage endpoint, the lone replicas'

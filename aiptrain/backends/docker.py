@@ -1,7 +1,7 @@
 """The Docker backend: one engine, one user-defined bridge network per job of two or more
 replicas; lone replicas share one network per installation on which containers cannot reach
-each other (inter-container traffic off: planning.own_network), created once, never removed
-by a job.
+each other (inter-container traffic off: planning.own_network), created on first need, never
+removed by a job, and released with the storage endpoint when the home's controller goes.
 
 gs:// kept on this machine reaches replicas through the installation's storage endpoint
 (aiptrain.storage.endpoint): a container on the engine's default bridge, started on demand,
@@ -640,19 +640,28 @@ class DockerBackend:
         raise EnvironmentNotReady(f"The storage endpoint {endpoint.name} keeps changing: try again.")
 
     def release_shared(self, still_needed: Callable[[], bool]) -> None:
-        """The storage endpoint never outlives the installation's jobs: removed when the last
-        active one ends (the next launch starts it again, about half a second). Under the lock
-        a launch starts it with, so a job recorded before its launch keeps it."""
+        """What the installation's jobs share never outlives them: the storage endpoint and the
+        lone replicas' network (a /22 of the subnet pool, held for good by every home kept on
+        disk otherwise) are removed when the last active job ends; the next launch makes them
+        again (the endpoint about half a second, the network a tenth). Under the locks a launch
+        makes them with, so a job recorded before its launch keeps them."""
         if not self._installation or not self._home:
             return
+        from docker.errors import APIError
+
         owner = f"{LABEL_INSTALLATION}={self._installation}"
         self._stop_keeping_holders()
-        with self._home_lock("storage-endpoint"):
+        with self._home_lock("solo-network"), self._home_lock("storage-endpoint"):
             if still_needed():
                 return
             self._remove_containers(c["Id"] for c in self.api.containers(
                 all=True, filters={"label": [owner, f"{LABEL_ROLE}={ROLE}"]}))
-        self._remove_idle_holders()
+            self._remove_idle_holders()
+            for network in self._solo_networks():
+                try:
+                    self.api.remove_network(network["Id"])
+                except APIError as exc:  # a holder still being made, a container still leaving: the next release
+                    log.info("Kept the lone replicas' network for now: %s", engine_error(exc))
 
     @staticmethod
     def _endpoint_current(info: dict, code: str, gateway: str) -> bool:

@@ -293,7 +293,7 @@ def _listening(docker_api, job_id: str) -> bool:
     return False
 
 
-def test_the_endpoint_is_one_per_installation_never_outlives_its_jobs_and_goes_with_the_home(
+def test_the_endpoint_and_the_lone_network_are_one_per_installation_never_outlive_its_jobs_and_go_with_the_home(
     cli, gcs_home, minimal_runtime, tmp_path, docker_api
 ):
     from aiptrain.backends.docker import DockerBackend
@@ -307,16 +307,19 @@ def test_the_endpoint_is_one_per_installation_never_outlives_its_jobs_and_goes_w
     def endpoints() -> list[dict]:
         return docker_api.containers(all=True, filters={"label": [owner, "aiptrain.role=storage-endpoint"]})
 
-    def released() -> bool:  # the controller takes it down when it goes, idle (2 s here)
-        deadline = time.monotonic() + 60
-        while endpoints() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        return endpoints() == []
+    def shared() -> list[dict]:  # the endpoint and the lone replicas' network
+        return endpoints() + docker_api.networks(filters={"label": [owner, "aiptrain.role"]})
 
-    for attempt in range(2):  # the second job starts the endpoint again
+    def released() -> bool:  # the controller takes them down when it goes, idle (2 s here)
+        deadline = time.monotonic() + 60
+        while shared() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return shared() == []
+
+    for attempt in range(2):  # the second job makes them again
         result = submit(cli, f"probe{attempt}_{uuid.uuid4().hex[:6]}", trainer, runtime=minimal_runtime)
         assert result.returncode == 0 and "read hello from the host" in result.stderr, result.stderr[-3000:]
-        assert released(), endpoints()
+        assert released(), shared()
     DockerBackend(settings.installation_id, client=docker_api).remove_installation()
     assert endpoints() == []
     assert docker_api.networks(filters={"label": [owner, "aiptrain.role"]}) == []
