@@ -643,7 +643,7 @@ class DockerBackend:
         """What the installation's jobs share never outlives them: the storage endpoint and the
         lone replicas' network (a /22 of the subnet pool, held for good by every home kept on
         disk otherwise) are removed when the last active job ends; the next launch makes them
-        again (the endpoint about half a second, the network a tenth). Under the locks a launch
+        again (the endpoint about half a second, the network 0.07 s). Under the locks a launch
         makes them with, so a job recorded before its launch keeps them."""
         if not self._installation or not self._home:
             return
