@@ -579,7 +579,7 @@ class DockerBackend:
             try:
                 self.api.remove_network(network["Id"])
             except APIError as exc:  # gone meanwhile (NotFound), or kept still: the next sweep tries again
-                log.info("The network %s of ended job %s stays for now: %s", network["Name"], job_id, first_line(str(exc)))
+                log.info("The network %s of ended job %s stays for now: %s", network["Name"], job_id, engine_error(exc))
                 continue
             log.info("Removed the network %s that the engine had kept after job %s ended.", network["Name"], job_id)
 
