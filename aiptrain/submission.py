@@ -288,7 +288,8 @@ def plan_inputs(
 
 def storage_endpoint(submission: Submission, settings: Settings, prepare_files: bool = True) -> StorageEndpoint | None:
     """The installation's storage endpoint, when it serves this job's gs:// (its TLS files and
-    the gcs tree made ready for it first, unless `prepare_files` is False: a dry run)."""
+    the gcs tree made ready for it first, unless `prepare_files` is False: a dry run, or a
+    backend's `ensure_storage_endpoint` to follow, which makes them)."""
     if not submission.serves_gcs or submission.gcs_root is None:
         return None
     if prepare_files:
@@ -368,7 +369,7 @@ class Submitter:
         started for a job that is then refused goes when the controller does (release_shared)."""
         self.backend.warm_up()
         try:
-            endpoint = storage_endpoint(submission, self.settings)
+            endpoint = storage_endpoint(submission, self.settings, prepare_files=False)  # the backend makes them
             if endpoint is not None:
                 self.backend.ensure_storage_endpoint(endpoint)
         except Exception as exc:  # noqa: BLE001 - the launch meets it again, and says it

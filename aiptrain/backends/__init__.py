@@ -97,8 +97,8 @@ class Backend(Protocol):
         nothing if there are none."""
 
     def ensure_storage_endpoint(self, endpoint: StorageEndpoint) -> str:
-        """Start the installation's storage endpoint unless it runs already; the address
-        replicas reach it at."""
+        """Start the installation's storage endpoint unless it runs already (its files made
+        first: `StorageEndpoint.prepare_files`); the address replicas reach it at."""
 
     def release_shared(self, still_needed: Callable[[], bool]) -> None:
         """Remove what the installation's jobs share (the storage endpoint and its network)

@@ -615,8 +615,12 @@ class DockerBackend:
         died, runs older code, or publishes elsewhere; one per installation (by name)."""
         from docker.errors import APIError, NotFound
 
-
-        _, gateway = self.solo_network()
+        # A new home's TLS files (cryptography's import is most of their time) are made while the
+        # engine makes the network.
+        with ThreadPoolExecutor(max_workers=1) as files:
+            made = files.submit(endpoint.prepare_files)
+            _, gateway = self.solo_network()
+            made.result()
         with self._home_lock("storage-endpoint"):  # concurrent launches: one starts it, the others find it
             for _ in range(3):
                 try:
@@ -711,10 +715,10 @@ class DockerBackend:
         finds it; a start that fails is reported with its output."""
         deadline = time.monotonic() + ENDPOINT_READY_SECONDS
         while time.monotonic() < deadline:
-            state = self.api.inspect_container(name)["State"]
             output = self.api.logs(name).decode(errors="replace")
             if "serving" in output:
                 return
+            state = self.api.inspect_container(name)["State"]
             if not state.get("Running") and state.get("Status") == "exited":
                 raise AiptrainError(f"The storage endpoint for gs:// did not start: {output.strip()[-300:]}")
             time.sleep(0.02)  # replicas wait for it: each look sooner is a look less of their start

@@ -446,6 +446,7 @@ class SwarmBackend(DockerBackend):
         code or on another network. One launch at a time makes them (the home's lock)."""
         from docker.errors import APIError, NotFound
 
+        endpoint.prepare_files()
         with self._home_lock("storage-endpoint"):
             for _ in range(3):
                 network = self._storage_network()

@@ -74,6 +74,10 @@ class StorageEndpoint:
         return [(self.gcs_root, ENDPOINT_TREE, False), (str(SERVER_CODE), ENDPOINT_CODE, True),
                 (self.tls_dir, ENDPOINT_TLS, True)]
 
+    def prepare_files(self) -> None:
+        """Its gcs tree and TLS files, made once (`prepare_files`): before its container starts."""
+        prepare_files(Path(self.tls_dir).parent, Path(self.gcs_root))
+
     def replica_mounts(self) -> list[tuple[str, str]]:
         """(host path, replica path), read-only: the CA bundle replicas trust, and the tools."""
         return [(f"{self.tls_dir}/trust.pem", REPLICA_TRUST), (str(TOOLS_DIR), REPLICA_TOOLS)]
@@ -112,8 +116,8 @@ def prepare_files(home: Path, gcs_root: Path) -> None:
     it signs the endpoint's certificate and is gone, so nothing else can ever be signed with it.
     When aiptrain runs as root, the endpoint and the replicas run as `nobody`: the key is theirs,
     and what the host wrote in the tree before becomes theirs to write beside, before the TLS
-    files that say it is done are written. Submit and the controller both call it, whichever
-    comes first: one makes the files, the other waits for them."""
+    files that say it is done are written. Submit's staging and the backend starting the
+    endpoint both call it, whichever comes first: one makes the files, the other waits for them."""
     from aiptrain.storage.local import REPLICA_IDS, give_to_replicas
 
     tls_dir = home / TLS_DIR_NAME

@@ -15,6 +15,40 @@ a directory); an object and a "directory" of the same name cannot both exist (40
 
 from __future__ import annotations
 
+import socket
+import ssl
+import sys
+
+
+def listen_early(argv: list[str]) -> socket.socket | None:
+    """Run as the endpoint: its socket listening, with its certificate, before the rest is
+    imported (most of its start-up), then the line that says it serves. The replicas start
+    once they see that line; a request that comes before the server accepts waits in the
+    backlog instead of being refused."""
+    options = {name: argv[i + 1] for i, name in enumerate(argv[:-1]) if name.startswith("--")}
+    if "--port" not in options:
+        return None
+    listening = secured(socket.create_server(("0.0.0.0", int(options["--port"])), backlog=128),
+                        options.get("--cert"), options.get("--key"))
+    say_serving(options.get("--root", ""), int(options["--port"]))
+    return listening
+
+
+def secured(listening: socket.socket, cert: str | None, key: str | None) -> socket.socket:
+    if not cert:
+        return listening
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context.wrap_socket(listening, server_side=True)
+
+
+def say_serving(root: str, port: int) -> None:
+    print(f"aiptrain storage endpoint: serving {root} on port {port}", file=sys.stderr, flush=True)
+
+
+EARLY_SOCKET = listen_early(sys.argv) if __name__ == "__main__" else None
+
+# ruff: noqa: E402 - imported once the socket listens, above
 import argparse
 import base64
 import errno
@@ -23,9 +57,7 @@ import os
 import re
 import secrets
 import shutil
-import ssl
 import stat
-import sys
 import threading
 from datetime import datetime, timezone
 from email.parser import BytesParser
@@ -868,20 +900,22 @@ class Handler(BaseHTTPRequestHandler):
         self._send_empty(499 if session else 404)
 
 
-def serve(root: str, port: int, cert: str | None, key: str | None) -> None:
+def serve(root: str, port: int, cert: str | None, key: str | None, listening: socket.socket | None = None) -> None:
+    """Serve `root` on `port` (`listening`: the socket `listen_early` made, already said)."""
     os.umask(0o022)
     tree = Tree(root)
     for leftover in os.listdir(tree.uploads):  # sessions of a previous run cannot be resumed
         os.unlink(os.path.join(tree.uploads, leftover))
     handler = type("BoundHandler", (Handler,), {"tree": tree, "uploads": Uploads(),
                                                 "scheme": "https" if cert else "http"})
-    server = ThreadingHTTPServer(("0.0.0.0", port), handler)
+    server = ThreadingHTTPServer(("0.0.0.0", port), handler, bind_and_activate=listening is None)
     server.daemon_threads = True
-    if cert:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-    print(f"aiptrain storage endpoint: serving {root} on port {port}", file=sys.stderr, flush=True)
+    if listening is None:
+        server.socket = secured(server.socket, cert, key)
+        say_serving(root, port)
+    else:
+        server.socket.close()  # made unbound by the constructor
+        server.socket = listening
     server.serve_forever()
 
 
@@ -892,7 +926,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cert")
     parser.add_argument("--key")
     args = parser.parse_args(argv)
-    serve(args.root, args.port, args.cert, args.key)
+    serve(args.root, args.port, args.cert, args.key, EARLY_SOCKET)
 
 
 if __name__ == "__main__":
