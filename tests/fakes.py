@@ -257,6 +257,7 @@ class FakeBackend:
     def ensure_storage_endpoint(self, endpoint) -> str:
         self.calls.append(("ensure_storage_endpoint", endpoint.name))
         self._maybe_fail("ensure_storage_endpoint")
+        endpoint.prepare_files()  # as a real backend does, before it starts the endpoint
         return "192.0.2.1"  # TEST-NET-1: an address nothing answers at
 
     def remove_installation(self) -> None:

@@ -264,7 +264,7 @@ def test_the_controllers_sweep_is_told_the_homes_active_jobs(settings, store):
 
 @pytest.mark.parametrize("gcs_mode, tls, started", [
     ("local", True, True),  # gs:// kept here: the endpoint starts while the submit stages
-    ("local", False, True),  # a new home's: the submit makes the endpoint's TLS files first
+    ("local", False, True),  # a new home's: the backend makes the endpoint's TLS files first
     ("remote", True, False),  # Cloud Storage itself: no endpoint
 ])
 def test_a_submit_starts_the_storage_endpoint_beside_its_packaging(settings, store, tmp_path, gcs_mode, tls, started):
