@@ -252,3 +252,23 @@ def test_a_write_the_endpoint_may_not_make_is_refused_at_once_with_403_naming_th
     assert os.listdir(os.path.join(root, ".aiptrain-uploads")) == []  # the partial upload went
     status, _, body = request(port, "POST", f"/upload/storage/v1/b/ours/o?uploadType=media&name={name}", body=b"w")
     assert status == 200, body
+
+
+def test_a_request_before_the_server_accepts_waits_for_it_instead_of_being_refused(tmp_path, capfd):
+    """Run as the endpoint, the server listens and says it serves before its imports
+    (`listen_early`): replicas are started on that line and may ask at once."""
+    from aiptrain.storage.endpoint_server import listen_early, serve
+
+    root = tmp_path / "gcs"
+    root.mkdir()
+    listening = listen_early(["server.py", "--root", str(root), "--port", "0"])
+    assert listening is not None and "serving" in capfd.readouterr().err
+    port = listening.getsockname()[1]
+    answered: dict[str, int] = {}
+    asking = threading.Thread(target=lambda: answered.update(status=request(port, "GET", "/storage/v1/b?project=p")[0]))
+    asking.start()
+    asking.join(0.3)
+    assert asking.is_alive() and not answered  # connected, and waiting: nothing accepts yet
+    threading.Thread(target=serve, args=(str(root), port, None, None, listening), daemon=True).start()
+    asking.join(10)
+    assert answered == {"status": 200}
