@@ -20,6 +20,7 @@ from harness import (
     engine_time,
     first_user_lines,
     interleaved,
+    progress,
     remove_network,
     timed,
 )
@@ -211,7 +212,14 @@ def bench_first_line(b: Bench) -> list[Row]:
                 firsts.append(engine_time(docker("logs", "-t", name).split()[0]))
             row.base.append(max(firsts) - start)
             docker("rm", "-f", *names)
-            remove_network(network)
+            try:
+                remove_network(network)
+            except BenchError as exc:
+                # Docker 20.10 can keep a network's count of endpoints after many of its containers
+                # are removed at once (31 here: seen in one round of two to five); only restarting
+                # dockerd frees it. Not part of the figure: the samples stand, the network is left.
+                progress(f"left behind: {exc}")
+                row.notes.append(f"7: Docker kept the raw run's network {network} (a stale endpoint count): left.")
 
         interleaved(b.args.repeat, ours, base)
         row.notes.append(f"7: time from submit to the last of the {replicas} replicas printing its first line, from "
