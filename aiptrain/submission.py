@@ -52,7 +52,6 @@ from aiptrain.settings import Settings
 from aiptrain.staging import WHEELHOUSE
 from aiptrain.storage import check_gcs_uri, emulator_host, gcs_root_for, is_gcs, local_path
 from aiptrain.storage.endpoint import StorageEndpoint
-from aiptrain.storage.endpoint import prepare_files as prepare_endpoint_files
 from aiptrain.store import JobStore, duplicate_job
 from aiptrain.topology import Replica, replicas_for
 from aiptrain.validation import (
@@ -292,9 +291,10 @@ def storage_endpoint(submission: Submission, settings: Settings, prepare_files: 
     backend's `ensure_storage_endpoint` to follow, which makes them)."""
     if not submission.serves_gcs or submission.gcs_root is None:
         return None
+    endpoint = storage_endpoint_for(settings, submission.gcs_root, submission.runtime_image)
     if prepare_files:
-        prepare_endpoint_files(settings.home, submission.gcs_root)
-    return storage_endpoint_for(settings, submission.gcs_root, submission.runtime_image)
+        endpoint.prepare_files()
+    return endpoint
 
 
 def launch_failure(error_message: str) -> str:

@@ -76,7 +76,7 @@ class StorageEndpoint:
 
     def prepare_files(self) -> None:
         """Its gcs tree and TLS files, made once (`prepare_files`): before its container starts."""
-        prepare_files(Path(self.tls_dir).parent, Path(self.gcs_root))
+        prepare_files(Path(self.tls_dir), Path(self.gcs_root))
 
     def replica_mounts(self) -> list[tuple[str, str]]:
         """(host path, replica path), read-only: the CA bundle replicas trust, and the tools."""
@@ -109,7 +109,7 @@ def code_digest() -> str:
     return hashlib.sha256(SERVER_CODE.read_bytes()).hexdigest()[:12]
 
 
-def prepare_files(home: Path, gcs_root: Path) -> None:
+def prepare_files(tls_dir: Path, gcs_root: Path) -> None:
     """What the endpoint needs before it first starts in a home, made once: the gcs tree, and
     the TLS files (its certificate and key, and the bundle replicas trust: a CA made for this
     installation, then the public roots of certifi). The CA's own key is never written anywhere:
@@ -120,7 +120,6 @@ def prepare_files(home: Path, gcs_root: Path) -> None:
     endpoint both call it, whichever comes first: one makes the files, the other waits for them."""
     from aiptrain.storage.local import REPLICA_IDS, give_to_replicas
 
-    tls_dir = home / TLS_DIR_NAME
     if all((tls_dir / name).is_file() for name in TLS_FILES):
         return
     import fcntl

@@ -313,7 +313,7 @@ def test_a_deleted_homes_storage_endpoint_and_network_go_at_the_next_sweep(on_sw
     require_image(on_swarm, runtime_image("minimal"))
     home = tmp_path / "deleted"
     (home / "gcs").mkdir(parents=True)
-    prepare_files(home, home / "gcs")
+    prepare_files(home / TLS_DIR_NAME, home / "gcs")
     installation = uuid.uuid4().hex
     endpoint = StorageEndpoint(gcs_root=str(home / "gcs"), tls_dir=str(home / TLS_DIR_NAME), user=replica_user(),
                                installation=installation, images=(runtime_image("minimal"),))
