@@ -20,7 +20,7 @@ from aiptrain.backends.swarm import (
     SwarmBackend,
 )
 from aiptrain.errors import AiptrainError
-from aiptrain.storage.endpoint import StorageEndpoint
+from aiptrain.storage.endpoint import TLS_FILES, StorageEndpoint
 
 from conftest import job_resources, require_image, runtime_image, wait_for
 
@@ -288,7 +288,9 @@ def test_a_lone_replica_reaches_gs_and_each_job_after_a_release_starts_the_endpo
 
 def test_an_endpoint_that_cannot_start_is_reported_and_remove_installation_takes_it_away(on_swarm, tmp_path):
     (tmp_path / "gcs").mkdir()
-    (tmp_path / "tls").mkdir()  # no certificate, no key: the server exits at once
+    (tmp_path / "tls").mkdir()
+    for name in TLS_FILES:  # there, so they are not made; not a certificate: the server exits at once
+        (tmp_path / "tls" / name).write_text("not PEM\n")
     installation = uuid.uuid4().hex
     endpoint = StorageEndpoint(gcs_root=str(tmp_path / "gcs"), tls_dir=str(tmp_path / "tls"), user="65534:65534",
                                installation=installation, images=(runtime_image("minimal"),))
