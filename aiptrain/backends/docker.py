@@ -65,6 +65,11 @@ RESERVED_ADDRESSES = 3
 SMALLEST_SUBNET = 29  # 8 addresses: 5 replicas
 SUBNET_ATTEMPTS = 8  # a concurrent submit may take the subnet we picked: pick again
 NETWORK_PATIENCE_SECONDS = 120  # a busy Docker 20.10 engine took over a minute to release a PREMIUM_1 network
+# A network refused for "active endpoints" while the engine lists none on it, this long: Docker's
+# count of its endpoints is wrong for good (replicas that exit while others start or exit can
+# leave it so on 20.10: a PREMIUM_1 job whose trainer exits at once, one in eight), and only
+# restarting dockerd clears it. Waiting out NETWORK_PATIENCE_SECONDS then delayed the job's end.
+STALE_COUNT_SECONDS = 5.0
 DEFAULT_NETWORK = "bridge"  # the engine's own network, never created or removed here
 # The installation's network for lone replicas: inter-container traffic off, so one BASIC job
 # cannot reach another's ports; sized for many lone replicas at once.
@@ -198,6 +203,14 @@ def pick_subnet(pool: ipaddress.IPv4Network, replicas: int, taken: Sequence[ipad
         if not any(candidate.overlaps(t) for t in nearby):
             return candidate
     return None
+
+
+def _network_kept(network_id: str, why: str) -> AiptrainError:
+    short = network_id[:12]
+    return AiptrainError(
+        f"Docker keeps the job's network {short} although {why}, an engine fault that restarting dockerd clears): "
+        f"the home's controller removes it once Docker lets it go, or remove it with `docker network rm {short}` then."
+    )
 
 
 def host_gateway(api) -> str | None:
@@ -679,7 +692,6 @@ class DockerBackend:
         the replicas' user, only the gcs tree writable; restarted by the engine if it dies."""
         from docker.types import Mount
 
-
         image = self._present_image(endpoint.images)
         host_config = self.api.create_host_config(
             mounts=[Mount(target, source, type="bind", read_only=ro) for source, target, ro in endpoint.mounts()],
@@ -944,10 +956,12 @@ class DockerBackend:
         """Remove a job's network once its containers are gone. A busy engine can still list
         endpoints of containers it has just removed ("has active endpoints"; a swarm's tasks
         that are shutting down: "in use"): those are disconnected by force and the removal
-        tried again, for a while."""
+        tried again, for a while. A network refused while it lists no endpoint at all has a
+        stale count (STALE_COUNT_SECONDS): kept at once, for the sweep to remove later."""
         from docker.errors import APIError, NotFound
 
         deadline = time.monotonic() + NETWORK_PATIENCE_SECONDS
+        empty_since: float | None = None
         while True:
             try:
                 self.api.remove_network(network_id)
@@ -955,29 +969,36 @@ class DockerBackend:
             except NotFound:
                 return
             except APIError as exc:
-                if not any(busy in engine_error(exc) for busy in ("active endpoints", "in use")):
+                message = engine_error(exc)
+                if not any(busy in message for busy in ("active endpoints", "in use")):
                     raise
-                if time.monotonic() > deadline:
-                    raise AiptrainError(
-                        f"Docker keeps the job's network {network_id[:12]} although its replicas are gone (a stale "
-                        "endpoint, an engine fault that restarting dockerd clears): the home's controller removes it "
-                        f"once Docker lets it go, or remove it with `docker network rm {network_id[:12]}` then."
-                    ) from None
-            self._disconnect_all(network_id)
+            now = time.monotonic()
+            if empty_since is not None and now - empty_since > STALE_COUNT_SECONDS:
+                raise _network_kept(network_id, "nothing is on it any more (a stale count of its endpoints")
+            if now > deadline:
+                raise _network_kept(network_id, f"its replicas are gone (it still lists endpoints after "
+                                                 f"{NETWORK_PATIENCE_SECONDS} s")
+            listed = self._disconnect_all(network_id)
+            if listed or "active endpoints" not in message:  # a swarm's "in use": tasks elsewhere
+                empty_since = None
+            elif empty_since is None:
+                empty_since = now
             time.sleep(0.2)
 
-    def _disconnect_all(self, network_id: str) -> None:
+    def _disconnect_all(self, network_id: str) -> int:
+        """Disconnect by force every endpoint the engine lists on the network; how many it listed."""
         from docker.errors import APIError, NotFound
 
         try:
             endpoints = self.api.inspect_network(network_id).get("Containers") or {}
         except NotFound:
-            return
+            return 0
         for endpoint in endpoints:
             try:
                 self.api.disconnect_container_from_network(endpoint, network_id, force=True)
             except (APIError, NotFound):
                 pass  # gone meanwhile, or still being released: the next attempt tells
+        return len(endpoints)
 
     @staticmethod
     def _each(action, items) -> None:

@@ -75,3 +75,75 @@ def test_a_network_the_engine_keeps_does_not_change_how_the_job_ended(tmp_path):
     assert lines[-2:] == [("WARNING", "Tearing down left something behind: Docker keeps the job's network "
                                       "0123456789ab although its replicas are gone."),
                           ("INFO", "Job completed successfully.")]
+
+
+class NetworkApi:
+    """The engine's side of removing one job network, as scripted: `listed` is how many endpoints
+    each look at the network lists (the last repeats); every removal is refused with `refusal`
+    until `removable_after` removals."""
+
+    def __init__(self, listed: list[int], refusal: str = "has active endpoints", removable_after: int | None = None):
+        self.listed, self.refusal, self.removable_after = listed, refusal, removable_after
+        self.removals = self.looks = 0
+        self.disconnected: list[str] = []
+
+    def remove_network(self, network_id):
+        from docker.errors import APIError
+
+        self.removals += 1
+        if self.removable_after is not None and self.removals > self.removable_after:
+            return
+        raise APIError(f"error while removing network: network job id {network_id} {self.refusal}")
+
+    def inspect_network(self, network_id):
+        count = self.listed[min(self.looks, len(self.listed) - 1)]
+        self.looks += 1
+        return {"Containers": {f"ep-{i}": {} for i in range(count)}}
+
+    def disconnect_container_from_network(self, endpoint, network_id, force=False):
+        self.disconnected.append(endpoint)
+
+
+@pytest.fixture
+def quick_patience(monkeypatch):
+    """Patience in tenths of a second (the rule, not the engine's timing, is what is tested)."""
+    import time
+
+    from aiptrain.backends import docker
+
+    monkeypatch.setattr(docker, "STALE_COUNT_SECONDS", 0.3)
+    monkeypatch.setattr(docker, "NETWORK_PATIENCE_SECONDS", 60)
+    pause = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda seconds: pause(0.01))
+
+
+def test_a_network_refused_with_no_endpoint_listed_is_kept_at_once_as_a_stale_count(quick_patience):
+    """Docker 20.10 can count endpoints a network no longer has (replicas exiting together), and
+    only a dockerd restart clears that: the teardown says so within seconds, never waiting out
+    its patience for endpoints that are still being released."""
+    from aiptrain.backends.docker import DockerBackend
+    from aiptrain.errors import AiptrainError
+
+    api = NetworkApi(listed=[0])
+    with pytest.raises(AiptrainError, match="^Docker keeps the job's network 0123456789ab although nothing is on it any "
+                                            r"more \(a stale count of its endpoints, .* restarting dockerd clears\)"):
+        DockerBackend(client=api)._remove_network("0123456789abcdef")
+    assert api.disconnected == []
+
+
+def test_endpoints_still_listed_are_disconnected_and_the_network_removed_once_they_go(quick_patience):
+    from aiptrain.backends.docker import DockerBackend
+
+    api = NetworkApi(listed=[2, 1, 0], removable_after=3)
+    DockerBackend(client=api)._remove_network("0123456789abcdef")
+    assert api.disconnected == ["ep-0", "ep-1", "ep-0"]
+
+
+def test_a_swarm_network_in_use_by_tasks_elsewhere_is_waited_for_even_when_none_is_listed_here(quick_patience):
+    """A swarm's overlay network lists only this node's endpoints: "in use" by tasks on other
+    nodes that are shutting down is not a stale count, and is waited for."""
+    from aiptrain.backends.docker import DockerBackend
+
+    api = NetworkApi(listed=[0], refusal="is in use by task abc", removable_after=20)
+    DockerBackend(client=api)._remove_network("0123456789abcdef")
+    assert api.removals == 21
