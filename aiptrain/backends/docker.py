@@ -205,10 +205,11 @@ def pick_subnet(pool: ipaddress.IPv4Network, replicas: int, taken: Sequence[ipad
     return None
 
 
-def _network_kept(network_id: str, why: str) -> AiptrainError:
+def _network_kept(network_id: str, although: str, cause: str) -> AiptrainError:
     short = network_id[:12]
     return AiptrainError(
-        f"Docker keeps the job's network {short} although {why}, an engine fault that restarting dockerd clears): "
+        f"Docker keeps the job's network {short} although {although} ({cause}, an engine fault that restarting "
+        "dockerd clears): "
         f"the home's controller removes it once Docker lets it go, or remove it with `docker network rm {short}` then."
     )
 
@@ -974,10 +975,10 @@ class DockerBackend:
                     raise
             now = time.monotonic()
             if empty_since is not None and now - empty_since > STALE_COUNT_SECONDS:
-                raise _network_kept(network_id, "nothing is on it any more (a stale count of its endpoints")
+                raise _network_kept(network_id, "nothing is on it any more", "a stale count of its endpoints")
             if now > deadline:
-                raise _network_kept(network_id, f"its replicas are gone (it still lists endpoints after "
-                                                 f"{NETWORK_PATIENCE_SECONDS} s")
+                raise _network_kept(network_id, "its replicas are gone",
+                                    f"it still lists endpoints after {NETWORK_PATIENCE_SECONDS} s")
             listed = self._disconnect_all(network_id)
             if listed or "active endpoints" not in message:  # a swarm's "in use": tasks elsewhere
                 empty_since = None
