@@ -203,8 +203,12 @@ def node_of(messages: list[str]) -> str:
 
 
 def test_aiptrain_custom_job_on_swarm_places_master_and_worker_on_different_nodes(
-    cli, home, docker_api, node2_api, two_nodes, minimal_runtime, tmp_path
+    cli, home, docker_api, node2_api, two_nodes, minimal_runtime, tmp_path, monkeypatch
 ):
+    # Without the installation's storage endpoint (this trainer uses no gs://): its task is one
+    # more on a node, and Swarm ranks nodes by their task count, so with it on the host node both
+    # replicas could go to node2 (1 run in 10).
+    monkeypatch.setenv("AIPTRAIN_GCS", "remote")
     job_id = f"mn_{uuid.uuid4().hex[:8]}"
     config = tmp_path / "cfg.yaml"
     config.write_text(yaml.safe_dump({"trainingInput": {
