@@ -319,20 +319,18 @@ def docker(*args: str, check: bool = True) -> str:
 def remove_network(name: str, patience: float = 60) -> None:
     """`docker network rm`, again while a loaded engine still lists endpoints of containers it
     has just removed ("has active endpoints"), as aiptrain's own teardown does; and, as it does,
-    only for STALE_COUNT_SECONDS while it lists none (a stale count: a dockerd restart clears it)."""
-    from aiptrain.backends.docker import STALE_COUNT_SECONDS
+    not once the count is stale (StaleCountWatch: only a dockerd restart clears it)."""
+    from aiptrain.backends.docker import StaleCountWatch
 
     deadline = time.monotonic() + patience
-    empty_since: float | None = None
+    watch = StaleCountWatch()
     while True:
         result = subprocess.run(["docker", "network", "rm", name], capture_output=True, text=True, timeout=180)
-        now = time.monotonic()
-        if result.returncode == 0 or "active endpoints" not in result.stderr or now > deadline:
+        if result.returncode == 0 or "active endpoints" not in result.stderr or time.monotonic() > deadline:
             break
-        if empty_since is not None and now - empty_since > STALE_COUNT_SECONDS:
+        listed = docker("network", "inspect", "-f", "{{len .Containers}}", name, check=False).strip() or "0"
+        if watch.stale(result.stderr, int(listed), time.monotonic()):
             break
-        listed = docker("network", "inspect", "-f", "{{len .Containers}}", name, check=False).strip()
-        empty_since = (empty_since or now) if listed == "0" else None
         time.sleep(0.2)
     if result.returncode != 0:
         raise BenchError(f"`docker network rm {name}` failed: {result.stderr.strip()[-500:]}")

@@ -205,12 +205,29 @@ def pick_subnet(pool: ipaddress.IPv4Network, replicas: int, taken: Sequence[ipad
     return None
 
 
+class StaleCountWatch:
+    """Tells, from a network's refusals and what the engine lists on it, when Docker's count of
+    its endpoints is stale (STALE_COUNT_SECONDS of "active endpoints" with none listed). A
+    swarm's "in use" is never stale: its tasks elsewhere are not listed on this node."""
+
+    def __init__(self) -> None:
+        self._empty_since: float | None = None
+
+    def stale(self, refusal: str, listed: int, now: float) -> bool:
+        if listed or "active endpoints" not in refusal:
+            self._empty_since = None
+            return False
+        if self._empty_since is None:
+            self._empty_since = now
+        return now - self._empty_since > STALE_COUNT_SECONDS
+
+
 def _network_kept(network_id: str, although: str, cause: str) -> AiptrainError:
     short = network_id[:12]
     return AiptrainError(
         f"Docker keeps the job's network {short} although {although} ({cause}, an engine fault that restarting "
-        "dockerd clears): "
-        f"the home's controller removes it once Docker lets it go, or remove it with `docker network rm {short}` then."
+        f"dockerd clears): the home's controller removes it once Docker lets it go, or remove it with "
+        f"`docker network rm {short}` then."
     )
 
 
@@ -962,7 +979,7 @@ class DockerBackend:
         from docker.errors import APIError, NotFound
 
         deadline = time.monotonic() + NETWORK_PATIENCE_SECONDS
-        empty_since: float | None = None
+        watch = StaleCountWatch()
         while True:
             try:
                 self.api.remove_network(network_id)
@@ -970,20 +987,14 @@ class DockerBackend:
             except NotFound:
                 return
             except APIError as exc:
-                message = engine_error(exc)
-                if not any(busy in message for busy in ("active endpoints", "in use")):
+                refusal = engine_error(exc)
+                if not any(busy in refusal for busy in ("active endpoints", "in use")):
                     raise
-            now = time.monotonic()
-            if empty_since is not None and now - empty_since > STALE_COUNT_SECONDS:
-                raise _network_kept(network_id, "nothing is on it any more", "a stale count of its endpoints")
-            if now > deadline:
+            if time.monotonic() > deadline:
                 raise _network_kept(network_id, "its replicas are gone",
                                     f"it still lists endpoints after {NETWORK_PATIENCE_SECONDS} s")
-            listed = self._disconnect_all(network_id)
-            if listed or "active endpoints" not in message:  # a swarm's "in use": tasks elsewhere
-                empty_since = None
-            elif empty_since is None:
-                empty_since = now
+            if watch.stale(refusal, self._disconnect_all(network_id), time.monotonic()):
+                raise _network_kept(network_id, "nothing is on it any more", "a stale count of its endpoints")
             time.sleep(0.2)
 
     def _disconnect_all(self, network_id: str) -> int:
