@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiptrain.model import Job, ReplicaConfig, TrainingInput
-from aiptrain.storage.endpoint import TLS_DIR_NAME, StorageEndpoint, replica_env
+from aiptrain.storage.endpoint import AWAIT_ENDPOINT, AWAIT_THEN_RUN_MODULE, TLS_DIR_NAME, StorageEndpoint, replica_env
 from aiptrain.topology import EVALUATOR, MASTER, PS, WORKER, Replica
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ BOOTSTRAP = (
     'if [ -n "$AIPTRAIN_PACKAGES" ]; then echo "Installing the package: $AIPTRAIN_PACKAGES"; '
     f"{INSTALL} || exit 1; fi; "
     'echo "Running command: python3 -m $0 $*"; '
+    f'[ -z "${AWAIT_ENDPOINT}" ] || exec python3 -c "{AWAIT_THEN_RUN_MODULE}" "$0" "$@"; '
     'exec python3 -m "$0" "$@"'
 )
 
@@ -99,6 +100,11 @@ class ContainerSpec:
     # Runtime replicas start in the writable /tmp; a custom container keeps its image's WORKDIR
     # (None), which entrypoints such as `python3 main.py` rely on.
     working_dir: str | None = "/tmp"
+
+    @property
+    def runs_bootstrap(self) -> bool:
+        """Whether the replica runs BOOTSTRAP, which can wait for the storage endpoint itself."""
+        return BOOTSTRAP in (*(self.entrypoint or ()), *self.command)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,15 @@ from aiptrain.planning import (
     NetworkSpec,
 )
 from aiptrain.settings import DEFAULT_SUBNET_POOL, Settings
-from aiptrain.storage.endpoint import API_HOSTS, ENDPOINT_PORT, LABEL_CODE, LABEL_ROLE, REPLICA_PORT, ROLE
+from aiptrain.storage.endpoint import (
+    API_HOSTS,
+    AWAIT_ENDPOINT,
+    ENDPOINT_PORT,
+    LABEL_CODE,
+    LABEL_ROLE,
+    REPLICA_PORT,
+    ROLE,
+)
 
 log = logging.getLogger(__name__)
 TMPFS_OPTIONS = "rw,nosuid,nodev,exec,size=4g"
@@ -347,10 +355,12 @@ class DockerBackend:
     # -- launch --------------------------------------------------------------------------
 
     def launch(self, plan: LaunchPlan) -> None:
-        """The job's network and replicas. Replicas are created while the storage endpoint comes
-        up (in a new home, or after a quiet spell, it takes the longest: about half a second)
-        and started once it serves: a trainer's first request may come at once, and not every
-        client retries a refused connection."""
+        """The job's network and replicas. Replicas are made and started while the storage
+        endpoint comes up (in a new home, or after a quiet spell, it takes the longest: about
+        half a second); their bootstrap waits for it to listen before the trainer runs, since a
+        trainer's first request may come at once and not every client retries a refused
+        connection. A replica without the bootstrap (a custom container's own command) is
+        started once the endpoint serves."""
         with self._removed_on_failure(plan), ThreadPoolExecutor(max_workers=1) as endpoint_starter:
             # A job without a network of its own runs on the solo network, whose gateway is where
             # the storage endpoint listens.
@@ -366,16 +376,20 @@ class DockerBackend:
             holder = self._take_holder(gateway) if lone_at_endpoint else None
 
             def create_then_start(spec: ContainerSpec) -> None:
-                env = plan.environment(spec)
-                if holder and self._start_in_holder(spec, env, holder, serving):
+                env, start_after = plan.environment(spec), serving
+                if serving and not serving.done() and spec.runs_bootstrap:  # its bootstrap waits instead
+                    env, start_after = {**env, AWAIT_ENDPOINT: f"{API_HOSTS[1]}:{REPLICA_PORT}"}, None
+                if holder and self._start_in_holder(spec, env, holder, start_after):
                     return
                 container_id = self._create(spec, env, network, hosts, bool(plan.network))
-                if serving:
-                    serving.result()
+                if start_after:
+                    start_after.result()
                 self.api.start(container_id)
 
             try:
                 self._each(create_then_start, plan.containers)
+                if serving:
+                    serving.result()  # an endpoint that never serves fails the launch
             except BaseException:
                 if holder:
                     self._remove_containers([holder])

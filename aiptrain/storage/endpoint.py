@@ -83,6 +83,40 @@ class StorageEndpoint:
         return [(f"{self.tls_dir}/trust.pem", REPLICA_TRUST), (str(TOOLS_DIR), REPLICA_TOOLS)]
 
 
+# Set on a replica started while the endpoint is still starting (the first job after a quiet
+# spell), to HOST:PORT of the endpoint: the engine starts the replica meanwhile, and its bootstrap
+# runs the trainer once the endpoint serves, so the trainer's first gs:// request finds it.
+AWAIT_ENDPOINT = "AIPTRAIN_AWAIT_ENDPOINT"
+AWAIT_ENDPOINT_SECONDS = 60  # more than the backend gives the endpoint to start before failing the launch
+# `python3 -m MODULE ARGS...` run by the trainer's own interpreter (runpy: the same argv and
+# sys.path[0]) once a TLS handshake with the endpoint succeeds, verified against this
+# installation's CA alone (REPLICA_TRUST's first certificate): the endpoint, not whatever the
+# host serves at that address before the endpoint's port is published. No second interpreter, and
+# no name left in the trainer's __main__. The shell gets it in double quotes: no ", $, ` or \.
+AWAIT_THEN_RUN_MODULE = f"""
+def _get_ready(address):
+    import os, socket, ssl, sys, time
+    if not getattr(sys.flags, 'safe_path', False):
+        sys.path[0] = os.getcwd()  # what -m puts first, where -c puts ''
+    with open('{REPLICA_TRUST}') as bundle:
+        ca = bundle.read().partition('-----END CERTIFICATE-----')
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(cadata=ca[0] + ca[1])
+    host, port = address.rsplit(':', 1)
+    deadline = time.monotonic() + {AWAIT_ENDPOINT_SECONDS}
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, int(port)), 1) as connection:
+                return context.wrap_socket(connection, server_hostname=host).close()
+        except OSError:
+            time.sleep(0.02)
+    print('aiptrain: the storage endpoint did not answer at', address, '- gs:// may fail', file=sys.stderr)
+_get_ready(__import__('os').environ.pop('{AWAIT_ENDPOINT}'))
+del _get_ready
+__import__('runpy')._run_module_as_main(__import__('sys').argv.pop(1))
+"""
+
+
 def replica_env() -> dict[str, str]:
     """What makes every client in a replica talk to the endpoint: TensorFlow's GCS filesystem
     (hard-coded hosts, a test token, no metadata server), google-cloud-storage and gcsfs

@@ -22,9 +22,9 @@ import sys
 
 def listen_early(argv: list[str]) -> socket.socket | None:
     """Run as the endpoint: its socket listening, with its certificate, before the rest is
-    imported (most of its start-up), then the line that says it serves. The replicas start
-    once they see that line; a request that comes before the server accepts waits in the
-    backlog instead of being refused."""
+    imported (most of its start-up), then the line that says it serves. The launch waits for
+    that line; a request that comes before the server accepts waits in the backlog instead of
+    being refused."""
     options = {name: argv[i + 1] for i, name in enumerate(argv[:-1]) if name.startswith("--")}
     if "--port" not in options:
         return None

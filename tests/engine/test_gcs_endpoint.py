@@ -6,7 +6,10 @@ $AIPTRAIN_HOME/gcs. Also: lone replicas cannot reach each other (issue 21, item 
 
 from __future__ import annotations
 
+import fcntl
+import subprocess
 import textwrap
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -15,6 +18,7 @@ import pytest
 import yaml
 
 from aiptrain.cli.gsutil import LocalGcs, run
+from aiptrain.storage.endpoint import AWAIT_ENDPOINT
 
 from conftest import job_resources, require_image, runtime_image, wait_for
 
@@ -220,12 +224,36 @@ PROBE = """
 """
 
 
-def test_every_replica_of_a_multi_replica_job_reaches_gs(cli, gcs_home, minimal_runtime, tmp_path, docker_api):
+def test_every_replica_of_a_first_job_starts_before_the_endpoint_serves_and_then_reaches_gs(
+    cli, gcs_home, minimal_runtime, tmp_path, docker_api
+):
+    """A first job's replicas are started while the storage endpoint starts (held back here by
+    holding the home's lock it is started under); each trainer runs once the endpoint serves, and
+    its first request, at once, reads gs://."""
     stage(gcs_home, tmp_path, "probe-data", {"hello.txt": "hello from the host\n"})
     job_id = f"multi_gs_{uuid.uuid4().hex[:6]}"
-    result = submit(cli, job_id, package(tmp_path, "probe", task=PROBE), "--scale-tier", "custom",
-                    "--master-machine-type", "n1-standard-4", "--worker-machine-type", "n1-standard-4",
-                    "--worker-count", "1", runtime=minimal_runtime)
+    submitted: dict[str, subprocess.CompletedProcess] = {}
+
+    def submit_job() -> None:
+        submitted["result"] = submit(
+            cli, job_id, package(tmp_path, "probe", task=PROBE), "--scale-tier", "custom", "--master-machine-type",
+            "n1-standard-4", "--worker-machine-type", "n1-standard-4", "--worker-count", "1",
+            runtime=minimal_runtime)
+
+    def both_running() -> list[dict]:
+        running = docker_api.containers(filters={"label": f"aiptrain.job-id={job_id}", "status": "running"})
+        return running if len(running) == 2 else []
+
+    with open(gcs_home / ".storage-endpoint.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        submitting = threading.Thread(target=submit_job)
+        submitting.start()
+        for replica in wait_for(both_running, timeout=120, what="both replicas to run, before the endpoint"):
+            assert f"{AWAIT_ENDPOINT}=storage.googleapis.com:443" in docker_api.inspect_container(replica)["Config"]["Env"]
+        time.sleep(1)
+        assert all("read" not in docker_api.logs(replica).decode() for replica in both_running())
+    submitting.join(300)
+    result = submitted["result"]
     assert result.returncode == 0, result.stderr[-4000:]
     for task in ("master-replica-0", "worker-replica-0"):
         assert f"{task}\t\tread hello from the host\n" in result.stderr, result.stderr[-3000:]
