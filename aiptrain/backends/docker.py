@@ -25,6 +25,8 @@ import ipaddress
 import logging
 import os
 import re
+import socket
+import sys
 import threading
 import time
 import zlib
@@ -255,6 +257,31 @@ def host_gateway(api) -> str | None:
     return None
 
 
+def host_listens(address: str, port: int) -> bool:
+    """Whether a socket of this host listens on `port` at `address` or at every address, from the
+    kernel's tables (/proc/net/tcp, tcp6)."""
+    native = format(int.from_bytes(socket.inet_aton(address), sys.byteorder), "08X")
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as lines:
+                if listening_in(lines, {native, "0" * 8, "0" * 32}, port):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def listening_in(table: Iterable[str], addresses: set[str], port: int) -> bool:
+    """Whether a /proc/net/tcp table lists a listening socket (state 0A) on `port` at one of
+    `addresses`, written as the table writes them (hex, in the host's byte order)."""
+    suffix = f":{port:04X}"
+    for line in table:
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "0A" and fields[1].endswith(suffix) and fields[1][:-5] in addresses:
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class HolderRecipe:
     """How to make a lone replica's network holder: what its last lone launch used."""
@@ -374,10 +401,12 @@ class DockerBackend:
             network = plan.network.name if plan.network else solo
             lone_at_endpoint = not plan.network and hosts is not None  # what holders are made for
             holder = self._take_holder(gateway) if lone_at_endpoint else None
+            # Until the endpoint's port is published, a replica's connection there reaches the host.
+            early = serving is not None and not serving.done() and not host_listens(gateway, REPLICA_PORT)
 
             def create_then_start(spec: ContainerSpec) -> None:
                 env, start_after = plan.environment(spec), serving
-                if serving and not serving.done() and spec.runs_bootstrap:  # its bootstrap waits instead
+                if early and start_after and not start_after.done() and spec.runs_bootstrap:  # it waits itself
                     env, start_after = {**env, AWAIT_ENDPOINT: f"{API_HOSTS[1]}:{REPLICA_PORT}"}, None
                 if holder and self._start_in_holder(spec, env, holder, start_after):
                     return

@@ -1,8 +1,8 @@
-"""A replica started before the storage endpoint serves (a first job's, while the endpoint
+"""A replica started before the storage endpoint listens (a first job's, while the endpoint
 starts: DockerBackend.launch) runs BOOTSTRAP with AIPTRAIN_AWAIT_ENDPOINT set: its trainer runs
-once a TLS handshake with the endpoint, verified against the installation's CA alone, succeeds,
-and it sees what `python3 -m` gives it. Run with this machine's sh and python3 (no Docker), the
-trust bundle's replica path replaced by a test installation's."""
+once a connection to the endpoint succeeds, and it sees what `python3 -m` gives it. Run with
+this machine's sh and python3 (no Docker). The launch does not start replicas early where the
+host itself listens on the endpoint's port: those connections would reach the host's socket."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import socket
-import ssl
 import subprocess
 import threading
 import time
@@ -18,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from aiptrain.backends.docker import host_listens, listening_in
 from aiptrain.planning import BOOTSTRAP
-from aiptrain.storage.endpoint import AWAIT_ENDPOINT, REPLICA_TRUST, _write_tls
+from aiptrain.storage.endpoint import AWAIT_ENDPOINT
 
 TRAINER = """\
 import json, os, sys, time
@@ -31,50 +31,35 @@ sys.exit(int(os.environ.get("TRAINER_EXIT", "0")))
 """
 
 
-def installation(directory: Path) -> Path:
-    """The TLS files of a new installation: its endpoint's certificate and key, and trust.pem."""
-    directory.mkdir()
-    _write_tls(directory, None)
-    return directory
-
-
 class Endpoint:
-    """A TLS server with an installation's certificate on a port reserved now, which listens
-    (and completes handshakes) only from `listen()` on: until then connections are refused."""
+    """A port reserved now, listened on only from `listen()`: until then connections are refused."""
 
-    def __init__(self, tls_dir: Path, port: int = 0):
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.load_cert_chain(tls_dir / "server.pem", tls_dir / "server.key")
+    def __init__(self):
         self.socket = socket.socket()
-        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.socket.bind(("127.0.0.1", port))
+        self.socket.bind(("127.0.0.1", 0))
         self.port = self.socket.getsockname()[1]
         self.listening_at = 0.0
 
     def listen(self) -> None:
         self.listening_at = time.time()
         self.socket.listen()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        with contextlib.suppress(OSError):  # closed
-            while True:
-                connection, _ = self.socket.accept()
-                with contextlib.suppress(OSError), self.context.wrap_socket(connection, server_side=True):
-                    pass
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):  # never listened
-            self.socket.shutdown(socket.SHUT_RDWR)  # wakes its accept, which holds the port otherwise
         self.socket.close()
 
 
-def bootstrap(tmp_path: Path, tls_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    """`sh -c BOOTSTRAP probe_trainer ARGS...` in tmp_path, as a replica runs it."""
-    (tmp_path / "probe_trainer.py").write_text(TRAINER)
-    script = BOOTSTRAP.replace(REPLICA_TRUST, str(tls_dir / "trust.pem"))
+@pytest.fixture
+def endpoint():
+    server = Endpoint()
+    yield server
+    server.close()
+
+
+def bootstrap(cwd: Path, *args: str, module: str = "probe_trainer", **env: str) -> subprocess.CompletedProcess:
+    """`sh -c BOOTSTRAP MODULE ARGS...` in `cwd`, as a replica runs it."""
+    (cwd / "probe_trainer.py").write_text(TRAINER)
     environment = {name: value for name, value in os.environ.items() if not name.startswith("AIPTRAIN_")}
-    return subprocess.run(["sh", "-c", script, "probe_trainer", *args], cwd=tmp_path, env={**environment, **env},
+    return subprocess.run(["sh", "-c", BOOTSTRAP, module, *args], cwd=cwd, env={**environment, **env},
                           capture_output=True, text=True, timeout=60)
 
 
@@ -83,26 +68,13 @@ def seen(result: subprocess.CompletedProcess) -> dict:
     return json.loads(result.stdout.splitlines()[-1])
 
 
-def later(seconds: float, action) -> None:
-    timer = threading.Timer(seconds, action)
-    timer.daemon = True
-    timer.start()
-
-
-@pytest.fixture
-def tls_dir(tmp_path):
-    return installation(tmp_path / "tls")
-
-
-def test_the_trainer_runs_once_the_endpoint_answers_and_sees_what_python_m_gives_it(tmp_path, tls_dir):
+def test_the_trainer_runs_once_the_endpoint_listens_and_sees_what_python_m_gives_it(tmp_path, endpoint):
     args = ("--steps", "5", "two words", "--job-dir", "gs://b/out")
-    direct = bootstrap(tmp_path, tls_dir, *args)
-    endpoint = Endpoint(tls_dir)
-    later(0.5, endpoint.listen)
-    try:
-        awaited = bootstrap(tmp_path, tls_dir, *args, **{AWAIT_ENDPOINT: f"localhost:{endpoint.port}"})
-    finally:
-        endpoint.close()
+    direct = bootstrap(tmp_path, *args)
+    timer = threading.Timer(0.5, endpoint.listen)
+    timer.start()
+    awaited = bootstrap(tmp_path, *args, **{AWAIT_ENDPOINT: f"127.0.0.1:{endpoint.port}"})
+    timer.join()
     assert "Running command: python3 -m probe_trainer --steps 5 two words --job-dir gs://b/out" in awaited.stdout
     after, before = seen(awaited), seen(direct)
     assert after.pop("at") >= endpoint.listening_at > 0
@@ -112,37 +84,41 @@ def test_the_trainer_runs_once_the_endpoint_answers_and_sees_what_python_m_gives
     assert after["await"] is None and after["names"] == ["at", "json", "os", "sys", "time"]
 
 
-def test_a_server_the_installation_did_not_certify_is_not_taken_for_the_endpoint(tmp_path, tls_dir):
-    """What else the host serves at the endpoint's address before its port is published (a web
-    server on 443) answers the handshake with a certificate this installation's CA did not sign."""
-    impostor = Endpoint(installation(tmp_path / "other"))
-    impostor.listen()
-    endpoint: list[Endpoint] = []
-
-    def replace_impostor() -> None:
-        impostor.close()
-        endpoint.append(Endpoint(tls_dir, impostor.port))
-        endpoint[0].listen()
-
-    later(0.6, replace_impostor)
-    try:
-        awaited = bootstrap(tmp_path, tls_dir, **{AWAIT_ENDPOINT: f"localhost:{impostor.port}"})
-    finally:
-        for server in endpoint:
-            server.close()
-    assert seen(awaited)["at"] >= endpoint[0].listening_at > 0
-
-
-def test_the_trainers_exit_status_and_a_missing_module_are_as_with_python_m(tmp_path, tls_dir):
-    endpoint = Endpoint(tls_dir)
+def test_the_trainers_exit_status_and_a_missing_module_are_as_with_python_m(tmp_path, endpoint):
     endpoint.listen()
-    waits = {AWAIT_ENDPOINT: f"localhost:{endpoint.port}"}
-    try:
-        assert bootstrap(tmp_path, tls_dir, TRAINER_EXIT="3", **waits).returncode == 3
-        script = BOOTSTRAP.replace(REPLICA_TRUST, str(tls_dir / "trust.pem"))
-        missing = [subprocess.run(["sh", "-c", script, "no_such_trainer"], cwd=tmp_path, capture_output=True,
-                                  text=True, timeout=60, env={**os.environ, **env}) for env in ({}, waits)]
-    finally:
-        endpoint.close()
+    waits = {AWAIT_ENDPOINT: f"127.0.0.1:{endpoint.port}"}
+    assert bootstrap(tmp_path, TRAINER_EXIT="3", **waits).returncode == 3
+    missing = [bootstrap(tmp_path, module="no_such_trainer", **env) for env in ({}, waits)]
     assert [r.returncode for r in missing] == [1, 1]
     assert missing[0].stderr == missing[1].stderr and "No module named no_such_trainer" in missing[0].stderr
+
+
+TABLE = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
+   1: 010012C6:01BB 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1 0 100 0 0 10 0
+   2: 0100007F:01BB 0200007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 3 1 0 100 0 0 10 0
+"""
+
+
+@pytest.mark.parametrize(("addresses", "port", "listens"), [
+    ({"010012C6"}, 443, True),  # 198.18.0.1:443, listening
+    ({"0100007F"}, 443, False),  # 127.0.0.1:443 is a connection there, not a listener
+    ({"0100007F"}, 8080, True),
+    ({"00000000"}, 443, False),  # nothing on every address
+])
+def test_listening_sockets_are_read_from_the_kernels_table(addresses, port, listens):
+    assert listening_in(TABLE.splitlines(), addresses, port) is listens
+
+
+def test_the_host_is_seen_listening_on_an_address_or_on_every_address():
+    with contextlib.closing(socket.socket()) as one, contextlib.closing(socket.socket()) as every:
+        one.bind(("127.0.0.1", 0))
+        one.listen()
+        every.bind(("0.0.0.0", 0))
+        every.listen()
+        port = one.getsockname()[1]
+        assert host_listens("127.0.0.1", port)
+        assert host_listens("198.18.0.1", every.getsockname()[1])  # any gateway
+        assert not host_listens("198.18.0.1", port)
+    assert not host_listens("127.0.0.1", port)
