@@ -195,7 +195,11 @@ def bench_first_line(b: Bench) -> list[Row]:
             b.submit(home, job_id, "--scale-tier", tier, trainer_args=("--sleep", SLEEP_SECONDS))
             firsts = first_user_lines(home / "logs" / f"{job_id}.jsonl", replicas, time.monotonic() + 300)
             row.ours.append(max(firsts) - start)
+            # Cleaned up before the next sample, as the raw run's `docker rm` is: the teardown
+            # (cancel waits for it) and the home's controller, which takes the home's storage
+            # endpoint and networks with it, instead of winding down during the next samples.
             b.cancel(home, job_id)
+            b.aiptrain(home, "controller", "stop", check=False)
 
         def base(i: int, tier=tier, replicas=replicas, row=row) -> None:
             network = f"bench-{b.run_id}-{tier}-{i}"
