@@ -14,13 +14,16 @@ A package with no setup.py of its own whose tree is plain (regular files and dir
 only) is built here, without a setuptools process: what the generated setup.py would give is
 fixed (every `*.py` of every package under it, a `0.0.0` version, no dependencies), and a
 setuptools run costs half a second of every changed trainer's submit, mostly its imports.
-Anything else (links, a FIFO, names setuptools reads otherwise) still goes to setuptools.
+Anything else (links, names setuptools reads otherwise) still goes to setuptools. What is
+neither a file, a directory nor a link (a FIFO, a socket) is never part of a build, nor is the
+aiptrain home when it is kept inside the project.
 tests/unit/test_packaging.py builds trees both ways and compares what each archive holds.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
 import hashlib
 import io
@@ -33,6 +36,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,10 +55,42 @@ if __name__ == '__main__':
 """
 
 # Never copied into the build: version control, caches, virtual environments, old builds.
-IGNORED = shutil.ignore_patterns(
+IGNORED_NAMES = shutil.ignore_patterns(
     ".git", ".hg", ".svn", "__pycache__", "*.pyc", ".venv", "venv", ".tox", ".mypy_cache",
     ".pytest_cache", "*.egg-info", "build", "dist", "node_modules",
 )
+
+
+Ignore = Callable[[str, Iterable[str]], set[str]]  # copytree's `ignore`: the names in a directory to skip
+
+
+def ignoring(leave_out: Collection[Path] = ()) -> Ignore:
+    """copytree's `ignore` for the build's copy: IGNORED_NAMES; what is neither a file, a
+    directory nor a link (a FIFO, a socket, a device: no sdist holds one, and copying one
+    fails); and the directories in `leave_out` (an aiptrain home kept in the project, whose
+    files change with every job and may be large)."""
+    left_out = set()
+    for path in leave_out:
+        with contextlib.suppress(OSError):
+            info = os.stat(path)
+            left_out.add((info.st_dev, info.st_ino))
+
+    def ignore(directory: str, names: Iterable[str]) -> set[str]:
+        names = list(names)
+        skipped = set(IGNORED_NAMES(directory, names))
+        for name in names:
+            if name in skipped:
+                continue
+            try:
+                info = os.lstat(os.path.join(directory, name))
+            except OSError:
+                continue
+            special = not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode) or stat.S_ISLNK(info.st_mode))
+            if special or (stat.S_ISDIR(info.st_mode) and (info.st_dev, info.st_ino) in left_out):
+                skipped.add(name)
+        return skipped
+
+    return ignore
 
 
 @dataclass(frozen=True)
@@ -85,29 +121,32 @@ def _packaging_failed(output: str, package_root: Path, generated: bool) -> Valid
     )
 
 
-def build_sdist(package_path: Path, out_dir: Path, wheel_dir: Path | None = None) -> BuiltPackage:
+def build_sdist(package_path: Path, out_dir: Path, wheel_dir: Path | None = None,
+                leave_out: Collection[Path] = ()) -> BuiltPackage:
     """Build an sdist of the package at `package_path` into `out_dir` (which must exist), and a
     wheel into `wheel_dir` when given: here for a plain tree with no setup.py of its own, else
-    with setuptools."""
+    with setuptools. The directories in `leave_out` are not part of the build (`ignoring`)."""
     if not (package_path.parent / "setup.py").is_file():
-        modules = plain_package_modules(package_path)
+        modules = plain_package_modules(package_path, leave_out)
         if modules is not None:
             return _build_generated(package_path, modules, out_dir, wheel_dir)
-    return build_with_setuptools(package_path, out_dir, wheel_dir)
+    return build_with_setuptools(package_path, out_dir, wheel_dir, leave_out)
 
 
-def build_with_setuptools(package_path: Path, out_dir: Path, wheel_dir: Path | None = None) -> BuiltPackage:
+def build_with_setuptools(package_path: Path, out_dir: Path, wheel_dir: Path | None = None,
+                          leave_out: Collection[Path] = ()) -> BuiltPackage:
     """build_sdist in a setuptools process (`setup.py sdist`, with `bdist_wheel` in the same run
     when a wheel is wanted: a tenth of a second more). The wheel is an extra: a package whose
     wheel does not build still gets its sdist."""
     package_root = package_path.parent
     user_setup = package_root / "setup.py"
+    ignore = ignoring(leave_out)
     with tempfile.TemporaryDirectory(prefix="aiptrain-sdist-") as tmp:
         build_root = Path(tmp) / "root"
         if user_setup.is_file():
-            shutil.copytree(package_root, build_root, ignore=IGNORED, symlinks=True)
+            shutil.copytree(package_root, build_root, ignore=ignore, symlinks=True)
         else:
-            shutil.copytree(package_path, build_root / package_path.name, ignore=IGNORED, symlinks=True)
+            shutil.copytree(package_path, build_root / package_path.name, ignore=ignore, symlinks=True)
             (build_root / "setup.py").write_text(GENERATED_SETUP_PY.format(name=package_path.name))
         dist_dir, wheels_dir = Path(tmp) / "dist", Path(tmp) / "wheels"
         wheel_args = ["bdist_wheel", "--dist-dir", str(wheels_dir)] if wheel_dir is not None else []
@@ -141,21 +180,21 @@ WHEEL_GENERATOR = "aiptrain"
 SETUP_CFG = "[egg_info]\ntag_build = \ntag_date = 0\n\n"  # what setuptools' sdist adds
 
 
-def plain_package_modules(package_path: Path) -> list[str] | None:
+def plain_package_modules(package_path: Path, leave_out: Collection[Path] = ()) -> list[str] | None:
     """The modules the generated setup.py builds from the package, as paths relative to its
     root (`trainer/task.py`), sorted: every `*.py` but hidden ones of the package and of each
     package below it (find_packages looks only into directories with an `__init__.py` and no
     dot in the name; build_py takes `*.py`). None when the tree holds what setuptools would
-    read otherwise: a link, a FIFO or device, a directory named `*.py`, a name that is not
-    UTF-8, or a package name that is not an ASCII identifier."""
+    read otherwise: a link, a directory named `*.py`, a name that is not UTF-8, or a package
+    name that is not an ASCII identifier. What the build leaves out (`ignoring`) is not looked at."""
     if not (package_path.name.isidentifier() and package_path.name.isascii()):
         return None
-    return _package_modules(package_path, package_path.name)
+    return _package_modules(package_path, package_path.name, ignoring(leave_out))
 
 
-def _package_modules(directory: Path, relative: str) -> list[str] | None:
+def _package_modules(directory: Path, relative: str, ignore: Ignore) -> list[str] | None:
     names = sorted(os.listdir(directory))
-    ignored = IGNORED(str(directory), names)
+    ignored = ignore(str(directory), names)
     modules: list[str] = []
     for name in names:
         if name in ignored:
@@ -170,7 +209,7 @@ def _package_modules(directory: Path, relative: str) -> list[str] | None:
             if name.endswith(".py"):
                 return None
             if "." not in name and (path / "__init__.py").is_file():
-                below = _package_modules(path, f"{relative}/{name}")
+                below = _package_modules(path, f"{relative}/{name}", ignore)
                 if below is None:
                     return None
                 modules += below
@@ -272,10 +311,10 @@ def _build_input(package_path: Path) -> tuple[Path, list[str] | None]:
     return package_root, [package_path.name]
 
 
-def _walk(directory: Path, names: list[str] | None, relative: str = "") -> list[tuple[str, Path]]:
-    """Every entry copytree(ignore=IGNORED, symlinks=True) would copy, sorted: (relative path, path)."""
+def _walk(directory: Path, names: list[str] | None, ignore: Ignore, relative: str = "") -> list[tuple[str, Path]]:
+    """Every entry copytree(ignore=ignore, symlinks=True) would copy, sorted: (relative path, path)."""
     listed = sorted(os.listdir(directory)) if names is None else sorted(n for n in names if (directory / n).exists())
-    ignored = IGNORED(str(directory), listed)
+    ignored = ignore(str(directory), listed)
     entries = []
     for name in listed:
         if name in ignored:
@@ -284,11 +323,11 @@ def _walk(directory: Path, names: list[str] | None, relative: str = "") -> list[
         rel = f"{relative}{name}"
         entries.append((rel, path))
         if path.is_dir() and not path.is_symlink():
-            entries.extend(_walk(path, None, rel + "/"))
+            entries.extend(_walk(path, None, ignore, rel + "/"))
     return entries
 
 
-def source_tree_hash(package_path: Path) -> str:
+def source_tree_hash(package_path: Path, leave_out: Collection[Path] = ()) -> str:
     """A digest of what an sdist of `package_path` is built from: every file's path, executable
     bit and content (symlinks by target), skipping what the build skips; plus the builder
     (generated setup.py or not, setuptools and Python versions)."""
@@ -309,7 +348,7 @@ def source_tree_hash(package_path: Path) -> str:
     python = f"{sys.version_info[0]}.{sys.version_info[1]}"
     feed(CACHE_FORMAT, setuptools_version, python)
     feed("generated" if names else "setup.py", GENERATED_SETUP_PY if names else "")
-    for rel, path in _walk(directory, names):
+    for rel, path in _walk(directory, names, ignoring(leave_out)):
         info = path.lstat()
         if stat.S_ISLNK(info.st_mode):
             feed("link", rel, os.readlink(path))
@@ -321,12 +360,12 @@ def source_tree_hash(package_path: Path) -> str:
     return digest.hexdigest()
 
 
-def cached_sdist(package_path: Path, cache_dir: Path) -> BuiltPackage:
+def cached_sdist(package_path: Path, cache_dir: Path, leave_out: Collection[Path] = ()) -> BuiltPackage:
     """The sdist of `package_path` (and its wheel, when aiptrain generated its setup.py), from
     `cache_dir/sdists/<tree hash>/` when the tree is unchanged since it was built, else built
-    now and kept there. The returned files belong to the cache: read them, never move or delete
-    them."""
-    tree_hash = source_tree_hash(package_path)
+    now and kept there; the directories in `leave_out` are not part of the tree. The returned
+    files belong to the cache: read them, never move or delete them."""
+    tree_hash = source_tree_hash(package_path, leave_out)
     entry = cache_dir / "sdists" / tree_hash
     cached = _cached(entry)
     if cached:
@@ -345,7 +384,7 @@ def cached_sdist(package_path: Path, cache_dir: Path) -> BuiltPackage:
         generated = _build_input(package_path)[1] is not None
         if generated:
             (partial / WHEEL_DIR).mkdir()
-        built = build_sdist(package_path, partial, partial / WHEEL_DIR if generated else None)
+        built = build_sdist(package_path, partial, partial / WHEEL_DIR if generated else None, leave_out)
         try:
             os.rename(partial, entry)
         except OSError:

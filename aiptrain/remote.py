@@ -177,7 +177,7 @@ class ApiClient:
             from aiptrain.packaging import cached_sdist
 
             report(f"Packaging {submission.package_path}")
-            files.append(cached_sdist(submission.package_path, self.settings.cache_dir).path)
+            files.append(cached_sdist(submission.package_path, self.settings.cache_dir, (self.settings.home,)).path)
         if files or submission.remote_packages:  # packageUris of a --config count only without package flags
             ti.package_uris = [*submission.remote_packages, *self._upload(files, submission, report)]
         body = {key: value for key, value in job.to_resource().items() if key not in _OUTPUT_ONLY}

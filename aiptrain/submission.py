@@ -448,7 +448,7 @@ class Submitter:
                 from aiptrain.packaging import cached_sdist
 
                 self._step(f"Packaging {submission.package_path}")
-                built = cached_sdist(submission.package_path, self.settings.cache_dir)
+                built = cached_sdist(submission.package_path, self.settings.cache_dir, (self.settings.home,))
                 files.append(built.path)
                 trainer_wheel = built.wheel
                 check_unique_names([p.name for p in files] + [u.rsplit("/", 1)[-1] for u in submission.remote_packages])

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
+import socket
 import tarfile
 import zipfile
 from pathlib import Path
@@ -81,6 +83,38 @@ def test_tree_hash_of_a_generated_setup_ignores_the_package_roots_other_files(tr
     before = source_tree_hash(trainer)
     (trainer.parent / "notes.txt").write_text("not part of the package\n")
     assert source_tree_hash(trainer) == before
+
+
+def test_a_fifo_or_a_socket_in_the_project_is_left_out_of_the_build(trainer, tmp_path):
+    """No sdist holds one, and copying one for the build fails (a FIFO could block a reader)."""
+    root = tmp_path / "with_setup"
+    shutil.copytree(WITH_DEPENDENCY.parent, root, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    hashes = {package: source_tree_hash(package) for package in (trainer, root / "trainer")}
+    with contextlib.closing(socket.socket(socket.AF_UNIX)) as listening:
+        listening.bind(str(root / "agent.sock"))
+        os.mkfifo(root / "controller.wake")
+        os.mkfifo(trainer / "pipe.py")
+        assert {package: source_tree_hash(package) for package in hashes} == hashes
+        assert plain_package_modules(trainer) == plain_package_modules(SAMPLE)
+        for package in hashes:
+            out = tmp_path / f"out-{package.parent.name}"
+            out.mkdir()
+            assert build_sdist(package, out).path.is_file()
+
+
+def test_an_aiptrain_home_kept_in_the_project_is_left_out_of_the_build(tmp_path):
+    """AIPTRAIN_HOME=./.aiptrain in a CI workspace: its files change with every job."""
+    root = tmp_path / "project"
+    shutil.copytree(WITH_DEPENDENCY.parent, root, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    home = root / ".aiptrain"
+    (home / "logs").mkdir(parents=True)
+    os.mkfifo(home / "controller.wake")
+    first = cached_sdist(root / "trainer", home / "cache", (home,))
+    (home / "logs" / "job_1.jsonl").write_text("{}\n")
+    assert cached_sdist(root / "trainer", home / "cache", (home,)) == first  # not built again
+    with tarfile.open(first.path) as archive:
+        assert not [name for name in archive.getnames() if ".aiptrain" in name]
+    assert source_tree_hash(root / "trainer", (home,)) != source_tree_hash(root / "trainer")
 
 
 # -- the sdist cache ---------------------------------------------------------------------------
@@ -206,10 +240,6 @@ def _linked_dir(package: Path) -> None:
     (package / "other").symlink_to(package.parent, target_is_directory=True)
 
 
-def _fifo(package: Path) -> None:
-    os.mkfifo(package / "pipe")
-
-
 def _dir_named_like_a_module(package: Path) -> None:
     (package / "odd.py").mkdir()
 
@@ -219,7 +249,7 @@ def _link_in_a_subpackage(package: Path) -> None:
     (package / "sub" / "__init__.py").symlink_to(package / "__init__.py")
 
 
-@pytest.mark.parametrize("make", [_link, _linked_dir, _fifo, _dir_named_like_a_module, _link_in_a_subpackage])
+@pytest.mark.parametrize("make", [_link, _linked_dir, _dir_named_like_a_module, _link_in_a_subpackage])
 def test_a_tree_setuptools_reads_otherwise_goes_to_setuptools(make, tmp_path):
     package = _tree(tmp_path / "src", PLAIN_TREES["flat"])
     make(package)
