@@ -35,11 +35,31 @@ def listen_early(argv: list[str]) -> socket.socket | None:
 
 
 def secured(listening: socket.socket, cert: str | None, key: str | None) -> socket.socket:
+    """TLS on what `listening` accepts. The handshake is each connection's own (`shake_hands`,
+    in its thread), not the accept loop's: there a client that connects and says nothing would
+    hold up every other one."""
     if not cert:
         return listening
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
-    return context.wrap_socket(listening, server_side=True)
+    return context.wrap_socket(listening, server_side=True, do_handshake_on_connect=False)
+
+
+HANDSHAKE_SECONDS = 10
+
+
+def shake_hands(connection: socket.socket) -> bool:
+    """The TLS handshake of an accepted connection (none without TLS), within HANDSHAKE_SECONDS;
+    False when it fails: a client gone, one that said nothing, one that is no TLS client."""
+    if not isinstance(connection, ssl.SSLSocket):
+        return True
+    try:
+        connection.settimeout(HANDSHAKE_SECONDS)
+        connection.do_handshake()
+        connection.settimeout(None)
+        return True
+    except OSError:  # ssl.SSLError and timeouts among them
+        return False
 
 
 def say_serving(root: str, port: int) -> None:
@@ -523,6 +543,14 @@ class Handler(BaseHTTPRequestHandler):
         # Read here, not in aiptrain.settings: this file runs on its own in the endpoint's container.
         if os.environ.get("AIPTRAIN_STORAGE_LOG"):
             super().log_message(format, *args)
+
+    def setup(self) -> None:
+        self.shaken = shake_hands(self.request)
+        super().setup()
+
+    def handle(self) -> None:
+        if self.shaken:  # else nothing to answer, and nothing to say in the log
+            super().handle()
 
     # plumbing
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from docker.errors import NotFound
 
 from aiptrain.planning import LONE_HOSTNAME
 
@@ -175,7 +176,20 @@ def test_many_concurrent_jobs_and_a_premium_1_job_fit_on_one_engine(count, tmp_p
     rows = wait_until_all_end(home, len(submits))
     print(f"\n{count + 1} jobs: submitted in {submitted:.0f}s, all ended {time.monotonic() - started:.0f}s after the first submit")
     assert {row[1] for row in rows} == {"SUCCEEDED"}
-    assert home_resources(docker_api, home) == []
+    # The premium job's 31 replicas exit together, and Docker 20.10 then can keep its network's
+    # count of endpoints (1 run in 10 or so): the teardown gives up on it after 5 s with nothing
+    # listed on it, and the controller's sweep removes it once the engine lets go (docs/design/
+    # controller.md). Anything else left, or a network with something on it, is a leak.
+    left = home_resources(docker_api, home)
+    assert [name for name in left if name.startswith("/") or not kept_empty(docker_api, name)] == []  # "/": a container
+
+
+def kept_empty(api, name: str) -> bool:
+    """A network the engine lists nothing on (and would not remove)."""
+    try:
+        return not api.inspect_network(name)["Containers"]
+    except NotFound:
+        return True  # gone meanwhile
 
 
 # -- two homes, one job ID; the PIDs limit ---------------------------------------

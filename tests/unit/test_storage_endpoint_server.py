@@ -8,6 +8,8 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import socket
+import ssl
 import threading
 from http.server import ThreadingHTTPServer
 
@@ -272,3 +274,27 @@ def test_a_request_before_the_server_accepts_waits_for_it_instead_of_being_refus
     threading.Thread(target=serve, args=(str(root), port, None, None, listening), daemon=True).start()
     asking.join(10)
     assert answered == {"status": 200}
+
+
+def test_a_client_that_connects_and_says_nothing_holds_up_no_other(tmp_path, capfd):
+    """Each connection's TLS handshake is its own (a trainer that opens a connection and sends
+    nothing used to hold up every replica's gs:// of the installation); a client that goes
+    before its handshake, as a replica's wait for the endpoint does, leaves nothing in the log."""
+    from aiptrain.storage.endpoint import prepare_files
+    from aiptrain.storage.endpoint_server import listen_early, serve
+
+    tls, root = tmp_path / "tls", tmp_path / "gcs"
+    prepare_files(tls, root)
+    cert, key = str(tls / "server.pem"), str(tls / "server.key")
+    listening = listen_early(["server.py", "--root", str(root), "--port", "0", "--cert", cert, "--key", key])
+    assert listening is not None
+    port = listening.getsockname()[1]
+    threading.Thread(target=serve, args=(str(root), port, cert, key, listening), daemon=True).start()
+    socket.create_connection(("127.0.0.1", port)).close()
+    with socket.create_connection(("127.0.0.1", port)):
+        context = ssl.create_default_context(cafile=str(tls / "trust.pem"))
+        connection = http.client.HTTPSConnection("localhost", port, context=context, timeout=5)
+        connection.request("GET", "/storage/v1/b?project=p")
+        assert connection.getresponse().status == 200
+        connection.close()
+    assert "Traceback" not in capfd.readouterr().err
