@@ -76,9 +76,10 @@ SMALLEST_SUBNET = 29  # 8 addresses: 5 replicas
 SUBNET_ATTEMPTS = 8  # a concurrent submit may take the subnet we picked: pick again
 NETWORK_PATIENCE_SECONDS = 120  # a busy Docker 20.10 engine took over a minute to release a PREMIUM_1 network
 # A network refused for "active endpoints" while the engine lists none on it, this long: Docker's
-# count of its endpoints is wrong for good (replicas that exit while others start or exit can
-# leave it so on 20.10: a PREMIUM_1 job whose trainer exits at once, one in eight), and only
-# restarting dockerd clears it. Waiting out NETWORK_PATIENCE_SECONDS then delayed the job's end.
+# count of its endpoints is wrong (replicas that exit while others start or exit can leave it so
+# on 20.10: a PREMIUM_1 job whose trainer exits at once, one in eight), for minutes to an hour or
+# more (seen: over 4 and under 31 minutes in a test of its own, up to about 80 in benchmark runs),
+# or until dockerd restarts. Waiting out NETWORK_PATIENCE_SECONDS then delayed the job's end.
 STALE_COUNT_SECONDS = 5.0
 DEFAULT_NETWORK = "bridge"  # the engine's own network, never created or removed here
 # The installation's network for lone replicas: inter-container traffic off, so one BASIC job

@@ -118,9 +118,9 @@ def quick_patience(monkeypatch):
 
 
 def test_a_network_refused_with_no_endpoint_listed_is_kept_at_once_as_a_stale_count(quick_patience):
-    """Docker 20.10 can count endpoints a network no longer has (replicas exiting together), and
-    only a dockerd restart clears that: the teardown says so within seconds, never waiting out
-    its patience for endpoints that are still being released."""
+    """Docker 20.10 can count endpoints a network no longer has (replicas exiting together), for
+    minutes to an hour or until dockerd restarts: the teardown says so within seconds, never
+    waiting out its patience for endpoints that are still being released."""
     from aiptrain.backends.docker import DockerBackend
     from aiptrain.errors import AiptrainError
 
