@@ -319,7 +319,8 @@ def docker(*args: str, check: bool = True) -> str:
 def remove_network(name: str, patience: float = 60) -> None:
     """`docker network rm`, again while a loaded engine still lists endpoints of containers it
     has just removed ("has active endpoints"), as aiptrain's own teardown does; and, as it does,
-    not once the count is stale (StaleCountWatch: only a dockerd restart clears it)."""
+    not once the count is stale (StaleCountWatch: it stays so for minutes to an hour, or until
+    dockerd restarts)."""
     from aiptrain.backends.docker import StaleCountWatch
 
     deadline = time.monotonic() + patience

@@ -407,7 +407,7 @@ class DockerBackend:
 
             def create_then_start(spec: ContainerSpec) -> None:
                 env, start_after = plan.environment(spec), serving
-                if early and start_after and not start_after.done() and spec.runs_bootstrap:  # it waits itself
+                if early and serving and not serving.done() and spec.runs_bootstrap:  # it waits itself
                     env, start_after = {**env, AWAIT_ENDPOINT: f"{API_HOSTS[1]}:{REPLICA_PORT}"}, None
                 if holder and self._start_in_holder(spec, env, holder, start_after):
                     return

@@ -90,12 +90,11 @@ AWAIT_ENDPOINT = "AIPTRAIN_AWAIT_ENDPOINT"
 AWAIT_ENDPOINT_SECONDS = 60  # more than the backend gives the endpoint to start before failing the launch
 # `python3 -m MODULE ARGS...` run by the trainer's own interpreter (runpy: the same argv and
 # sys.path[0]) once a TCP connection to the endpoint succeeds: it listens from when it says it
-# serves, which is what replicas started after it waited for. Not a TLS handshake: that made a
-# first job's replicas slower than waiting for the endpoint before starting them (ssl's import and
-# context in each of them; 1.34x and 1.36x raw containers against 1.22x and 1.27x). Whatever the
-# host itself serves on the port (which a connection reaches before the endpoint's port is
-# published) rules this out: DockerBackend.launch looks first. No second interpreter, and no name
-# left in the trainer's __main__. The shell gets it in double quotes: no ", $, ` or \.
+# serves, which is what replicas started after it waited for. Not a TLS handshake, which cost
+# what starting early gained (docs/design/storage.md). Whatever the host itself serves on the
+# port (which a connection reaches before the endpoint's port is published) rules this out:
+# DockerBackend.launch looks first. No second interpreter, and no name left in the trainer's
+# __main__. The shell gets it in double quotes: no ", $, ` or \.
 AWAIT_THEN_RUN_MODULE = f"""
 def _get_ready(address):
     import os, socket, sys, time
