@@ -39,6 +39,12 @@ def trainer(tmp_path) -> Path:
     return root / "trainer"
 
 
+def project_with_setup_py(root: Path) -> Path:
+    """A copy of the sample with a dependency: a package root with its own setup.py."""
+    shutil.copytree(WITH_DEPENDENCY.parent, root, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return root
+
+
 # -- tree hash ---------------------------------------------------------------------------------
 
 
@@ -72,8 +78,7 @@ def test_tree_hash_changes_with_the_tree(trainer, change):
 
 
 def test_tree_hash_covers_the_package_root_when_it_has_a_setup_py(tmp_path):
-    root = tmp_path / "src"
-    shutil.copytree(WITH_DEPENDENCY.parent, root, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    root = project_with_setup_py(tmp_path / "src")
     before = source_tree_hash(root / "trainer")
     (root / "README.md").write_text("docs\n")  # beside the package: part of what the build copies
     assert source_tree_hash(root / "trainer") != before
@@ -87,8 +92,7 @@ def test_tree_hash_of_a_generated_setup_ignores_the_package_roots_other_files(tr
 
 def test_a_fifo_or_a_socket_in_the_project_is_left_out_of_the_build(trainer, tmp_path):
     """No sdist holds one, and copying one for the build fails (a FIFO could block a reader)."""
-    root = tmp_path / "with_setup"
-    shutil.copytree(WITH_DEPENDENCY.parent, root, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    root = project_with_setup_py(tmp_path / "with_setup")
     hashes = {package: source_tree_hash(package) for package in (trainer, root / "trainer")}
     with contextlib.closing(socket.socket(socket.AF_UNIX)) as listening:
         listening.bind(str(root / "agent.sock"))
@@ -104,8 +108,7 @@ def test_a_fifo_or_a_socket_in_the_project_is_left_out_of_the_build(trainer, tmp
 
 def test_an_aiptrain_home_kept_in_the_project_is_left_out_of_the_build(tmp_path):
     """AIPTRAIN_HOME=./.aiptrain in a CI workspace: its files change with every job."""
-    root = tmp_path / "project"
-    shutil.copytree(WITH_DEPENDENCY.parent, root, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    root = project_with_setup_py(tmp_path / "project")
     home = root / ".aiptrain"
     (home / "logs").mkdir(parents=True)
     os.mkfifo(home / "controller.wake")
