@@ -80,8 +80,6 @@ import shutil
 import stat
 import threading
 from datetime import datetime, timezone
-from email.parser import BytesParser
-from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
@@ -90,7 +88,8 @@ MAX_METADATA_BYTES = 1 << 20  # JSON bodies (metadata, rewrite requests): never 
 PAGE_SIZE = 1000
 UPLOADS_DIR = ".aiptrain-uploads"  # partial uploads, at the tree's top (never a valid bucket name)
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
-API_PREFIXES = ("storage/v1/", "upload/storage/v1/", "download/storage/v1/")
+# gcloud's apitools sends resumable uploads to resumable/upload/storage/v1/, as Cloud Storage takes them.
+API_PREFIXES = ("storage/v1/", "upload/storage/v1/", "resumable/upload/storage/v1/", "download/storage/v1/")
 
 
 class ApiError(Exception):
@@ -645,6 +644,8 @@ class Handler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         self._body_read = self.command in ("GET", "HEAD", "DELETE")
         parts, query = self._route()
+        if parts[:2] == ["resumable", "upload"]:
+            parts = parts[1:]
         path = "/".join(parts)
         if path.startswith("upload/storage/v1/b/"):
             return self._upload(parts[4], query)
@@ -845,15 +846,16 @@ class Handler(BaseHTTPRequestHandler):
         Multipart uploads are small by the clients' rules (resumable above 8 MB), so the body
         is parsed in memory, bounded."""
         body = b"".join(self._limited_chunks(256 << 20))
-        message = BytesParser(policy=HTTP).parsebytes(
-            f"Content-Type: {self.headers.get('Content-Type')}\r\n\r\n".encode() + body)
-        parts = list(message.iter_parts()) if message.is_multipart() else []
+        parts = multipart_parts(self.headers.get("Content-Type") or "", body)
         if len(parts) < 2:
             raise ApiError(400, "A multipart upload needs a metadata part and a media part")
-        payload = parts[0].get_payload(decode=True)  # None when the part is multipart itself
-        metadata = json.loads(payload if isinstance(payload, bytes) and payload else b"{}")
-        media = parts[1].get_payload(decode=True) or b""
-        self._finish_whole(bucket, metadata.get("name") or query.get("name", ""), query, [media])
+        try:
+            metadata = json.loads(parts[0][1] or b"{}")
+        except ValueError:
+            raise ApiError(400, "The metadata part of a multipart upload is not JSON") from None
+        if not isinstance(metadata, dict):
+            raise ApiError(400, "The metadata part of a multipart upload is not a JSON object")
+        self._finish_whole(bucket, metadata.get("name") or query.get("name", ""), query, [parts[1][1]])
 
     def _limited_chunks(self, limit: int):
         total = 0
@@ -926,6 +928,58 @@ class Handler(BaseHTTPRequestHandler):
         if session and os.path.exists(session["partial"]):
             os.unlink(session["partial"])
         self._send_empty(499 if session else 404)
+
+
+def multipart_boundary(content_type: str) -> bytes | None:
+    """The boundary of a multipart Content-Type, unquoted. gcloud's apitools writes it with
+    Python's repr (`boundary='===...=='`), which the email package does not unquote and Cloud
+    Storage takes; google-cloud-storage writes it in double quotes, RFC 2046 allows it bare."""
+    match = re.search(r"""(?:^|;)\s*boundary\s*=\s*("[^"]*"|'[^']*'|[^;\s]+)""", content_type, re.I)
+    if not match:
+        return None
+    value = match.group(1)
+    if value[:1] in "\"'" and value[-1:] == value[:1] and len(value) >= 2:
+        value = value[1:-1]
+    return value.encode("latin-1", "replace") or None
+
+
+def multipart_parts(content_type: str, body: bytes) -> list[tuple[dict[str, str], bytes]]:
+    """The parts of a multipart body as (headers with lower-case names, payload bytes), lines
+    ending in CRLF (google-cloud-storage, googleapiclient) or LF alone (gcloud's apitools). The
+    line break before each delimiter belongs to the delimiter (RFC 2046), so a payload keeps
+    its own last newline. A `Content-Transfer-Encoding: base64` part is decoded."""
+    boundary = multipart_boundary(content_type)
+    if not content_type.lower().lstrip().startswith("multipart/") or boundary is None:
+        return []
+    delimiter = re.compile(rb"(?:\r?\n|^)--" + re.escape(boundary) + rb"(--)?[ \t]*(?:\r?\n|$)")
+    parts, start = [], None
+    for match in delimiter.finditer(body):
+        if start is not None:
+            parts.append(body[start:match.start()])
+        if match.group(1):  # the close delimiter
+            break
+        start = match.end()
+    return [_one_part(part) for part in parts]
+
+
+def _one_part(part: bytes) -> tuple[dict[str, str], bytes]:
+    if part.startswith((b"\r\n", b"\n")):  # no headers: the part starts with its blank line
+        head, payload = b"", part[part.index(b"\n") + 1:]
+    else:
+        head, separator, payload = part.partition(b"\r\n\r\n")
+        if not separator or b"\n\n" in head:
+            head, _, payload = part.partition(b"\n\n")
+    headers = {}
+    for line in head.decode("latin-1").splitlines():
+        name, colon, value = line.partition(":")
+        if colon:
+            headers[name.strip().lower()] = value.strip()
+    if headers.get("content-transfer-encoding", "").lower() == "base64":
+        try:
+            payload = base64.b64decode(payload)
+        except ValueError:
+            raise ApiError(400, "A base64 part of a multipart upload does not decode") from None
+    return headers, payload
 
 
 def serve(root: str, port: int, cert: str | None, key: str | None, listening: socket.socket | None = None) -> None:

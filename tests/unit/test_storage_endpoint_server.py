@@ -15,7 +15,16 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from aiptrain.storage.endpoint_server import Handler, Tree, Uploads, checksums, object_parts, parse_range
+from aiptrain.storage.endpoint_server import (
+    Handler,
+    Tree,
+    Uploads,
+    checksums,
+    multipart_boundary,
+    multipart_parts,
+    object_parts,
+    parse_range,
+)
 
 
 @pytest.fixture
@@ -64,6 +73,59 @@ def test_a_chunked_resumable_upload_stores_the_bytes_not_the_framing(endpoint):
     assert (root / "bkt" / "ckpt" / "model.index").read_bytes() == b"".join(payload)
     resource = json.loads(body)
     assert resource["size"] == str(total) and resource["crc32c"] == checksums(str(root / "bkt/ckpt/model.index"))["crc32c"]
+
+
+# gcloud 528's apitools: the boundary in Python's repr (single quotes), lines ending in LF alone,
+# a media part that keeps its own last newline (seen with `gcloud storage cp --log-http`).
+GCLOUD_BOUNDARY = "===============9038652523444828921=="
+GCLOUD_BODY = (f"--{GCLOUD_BOUNDARY}\nContent-Type: application/json\nMIME-Version: 1.0\n\n"
+               '{"bucket": "bkt", "contentType": "text/plain", "name": "f.txt"}\n'
+               f"--{GCLOUD_BOUNDARY}\nContent-Type: text/plain\nMIME-Version: 1.0\nContent-Transfer-Encoding: binary\n\n"
+               f"hello\r\n\n\n--{GCLOUD_BOUNDARY}--\n").encode()
+
+
+@pytest.mark.parametrize("content_type, boundary", [
+    (f"multipart/related; boundary='{GCLOUD_BOUNDARY}'", GCLOUD_BOUNDARY.encode()),  # gcloud's apitools
+    ('multipart/related; boundary="==0123=="', b"==0123=="),  # google-cloud-storage
+    ("multipart/related; boundary=abc; charset=x", b"abc"),
+    ("Multipart/Related;BOUNDARY=abc", b"abc"),
+    ("multipart/related", None),
+    ("multipart/related; boundary=''", None),
+])
+def test_multipart_boundaries_quoted_every_way_clients_quote_them(content_type, boundary):
+    assert multipart_boundary(content_type) == boundary
+
+
+@pytest.mark.parametrize("content_type, body, expected", [
+    (f"multipart/related; boundary='{GCLOUD_BOUNDARY}'", GCLOUD_BODY,
+     [b'{"bucket": "bkt", "contentType": "text/plain", "name": "f.txt"}', b"hello\r\n\n"]),
+    ('multipart/related; boundary="b1"',  # CRLF lines, as google-cloud-storage writes them
+     b'--b1\r\ncontent-type: application/json; charset=UTF-8\r\n\r\n{"name": "x"}\r\n'
+     b"--b1\r\ncontent-type: application/octet-stream\r\n\r\n\x00\r\n\r\ndata\r\n--b1--",
+     [b'{"name": "x"}', b"\x00\r\n\r\ndata"]),
+    ("multipart/related; boundary=b2",  # an empty media part, and a base64 one
+     b"--b2\n\n{}\n--b2\nContent-Transfer-Encoding: base64\n\naGk=\n--b2\nContent-Type: x/y\n\n\n--b2--\n",
+     [b"{}", b"hi", b""]),
+    ("multipart/related; boundary=b3", b"no delimiter at all", []),
+    ("application/json", b"--b3\n\n{}\n--b3--", []),
+])
+def test_multipart_parts_as_each_client_writes_them(content_type, body, expected):
+    assert [payload for _, payload in multipart_parts(content_type, body)] == expected
+
+
+def test_gcloud_storage_uploads_multipart_and_resumable_under_its_own_paths(endpoint):
+    root, port = endpoint
+    (root / "bkt").mkdir()
+    status, _, body = request(port, "POST", "/upload/storage/v1/b/bkt/o?alt=json&uploadType=multipart", body=GCLOUD_BODY,
+                              headers={"Content-Type": f"multipart/related; boundary='{GCLOUD_BOUNDARY}'"})
+    assert status == 200, body
+    assert (root / "bkt" / "f.txt").read_bytes() == b"hello\r\n\n" and json.loads(body)["size"] == "8"
+    status, headers, _ = request(port, "POST", "/resumable/upload/storage/v1/b/bkt/o?alt=json&uploadType=resumable",
+                                 body=b'{"name": "big.bin"}', headers={"Content-Type": "application/json"})
+    assert status == 200
+    session = "/" + headers["Location"].split("/", 3)[3]
+    status, _, body = request(port, "PUT", session, body=b"0123456789", headers={"Content-Range": "bytes 0-9/10"})
+    assert status == 200 and (root / "bkt" / "big.bin").read_bytes() == b"0123456789"
 
 
 def test_resumable_uploads_in_content_range_pieces_report_progress_with_308(endpoint):
