@@ -48,6 +48,8 @@ class LazyGroup(click.Group):
         "local": ("aiptrain.cli.local", "local", "Run a trainer on this machine, without Docker."),
         "runtimes": ("aiptrain.cli.runtimes", "runtimes", "List and build runtime images."),
         "serve": ("aiptrain.cli.serve", "serve", "Serve the ml v1 REST API and job logs over HTTP."),
+        "gcloud-config": ("aiptrain.cli.gcloud_config", "gcloud_config",
+                          "Point Google's real gcloud and gsutil at an `aiptrain serve`."),
         "gcloud-shim": ("aiptrain.cli.shim", "gcloud_shim", "Install a `gcloud` that forwards ai-platform commands here."),
     },
     context_settings={"help_option_names": ["-h", "--help"]},

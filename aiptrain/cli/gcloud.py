@@ -40,7 +40,7 @@ SWITCHES = {
 }
 # Accepted, but nothing here talks to Google's APIs: said once at --verbosity info.
 NO_LOCAL_EFFECT = {
-    "--configuration": "there are no gcloud configurations here",
+    "--configuration": "aiptrain reads no gcloud configuration (`aiptrain gcloud-config` writes one)",
     "--account": "jobs run as the calling user, with no Google account",
     "--impersonate-service-account": "there are no Google credentials to impersonate",
     "--billing-project": "nothing is billed",

@@ -1,0 +1,98 @@
+"""`aiptrain gcloud-config`: point Google's real gcloud (and its gsutil) at an `aiptrain serve`
+through a named gcloud configuration of its own (aiptrain.gcloud_configuration)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import click
+
+from aiptrain.errors import EnvironmentNotReady, ValidationError
+
+DEFAULT_URL = "http://127.0.0.1:8080"  # `aiptrain serve`'s default address
+DEFAULT_CONFIGURATION = "aiptrain"
+
+
+@click.command(name="gcloud-config")
+@click.option("--url", help=f"The server's URL [default: AIPTRAIN_API, else {DEFAULT_URL}].")
+@click.option("--project", help="core/project [default: CLOUDSDK_CORE_PROJECT, else the server's default, aiptrain].")
+@click.option("--region", help="compute/region, for command lines without --region (gcloud needs one).")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="A file holding the bearer token of a server with --tokens [default: AIPTRAIN_API_TOKEN_FILE, "
+                   "else AIPTRAIN_API_TOKEN].")
+@click.option("--activate/--no-activate", default=True, show_default=True,
+              help="Make it gcloud's active configuration.")
+@click.option("--force", is_flag=True, help="Replace a configuration of that name that aiptrain did not write.")
+def gcloud_config(url: str | None, project: str | None, region: str | None, token_file: Path | None,
+                  activate: bool, force: bool) -> None:
+    """Write a gcloud configuration that sends `gcloud ai-platform`, `gcloud storage`,
+    `gcloud logging` and `gsutil` to an `aiptrain serve`. gcloud's global flag
+    `--configuration NAME` names it (default: aiptrain).
+
+    \b
+    aiptrain serve &                  # in another terminal, or a team server's URL with --url
+    aiptrain gcloud-config            # then gcloud as ever:
+    gcloud ai-platform jobs submit training census_1 --package-path trainer/ \\
+        --module-name trainer.task --staging-bucket gs://my-bucket --region us-central1 --stream-logs
+    gcloud config configurations activate default    # back to Google
+    """
+    from aiptrain import gcloud_configuration as configuration
+    from aiptrain.cli.gcloud import GlobalFlags
+    from aiptrain.settings import Settings, gcloud_property
+
+    name = (click.get_current_context().find_object(GlobalFlags) or GlobalFlags()).values.get("--configuration") \
+        or DEFAULT_CONFIGURATION
+    problem = configuration.check_name(name)
+    if problem:
+        raise ValidationError(problem)
+    given = url or os.environ.get("AIPTRAIN_API") or DEFAULT_URL
+    base = configuration.normalized_url(given)
+    if base is None:
+        raise ValidationError(f"--url [{given}] is not a server's URL: give http://HOST:PORT, as `aiptrain serve` "
+                              "prints it.")
+    directory = configuration.config_dir()
+    path = configuration.configuration_path(directory, name)
+    if path.exists() and not force and not configuration.written_by_us(path):
+        raise ValidationError(f"gcloud configuration [{name}] exists and aiptrain did not write it: choose another "
+                              "--configuration, or pass --force to replace it.")
+    token, token_path = _token(token_file, directory / "aiptrain-tokens" / name)
+    target = configuration.Target(url=base, project=project or gcloud_property("core/project") or
+                                  Settings().default_project, token_file=token_path, region=region)
+    try:
+        written = configuration.write(directory, name, target, token, activate)
+    except OSError as exc:
+        raise EnvironmentNotReady(f"Cannot write gcloud's configuration under [{directory}]: "
+                                  f"{exc.strerror or exc}; set CLOUDSDK_CONFIG to a directory you can write.") from None
+    for file in written:
+        click.echo(f"Wrote [{file}]", err=True)
+    state = "active" if activate else f"written; `gcloud config configurations activate {name}` uses it"
+    click.echo(f"gcloud configuration [{name}] ({state}) sends gcloud ai-platform, storage, logging and gsutil to "
+               f"{base}, project [{target.project}].", err=True)
+    if shutil.which("gcloud") is None:
+        click.echo("WARNING: gcloud is not on your PATH: install the Google Cloud CLI to use this configuration, or "
+                   "use `aiptrain gcloud-shim install` instead.", err=True)
+    click.echo("Back to Google's endpoints: gcloud config configurations activate default", err=True)
+
+
+def _token(token_file: Path | None, own_file: Path) -> tuple[str | None, Path]:
+    """(the token to write into the configuration's own file, or None; the file gcloud reads it
+    from). A file the user named (or AIPTRAIN_API_TOKEN_FILE) is read where it is, and must hold
+    a token; AIPTRAIN_API_TOKEN goes into a file of the configuration's own; without either, a
+    placeholder that a server without tokens ignores."""
+    from aiptrain.gcloud_configuration import OPEN_SERVER_TOKEN
+
+    named = token_file or (Path(os.environ["AIPTRAIN_API_TOKEN_FILE"]) if os.environ.get("AIPTRAIN_API_TOKEN_FILE")
+                           else None)
+    if named is None:
+        return (os.environ.get("AIPTRAIN_API_TOKEN") or "").strip() or OPEN_SERVER_TOKEN, own_file
+    try:
+        with open(named, encoding="utf-8") as handle:
+            first = handle.read(4096).strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValidationError(f"--token-file [{named}] cannot be read ({exc}): give the file that holds the "
+                              "server's token.") from None
+    if not first:
+        raise ValidationError(f"--token-file [{named}] is empty: put the server's token on its first line.")
+    return None, named.expanduser().resolve()
