@@ -130,12 +130,12 @@ class TrialsAtOnce:
         """The one-line warning submit gives (and the job's log keeps) for a bounded study."""
         if not self.bounded or self.cap is None:
             return None
-        per_trial = self.replicas_per_trial
+        per_trial, cap = self.replicas_per_trial, self.cap
         each = f"{per_trial} replica{'s' if per_trial > 1 else ''} each"
-        alone = "; a trial larger than that runs alone" if per_trial > self.cap else ""
+        alone = "; a trial larger than that runs alone" if per_trial > cap else ""
         return (f"trainingInput.hyperparameters.maxParallelTrials [{self.parallel_limit}]: this machine runs "
-                f"{self.trials} of the study's trials at once ({each}; at most {self.cap} replicas at once: "
-                f"{self.why}{alone}), and starts its other trials as earlier ones end. "
+                f"{self.trials} of the study's trials at once ({each}; at most {cap} replica{'s' if cap > 1 else ''} "
+                f"at once: {self.why}{alone}), and starts its other trials as earlier ones end. "
                 "Set AIPTRAIN_MAX_RUNNING_REPLICAS to change it (0: no cap).")
 
 

@@ -146,6 +146,8 @@ def test_a_bounded_study_says_how_many_trials_run_here_why_and_how_to_change_it(
     derived = trials_at_once(spec, 2, 1, None).notice()
     assert "runs 1 of the study's trials at once (2 replicas each; at most 2 replicas at once: 2 per core on 1 " \
            "core)" in derived
+    assert "(1 replica each; at most 1 replica at once: AIPTRAIN_MAX_RUNNING_REPLICAS=1)" in \
+        trials_at_once(spec, 1, 2, 1).notice()
     alone = trials_at_once(spec, 8, 2, 4).notice()
     assert "(8 replicas each; at most 4 replicas at once: AIPTRAIN_MAX_RUNNING_REPLICAS=4; a trial larger than " \
            "that runs alone)" in alone
