@@ -13,7 +13,9 @@ One pure rule, table-tested (`decide`), over what the store knows:
   cancelled (`waited_too_long`), as the service does.
 
 A study (hyperparameter tuning job) holds its trials' replicas: one trial's replicas times
-the trials it runs at once, admitted as one job, so its trials never wait on each other.
+the trials it runs at once, admitted as one job, so its trials never wait on each other. It runs
+maxParallelTrials at once where they fit under the cap, else as many as fit (one at least, as a
+job larger than the cap runs alone: `trials_at_once`); its other trials wait for those to end.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from aiptrain.model import Job
+from aiptrain.model import HyperparameterSpec, Job
 from aiptrain.topology import replicas_for
 
 # Replicas per core: a replica of a distributed job spends much of its time waiting on its
@@ -77,26 +79,81 @@ def replicas_needed(replicas_per_run: int, parallel_trials: int | None = None) -
     return replicas_per_run * max(1, parallel_trials or 1)
 
 
-def needed_by(job: Job) -> int:
-    """The replicas `job` holds once admitted: a study runs up to maxParallelTrials trials at once."""
+def needed_by(job: Job, cpus: int, override: int | None) -> int:
+    """The replicas `job` holds once admitted: a study holds those of the trials it runs at once
+    on this machine (`trials_at_once`), as it never starts more."""
+    per_run = len(replicas_for(job.training_input))
     spec = job.training_input.hyperparameters
-    parallel = min(spec.parallel_limit, spec.trials_limit) if spec else 1
-    return replicas_needed(len(replicas_for(job.training_input)), parallel)
+    if not spec:
+        return per_run
+    return replicas_needed(per_run, trials_at_once(spec, per_run, cpus, override).trials)
+
+
+def study_cap(cpus: int, override: int | None) -> tuple[int | None, str]:
+    """The cap a study's trials are bounded by at submit (None: no cap), and why: the override,
+    or the host's cores. Free memory is left out: it changes from one moment to the next, and
+    admission waits for it anyway."""
+    if override == 0:
+        return None, "AIPTRAIN_MAX_RUNNING_REPLICAS=0: no cap"
+    if override is not None:
+        return override, f"AIPTRAIN_MAX_RUNNING_REPLICAS={override}"
+    return max(1, cpus) * REPLICAS_PER_CORE, f"{REPLICAS_PER_CORE} per core on {cpus} core{'s' if cpus != 1 else ''}"
 
 
 def parallel_trials_allowed(replicas_per_trial: int, cpus: int, override: int | None) -> tuple[int | None, str]:
     """How many trials of a study may run at once on this machine (None: no bound), and why: as
     many as fit under the cap on running replicas (one at least, as a job larger than the cap runs
-    alone). Free memory is left out: it changes from one moment to the next, and admission waits
-    for it anyway; a study that can never run its parallel trials at once is refused at submit."""
-    if override == 0:
-        return None, "AIPTRAIN_MAX_RUNNING_REPLICAS=0: no cap"
-    if override is not None:
-        cap, why = override, f"AIPTRAIN_MAX_RUNNING_REPLICAS={override}"
-    else:
-        cap = max(1, cpus) * REPLICAS_PER_CORE
-        why = f"{REPLICAS_PER_CORE} per core on {cpus} cores; set AIPTRAIN_MAX_RUNNING_REPLICAS to change it"
+    alone)."""
+    cap, why = study_cap(cpus, override)
+    if cap is None:
+        return None, why
     return max(1, cap // max(1, replicas_per_trial)), why
+
+
+@dataclass(frozen=True)
+class TrialsAtOnce:
+    """How many of a study's trials run at once on this machine, and why."""
+
+    trials: int  # run at once here
+    asked: int  # maxParallelTrials, at most maxTrials
+    parallel_limit: int  # maxParallelTrials as given
+    replicas_per_trial: int
+    cap: int | None  # replicas the machine runs at once (study_cap); None: no cap
+    why: str  # where the cap comes from
+
+    @property
+    def bounded(self) -> bool:
+        """Fewer at once than the spec asks for: the rest wait for earlier trials to end."""
+        return self.trials < self.asked
+
+    def notice(self) -> str | None:
+        """The one-line warning submit gives (and the job's log keeps) for a bounded study."""
+        if not self.bounded or self.cap is None:
+            return None
+        per_trial, cap = self.replicas_per_trial, self.cap
+        each = f"{per_trial} replica{'s' if per_trial > 1 else ''} each"
+        alone = "; a trial larger than that runs alone" if per_trial > cap else ""
+        return (f"trainingInput.hyperparameters.maxParallelTrials [{self.parallel_limit}]: this machine runs "
+                f"{self.trials} of the study's trials at once ({each}; at most {cap} replica{'s' if cap > 1 else ''} "
+                f"at once: {self.why}{alone}), and starts its other trials as earlier ones end. "
+                "Set AIPTRAIN_MAX_RUNNING_REPLICAS to change it (0: no cap).")
+
+
+def trials_at_once(spec: HyperparameterSpec, replicas_per_trial: int, cpus: int, override: int | None) -> TrialsAtOnce:
+    """How many of the study's trials run at once here: maxParallelTrials (at most maxTrials), or
+    as many as fit under the cap when fewer (`parallel_trials_allowed`). A valid study is never
+    refused for the machine's size: the trials beyond the bound wait for earlier ones to end."""
+    asked = min(spec.parallel_limit, spec.trials_limit)
+    cap, why = study_cap(cpus, override)
+    allowed, _ = parallel_trials_allowed(replicas_per_trial, cpus, override)
+    trials = min(asked, allowed or asked)
+    return TrialsAtOnce(trials, asked, spec.parallel_limit, replicas_per_trial, cap, why)
+
+
+def trials_held(held: int, replicas_per_trial: int, asked: int) -> int:
+    """How many trials a study admitted with `held` replicas runs at once: as many as those
+    replicas hold (admission counted them at submit, `needed_by`), one at least, at most `asked`."""
+    return max(1, min(asked, held // max(1, replicas_per_trial)))
 
 
 def decide(job_id: str, queue: Sequence[Queued], used: int, cap: Capacity) -> Verdict:
@@ -148,7 +205,7 @@ def request(store, job: Job, override: int | None) -> Verdict:
     def rule(queue: list[Queued], used: int) -> Verdict:
         return decide(job.job_id, queue, used, host_capacity(used, override))
 
-    return store.request_admission(job.job_id, needed_by(job), rule)
+    return store.request_admission(job.job_id, needed_by(job, os.cpu_count() or 1, override), rule)
 
 
 def peek(store, job: Job, override: int | None) -> Verdict | None:

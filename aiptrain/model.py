@@ -158,8 +158,8 @@ DEFAULT_METRIC_TAG = "training/hptuning/metric"
 MAX_DISCRETE_VALUES = 1000
 MAX_GRID_POINTS = 100_000  # aiptrain's own bound: the grid is enumerated in memory
 # aiptrain's own bounds (the service publishes none): every trial is kept in the job's resource
-# (trainingOutput.trials), and every parallel trial is a set of containers on this machine, which
-# admission bounds further by what the machine runs at once (aiptrain.admission.parallel_trials_allowed).
+# (trainingOutput.trials), and every parallel trial is a set of containers on this machine (of
+# which a study starts no more at once than the machine runs: aiptrain.admission.trials_at_once).
 MAX_TRIALS = 1000
 MAX_PARALLEL_TRIALS = 100
 GRID_TYPES = (ParameterType.INTEGER, ParameterType.CATEGORICAL, ParameterType.DISCRETE)

@@ -155,14 +155,14 @@ class ApiClient:
     # -- submit ----------------------------------------------------------------------------
 
     def prepare(self, flags: SubmitFlags, base: Job | None = None):
-        """The same checks as local mode, without side effects; gs:// paths are the server's
-        business, so none is looked for on this machine."""
+        """The same checks as local mode, without side effects; gs:// paths and how many of a
+        study's trials run at once are the server's business, so this machine is not asked."""
         import dataclasses
 
         from aiptrain.submission import prepare
 
         flags.project = flags.project or self.project
-        return prepare(flags, dataclasses.replace(self.settings, gcs_mode="remote"), base)
+        return prepare(flags, dataclasses.replace(self.settings, gcs_mode="remote"), base, runs_here=False)
 
     def submit(self, submission, report: Callable[[str], None] | None = None,
                build_progress: Callable[[str], None] | None = None) -> Job:

@@ -193,6 +193,12 @@ class JobStore(JobTable):
         """Whether the job asked to start (and waits, or was admitted)."""
         return self._db.execute("SELECT 1 FROM admission WHERE job_id = ?", (job_id,)).fetchone() is not None
 
+    def held_replicas(self, job_id: str) -> int | None:
+        """The replicas the job holds once admitted (what admission counted for it); None when
+        it is not queued."""
+        row = self._db.execute("SELECT replicas FROM admission WHERE job_id = ?", (job_id,)).fetchone()
+        return row[0] if row else None
+
     def queue_position(self, job_id: str) -> tuple[int, str | None] | None:
         """(1 for the next job to start, why it waits) for a job waiting to start; None otherwise."""
         row = self._db.execute(

@@ -92,6 +92,9 @@ class Submission:
     installation: str = ""
     gcs_root: Path | None = None  # where gs:// paths are kept on this machine; None: Cloud Storage
     notices: tuple[str, ...] = ()  # one-line warnings for the user, said once at submit
+    # Of those, the one that says a study runs fewer trials at once here than maxParallelTrials;
+    # the job's log keeps it too.
+    trials_notice: str | None = None
     project: str | None = None
     runtime: Runtime | None = None  # what --runtime-version (or runtimeVersion) named
     runtime_given_as: str = "--runtime-version"  # where it was named, for messages
@@ -145,9 +148,10 @@ def _local_job_dir(job_dir: str, home: Path) -> str:
     return str(path)
 
 
-def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> Submission:
+def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None, runs_here: bool = True) -> Submission:
     """Everything about a submission that can be checked without side effects. `base`: the Job
-    resource a REST client sent, in place of a --config file."""
+    resource a REST client sent, in place of a --config file. `runs_here` False: another machine
+    runs the job (remote mode), so this one's size says nothing of it."""
     validate_job_id(flags.job_id)
     job = build_job(flags, base)
     ti = job.training_input
@@ -165,8 +169,12 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
             f"{SERVICE_MIN_WAIT_SECONDS}s: AI Platform would refuse it; aiptrain applies it as given."
         )
     replicas = replicas_for(ti)
-    if ti.hyperparameters:
-        _check_parallel_trials(ti.hyperparameters, len(replicas), settings)
+    trials_notice = None
+    if ti.hyperparameters and runs_here:
+        trials_notice = admission.trials_at_once(ti.hyperparameters, len(replicas), os.cpu_count() or 1,
+                                                 settings.max_running_replicas).notice()
+    if trials_notice:
+        notices.append(trials_notice)
 
     package_path = validate_package_path(flags.package_path) if flags.package_path else None
     local_packages, remote_packages = split_packages(flags.packages)
@@ -209,6 +217,7 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
         installation=settings.installation_id,
         gcs_root=gcs_root,
         notices=tuple(notices) + ((gcs_notice,) if gcs_notice else ()),
+        trials_notice=trials_notice,
         project=flags.project,
         runtime=rt,
         runtime_given_as=runtime_given_as,
@@ -216,20 +225,6 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
         backend=backend,
         serves_gcs=gcs_root is not None,  # both backends run the storage endpoint
     )
-
-
-def _check_parallel_trials(spec, replicas_per_trial: int, settings: Settings) -> None:
-    """A study that would run more trials at once than this machine runs replicas is refused
-    (the service bounds them by quota): otherwise it would start them all, alone, at once."""
-    parallel = min(spec.parallel_limit, spec.trials_limit)
-    allowed, why = admission.parallel_trials_allowed(replicas_per_trial, os.cpu_count() or 1,
-                                                     settings.max_running_replicas)
-    if allowed is not None and parallel > allowed:
-        raise ValidationError(
-            f"trainingInput.hyperparameters.maxParallelTrials [{spec.parallel_limit}] runs {parallel} trials of "
-            f"{replicas_per_trial} replica(s) at once, more than this machine runs ({allowed} trial(s) at most: {why}): "
-            f"lower maxParallelTrials to {allowed} or less."
-        )
 
 
 def _gcs_mode(urls: list[str | None], settings: Settings) -> tuple[Path | None, str | None]:
@@ -416,6 +411,8 @@ class Submitter:
             packages = " ".join(f"{PACKAGES_DIR}/{name}" for name in inputs.package_files)
             job_log.service(f"Installed the packages once for every replica: {packages}")
         job_log.service("Job creation request has been successfully validated.")
+        if submission.trials_notice:
+            job_log.service(submission.trials_notice, "WARNING")
         job_log.service(f"Job {job.job_id} is queued.")
         save_plan_inputs(self.settings.job_work_dir(job.job_id), inputs)
         verdict = admission.request(self.store, job, self.settings.max_running_replicas)

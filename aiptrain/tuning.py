@@ -51,8 +51,9 @@ def failure_limit(max_failed_trials: int | None, budget: int) -> int:
 
 
 def schedule(counts: StudyCounts, max_parallel: int, max_failed: int | None) -> StudyStep:
-    """What to do next: start trials up to maxParallelTrials while the budget lasts; fail
-    the job once too many trials failed; end it when nothing runs and nothing is left."""
+    """What to do next: start trials up to `max_parallel` at once (maxParallelTrials, or as many
+    as the machine runs when fewer: aiptrain.admission.trials_at_once) while the budget lasts;
+    fail the job once too many trials failed; end it when nothing runs and nothing is left."""
     limit = failure_limit(max_failed, counts.budget)
     if counts.failed >= limit:
         return StudyStep(end=State.FAILED, reason=f"{counts.failed} of the trials failed (the limit is {limit}).")

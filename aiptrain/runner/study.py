@@ -3,8 +3,9 @@
 Each trial is the job's whole replica topology, planned with the trial's values
 (`planning.plan(..., trial=...)`), launched on the same backend and driven by the same per-group
 steps as a plain job (restarts, lifecycle.decide, log following, GroupEnding). `tuning.schedule()`
-is the one rule for the study itself: how many trials to start now, and when it is over. The
-search (which values a trial gets) is aiptrain.search, on optuna.
+is the one rule for the study itself: how many trials to start now (up to maxParallelTrials, or
+as many as the machine runs at once when fewer: aiptrain.admission.trials_at_once), and when it
+is over. The search (which values a trial gets) is aiptrain.search, on optuna.
 
 Every trial is recorded in the job's trainingOutput before its replicas start, and again when it
 ends, so a controller that dies mid-study is followed by one that adopts the trials still running
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiptrain import safe_files
+from aiptrain.admission import trials_at_once, trials_held
 from aiptrain.backends import ReplicaStatus
 from aiptrain.errors import AiptrainError, ValidationError
 from aiptrain.lifecycle import Decision
@@ -81,8 +83,21 @@ class Study:
         self.endings: dict[str, tuple[GroupEnding, Decision]] = {}  # trials being torn down
         self.closing: tuple[Decision, State] | None = None  # the study's end, once decided
         self.exhausted = False
+        self.at_once = self._trials_at_once()
         self._resume(history)
         self.save()
+
+    def _trials_at_once(self) -> int:
+        """How many trials run at once: as many as the replicas admission holds for the study
+        (counted at submit: maxParallelTrials, or fewer where the machine runs fewer), so the study
+        never runs more than it was admitted for; trials beyond it start as earlier ones end."""
+        asked = min(self.spec.parallel_limit, self.spec.trials_limit)
+        held = self.store.held_replicas(self.job_id)
+        if held is None:  # not counted by admission (it always is once admitted): this machine's bound
+            settings = self.driver.settings
+            return trials_at_once(self.spec, len(self.replicas), os.cpu_count() or 1,
+                                  settings.max_running_replicas).trials
+        return trials_held(held, len(self.replicas), asked)
 
     def _history(self) -> list[HyperparameterOutput]:
         """A previous job's trials (resumePreviousJobId)."""
@@ -141,7 +156,7 @@ class Study:
                 self.step_trial(self.running[trial_id], group, job.state)
         if self.store.get(self.job_id).state is State.CANCELLING:
             return 0  # a cancel came while trials were being looked at
-        step = schedule(self.counts(), self.spec.parallel_limit, self.spec.max_failed_trials)
+        step = schedule(self.counts(), self.at_once, self.spec.max_failed_trials)
         if step.end is not None:
             self.close(Decision(step.end, self.failure(step)), step.end)
             return 0

@@ -117,3 +117,29 @@ def test_a_study_waits_for_room_for_its_parallel_trials_then_runs_them(cli, subm
     assert job.state == "SUCCEEDED", job.error_message
     assert job.training_output.completed_trial_count == 2
     assert job.start_time >= client.get("plain").end_time
+
+
+def test_a_study_asking_more_trials_at_once_than_the_cap_runs_them_one_at_a_time(cli, client, cap_of_one,
+                                                                                 minimal_runtime, tmp_path):
+    """A published config's maxParallelTrials beyond this machine is accepted (it was exit 2): one
+    warning line, the trials one at a time, the job as sent."""
+    spec = {"goal": "MINIMIZE", "algorithm": "GRID_SEARCH", "maxTrials": 3, "maxParallelTrials": 3,
+            "params": [{"parameterName": "n", "type": "INTEGER", "minValue": 1, "maxValue": 3}]}
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump({"trainingInput": {"hyperparameters": spec}}))
+    submitted = cli("jobs", "submit", "training", "wide", "--config", str(config), "--package-path", str(TUNER),
+                    "--module-name", "tuner.task", "--job-dir", str(tmp_path / "wide"), "--region", "us-central1",
+                    "--runtime-version", minimal_runtime, check_code=0)
+    warning = ("WARNING: trainingInput.hyperparameters.maxParallelTrials [3]: this machine runs 1 of the study's "
+               "trials at once (1 replica each; at most 1 replica at once: AIPTRAIN_MAX_RUNNING_REPLICAS=1), and "
+               "starts its other trials as earlier ones end. Set AIPTRAIN_MAX_RUNNING_REPLICAS to change it (0: no cap).")
+    assert [line for line in submitted.stderr.splitlines() if "maxParallelTrials" in line] == [warning]
+    job = client.wait("wide", timeout=240)
+    assert job.state == "SUCCEEDED", job.error_message
+    trials = sorted(job.training_output.trials, key=lambda t: int(t.trial_id))
+    assert [t.state for t in trials] == ["SUCCEEDED"] * 3
+    for before, after in itertools.pairwise(trials):
+        assert after.start_time >= before.end_time  # one at a time
+    assert job.training_input.hyperparameters.max_parallel_trials == 3
+    said = [r.message for r in read_records(client.settings.job_log_path("wide"))[0] if r.task == SERVICE]
+    assert said.count(warning.removeprefix("WARNING: ")) == 1

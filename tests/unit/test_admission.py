@@ -16,6 +16,8 @@ from aiptrain.admission import (
     decide,
     needed_by,
     replicas_needed,
+    trials_at_once,
+    trials_held,
     waited_too_long,
 )
 from aiptrain.model import HyperparameterSpec, Job, ParameterSpec, State, TrainingInput
@@ -88,11 +90,76 @@ def _study(parallel: int | None, trials: int | None, tier: str = "STANDARD_1") -
 
 
 def test_a_study_holds_its_parallel_trials_replicas():
-    assert needed_by(Job(job_id="j", training_input=TrainingInput(scale_tier="STANDARD_1"))) == 8
-    assert needed_by(_study(parallel=3, trials=10)) == 24
-    assert needed_by(_study(parallel=5, trials=2)) == 16  # never more trials at once than it runs
-    assert needed_by(_study(parallel=None, trials=None, tier="BASIC")) == 1
+    no_cap = {"cpus": 2, "override": 0}
+    assert needed_by(Job(job_id="j", training_input=TrainingInput(scale_tier="STANDARD_1")), **no_cap) == 8
+    assert needed_by(_study(parallel=3, trials=10), **no_cap) == 24
+    assert needed_by(_study(parallel=5, trials=2), **no_cap) == 16  # never more trials at once than it runs
+    assert needed_by(_study(parallel=None, trials=None, tier="BASIC"), **no_cap) == 1
     assert replicas_needed(2, 0) == 2
+
+
+@pytest.mark.parametrize(
+    "parallel, trials, tier, cpus, override, held",
+    [
+        (3, 10, "BASIC", 2, None, 3),  # 3 trials of 1 fit under 2 per core on 2 cores
+        (5, 10, "BASIC", 2, None, 4),  # 5 do not: the 4 that fit
+        (5, 10, "BASIC", 2, 1, 1),  # AIPTRAIN_MAX_RUNNING_REPLICAS=1: one trial at a time
+        (4, 10, "STANDARD_1", 2, 16, 16),  # 2 trials of 8
+        (4, 10, "STANDARD_1", 2, 4, 8),  # a trial of 8 over a cap of 4: one, held alone, as a plain job of 8
+        (4, 10, "STANDARD_1", 2, None, 8),
+        (5, 10, "BASIC", 2, 0, 5),  # no cap: maxParallelTrials
+        (None, None, "STANDARD_1", 2, 4, 8),  # maxParallelTrials 1 over the cap: as a plain job
+    ],
+)
+def test_a_study_larger_than_the_machine_holds_the_trials_that_fit(parallel, trials, tier, cpus, override, held):
+    """Never refused: admission counts the trials the study runs at once here, a plain job's way
+    when one trial alone is over the cap."""
+    assert needed_by(_study(parallel=parallel, trials=trials, tier=tier), cpus, override) == held
+
+
+@pytest.mark.parametrize(
+    "parallel, trials, per_trial, cpus, override, at_once, bounded",
+    [
+        (4, 20, 1, 2, None, 4, False),  # fits: as asked
+        (4, 3, 1, 2, 1, 1, True),  # maxTrials 3 asks for 3 at once: one here
+        (5, 20, 1, 2, None, 4, True),  # the cores bound it (2 per core)
+        (5, 20, 1, 16, None, 5, False),
+        (5, 20, 1, 2, 4, 4, True),  # the override bounds it
+        (5, 20, 2, 2, 5, 2, True),  # 2 trials of 2 replicas fit in 5
+        (5, 20, 8, 2, 4, 1, True),  # a trial over the cap: one at a time (it runs alone)
+        (1, 20, 8, 2, 4, 1, False),  # one at a time as asked: nothing to say
+        (100, 1000, 1, 2, 0, 100, False),  # no cap
+    ],
+)
+def test_trials_at_once_are_those_that_fit_under_the_cap(parallel, trials, per_trial, cpus, override, at_once, bounded):
+    bound = trials_at_once(_study(parallel, trials).training_input.hyperparameters, per_trial, cpus, override)
+    assert (bound.trials, bound.bounded, bound.notice() is not None) == (at_once, bounded, bounded)
+
+
+def test_a_bounded_study_says_how_many_trials_run_here_why_and_how_to_change_it():
+    spec = _study(parallel=5, trials=20).training_input.hyperparameters
+    assert trials_at_once(spec, 1, 2, 4).notice() == (
+        "trainingInput.hyperparameters.maxParallelTrials [5]: this machine runs 4 of the study's trials at once "
+        "(1 replica each; at most 4 replicas at once: AIPTRAIN_MAX_RUNNING_REPLICAS=4), and starts its other trials "
+        "as earlier ones end. Set AIPTRAIN_MAX_RUNNING_REPLICAS to change it (0: no cap)."
+    )
+    derived = trials_at_once(spec, 2, 1, None).notice()
+    assert "runs 1 of the study's trials at once (2 replicas each; at most 2 replicas at once: 2 per core on 1 " \
+           "core)" in derived
+    assert "(1 replica each; at most 1 replica at once: AIPTRAIN_MAX_RUNNING_REPLICAS=1)" in \
+        trials_at_once(spec, 1, 2, 1).notice()
+    alone = trials_at_once(spec, 8, 2, 4).notice()
+    assert "(8 replicas each; at most 4 replicas at once: AIPTRAIN_MAX_RUNNING_REPLICAS=4; a trial larger than " \
+           "that runs alone)" in alone
+    assert "\n" not in alone
+
+
+@pytest.mark.parametrize(
+    "held, per_trial, asked, at_once",
+    [(4, 1, 5, 4), (8, 8, 4, 1), (24, 8, 3, 3), (16, 8, 4, 2), (9, 2, 3, 3), (100, 1, 2, 2), (0, 1, 3, 1)],
+)
+def test_a_study_runs_as_many_trials_as_its_admitted_replicas_hold(held, per_trial, asked, at_once):
+    assert trials_held(held, per_trial, asked) == at_once
 
 
 # -- the store's queue ----------------------------------------------------------------------------
@@ -115,6 +182,7 @@ def _request(store: JobStore, job_id: str, need: int, cap: int = 2):
 def test_store_admits_in_order_and_frees_capacity_when_a_job_ends(store):
     assert _request(store, "a", 2).admitted
     assert store.get("a").state is State.PREPARING
+    assert store.held_replicas("a") == 2 and store.held_replicas("unknown") is None
     b, c = _request(store, "b", 1), _request(store, "c", 1)
     assert (b.admitted, c.admitted) == (False, False)
     assert store.queue_position("b") == (1, b.reason) and store.queue_position("c") == (2, c.reason)

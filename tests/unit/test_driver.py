@@ -226,6 +226,61 @@ def test_a_study_runs_its_trials_as_groups_of_the_same_driver(settings, store):
     assert sorted(trial for _, trial in backend.removed if trial) == ["1", "2", "3"] and not backend.replicas
 
 
+def test_a_study_asking_more_trials_at_once_than_the_cap_runs_them_one_at_a_time(settings, store):
+    """maxParallelTrials 4 where the cap holds one trial: admitted for one, the study starts one
+    trial, the next as it ends, and runs all four to completion; the job keeps maxParallelTrials 4."""
+    training_input = TrainingInput.model_validate({
+        **BASIC.model_dump(by_alias=True, exclude_none=True),
+        "hyperparameters": {"goal": "MAXIMIZE", "hyperparameterMetricTag": "acc", "maxTrials": 4,
+                            "maxParallelTrials": 4, "algorithm": "GRID_SEARCH",
+                            "params": [{"parameterName": "n", "type": "INTEGER", "minValue": 1, "maxValue": 4}]}})
+    submitted(store, settings, training_input=training_input, cap=1)
+    assert store.held_replicas("job") == 1
+    backend = FakeBackend(script={f"{n}/master-replica-0": [0] for n in range(1, 5)})
+    launch, running_at_launch = backend.launch, []
+
+    def counted_launch(plan):
+        running_at_launch.append(sorted({r.trial_id for r in backend.replicas.values()
+                                         if r.status is not ReplicaStatus.EXITED}))
+        launch(plan)
+
+    backend.launch = counted_launch  # type: ignore[method-assign]
+    assert drive(JobDriver("job", settings, store, backend), backend) is State.SUCCEEDED
+    job = store.get("job")
+    assert [t.state for t in job.training_output.trials] == [State.SUCCEEDED] * 4
+    assert [plan.trial_id for plan in backend.launched] == ["1", "2", "3", "4"]
+    assert running_at_launch == [[], [], [], []]  # each trial starts once the one before it is gone
+    assert job.training_input.hyperparameters.max_parallel_trials == 4  # the resource as the user sent it
+
+
+def test_a_bounded_study_is_warned_of_once_at_submit_and_its_log_keeps_it(settings, store):
+    """The submit's warning is kept in the job's log (stream-logs, the console, a REST client,
+    which sees no submit warnings), and admission counts the trials that run at once."""
+    from aiptrain.config import SubmitFlags
+    from aiptrain.logs import JobLogWriter
+    from aiptrain.submission import Submitter, prepare
+
+    settings = replace(settings, max_running_replicas=2)
+    base = Job.model_validate({"jobId": "job", "trainingInput": {
+        "scaleTier": "BASIC", "region": "us-central1", "masterConfig": {"imageUri": "example.com/t:1"},
+        "hyperparameters": {"goal": "MAXIMIZE", "hyperparameterMetricTag": "acc", "maxTrials": 6,
+                            "maxParallelTrials": 3, "algorithm": "GRID_SEARCH",
+                            "params": [{"parameterName": "n", "type": "INTEGER", "minValue": 1, "maxValue": 6}]}}})
+    submission = prepare(SubmitFlags(job_id="job"), settings, base)
+    warning = submission.trials_notice
+    assert warning and warning.startswith("trainingInput.hyperparameters.maxParallelTrials [3]: this machine runs "
+                                          "2 of the study's trials at once")
+    assert [notice for notice in submission.notices if "maxParallelTrials" in notice] == [warning]
+    job = store.create(submission.job)
+    with JobLogWriter(settings.job_log_path("job")) as job_log:
+        Submitter(settings, store, FakeBackend())._record(submission, job, job_log)
+    assert service_lines(settings).count(warning) == 1
+    assert store.held_replicas("job") == 2
+    assert store.get("job").training_input.hyperparameters.max_parallel_trials == 3
+    remote = prepare(SubmitFlags(job_id="job"), settings, base, runs_here=False)  # the server's machine decides
+    assert remote.trials_notice is None and not any("maxParallelTrials" in n for n in remote.notices)
+
+
 def test_the_controller_leaves_a_job_its_submit_still_stages_alone(settings, store, monkeypatch):
     from aiptrain.ownership import JobLock
     from aiptrain.runner import controller as controller_module
