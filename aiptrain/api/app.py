@@ -22,7 +22,7 @@ log = logging.getLogger("aiptrain.api")
 
 MAX_BODY_BYTES = 1 << 20
 STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-          409: "ALREADY_EXISTS", 413: "INVALID_ARGUMENT", 500: "INTERNAL", 503: "UNAVAILABLE"}
+          409: "ALREADY_EXISTS", 413: "INVALID_ARGUMENT", 500: "INTERNAL", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE"}
 # Query parameters every Google API takes (system parameters); the rest are the method's own.
 SYSTEM_PARAMETERS = frozenset({"alt", "prettyPrint", "fields", "key", "quotaUser", "$.xgafv", "callback",
                                "access_token", "upload_protocol", "uploadType", "oauth_token"})
@@ -190,6 +190,9 @@ class App:
                 return _pick(method, table[verb]), (_project(project), _job_id(job_id))
             case ["v2", "entries:list"]:
                 return _pick(method, {"POST": entries.list}), ()
+            case ["v1", "projects", _, "models" | "operations", *_]:  # 404: clients retry a 5xx
+                raise ApiError(404, "Models and versions (prediction) are not served by aiptrain: it runs AI "
+                               "Platform Training jobs (projects.jobs) only.")
         raise ApiError(404, "Not found: this server answers ml v1 projects.jobs and logging v2 entries:list.")
 
 

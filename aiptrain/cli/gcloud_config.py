@@ -17,7 +17,6 @@ DEFAULT_CONFIGURATION = "aiptrain"
 
 @click.command(name="gcloud-config")
 @click.option("--url", help=f"The server's URL [default: AIPTRAIN_API, else {DEFAULT_URL}].")
-@click.option("--project", help="core/project [default: CLOUDSDK_CORE_PROJECT, else the server's default, aiptrain].")
 @click.option("--region", help="compute/region, for command lines without --region (gcloud needs one).")
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
               help="A file holding the bearer token of a server with --tokens [default: AIPTRAIN_API_TOKEN_FILE, "
@@ -25,11 +24,12 @@ DEFAULT_CONFIGURATION = "aiptrain"
 @click.option("--activate/--no-activate", default=True, show_default=True,
               help="Make it gcloud's active configuration.")
 @click.option("--force", is_flag=True, help="Replace a configuration of that name that aiptrain did not write.")
-def gcloud_config(url: str | None, project: str | None, region: str | None, token_file: Path | None,
+def gcloud_config(url: str | None, region: str | None, token_file: Path | None,
                   activate: bool, force: bool) -> None:
     """Write a gcloud configuration that sends `gcloud ai-platform`, `gcloud storage`,
-    `gcloud logging` and `gsutil` to an `aiptrain serve`. gcloud's global flag
-    `--configuration NAME` names it (default: aiptrain).
+    `gcloud logging` and `gsutil` to an `aiptrain serve`. gcloud's global flags
+    `--configuration NAME` name it (default: aiptrain) and `--project P` its core/project
+    (default: CLOUDSDK_CORE_PROJECT, else aiptrain's default project).
 
     \b
     aiptrain serve &                  # in another terminal, or a team server's URL with --url
@@ -42,8 +42,8 @@ def gcloud_config(url: str | None, project: str | None, region: str | None, toke
     from aiptrain.cli.gcloud import GlobalFlags
     from aiptrain.settings import Settings, gcloud_property
 
-    name = (click.get_current_context().find_object(GlobalFlags) or GlobalFlags()).values.get("--configuration") \
-        or DEFAULT_CONFIGURATION
+    flags = click.get_current_context().find_object(GlobalFlags) or GlobalFlags()
+    name = flags.values.get("--configuration") or DEFAULT_CONFIGURATION
     problem = configuration.check_name(name)
     if problem:
         raise ValidationError(problem)
@@ -58,7 +58,7 @@ def gcloud_config(url: str | None, project: str | None, region: str | None, toke
         raise ValidationError(f"gcloud configuration [{name}] exists and aiptrain did not write it: choose another "
                               "--configuration, or pass --force to replace it.")
     token, token_path = _token(token_file, directory / "aiptrain-tokens" / name)
-    target = configuration.Target(url=base, project=project or gcloud_property("core/project") or
+    target = configuration.Target(url=base, project=flags.project or gcloud_property("core/project") or
                                   Settings().default_project, token_file=token_path, region=region)
     try:
         written = configuration.write(directory, name, target, token, activate)

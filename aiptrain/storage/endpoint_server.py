@@ -237,8 +237,10 @@ class Tree:
             raise ApiError(404, f"The specified bucket does not exist: {bucket}") from None
 
     def open_object(self, bucket: str, name: str) -> tuple[int, os.stat_result]:
-        """(descriptor, stat) of a regular file; a directory-marker name ('d/') gives the
-        directory's stat and -1. 404 for anything else."""
+        """(descriptor, stat) of a regular file; a directory-marker name ('d/') of an empty
+        directory gives its stat and -1, as listings show only empty directories' markers (a
+        directory that holds objects is implied by them, as on Cloud Storage, where `gcloud
+        storage ls gs://b/d/` would otherwise print d/ as an object too). 404 for anything else."""
         parts = object_parts(name)
         bucket_fd = self._bucket_fd(bucket)
         try:
@@ -246,7 +248,7 @@ class Tree:
             try:
                 if name.endswith("/"):
                     info = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
-                    if stat.S_ISDIR(info.st_mode):
+                    if stat.S_ISDIR(info.st_mode) and self._empty_dir(parent, parts[-1]):
                         return -1, info
                 else:
                     fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=parent)
@@ -261,6 +263,15 @@ class Tree:
         finally:
             os.close(bucket_fd)
         raise ApiError(404, f"No such object: {bucket}/{name}")
+
+    @staticmethod
+    def _empty_dir(parent: int, name: str) -> bool:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+        try:
+            with os.scandir(fd) as entries:
+                return next(entries, None) is None
+        finally:
+            os.close(fd)
 
     @staticmethod
     def _open_dir_at(fd: int, parts: list[str], create: bool = False, owner: tuple[int, int] | None = None) -> int:
