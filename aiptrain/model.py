@@ -8,8 +8,8 @@ the wire, as in the REST representation. Pure data: no I/O here.
 
 from __future__ import annotations
 
+import collections
 import enum
-import itertools
 import math
 import re
 from datetime import datetime, timezone
@@ -218,10 +218,11 @@ class ParameterSpec(Resource):
 
     @property
     def choices(self) -> list[str] | list[float]:
-        """categoricalValues of a CATEGORICAL parameter, discreteValues of a DISCRETE one."""
+        """categoricalValues of a CATEGORICAL parameter, as given; discreteValues of a DISCRETE one,
+        in increasing order (the resource keeps them as sent: the service took any order)."""
         if self.type is ParameterType.CATEGORICAL:
             return _required(self.categorical_values, "categoricalValues")
-        return _required(self.discrete_values, "discreteValues")
+        return sorted(_required(self.discrete_values, "discreteValues"))
 
     def problem(self) -> str | None:
         """What is wrong with this parameter, as `field must ...: fix`; None when it is valid."""
@@ -280,9 +281,13 @@ class ParameterSpec(Resource):
             return f"discreteValues holds {len(values)} values; at most {MAX_DISCRETE_VALUES} are allowed"
         if not all(math.isfinite(value) for value in values):
             return "discreteValues must be finite numbers"
-        if any(later <= earlier for earlier, later in itertools.pairwise(values)):
-            return "discreteValues must be strictly increasing"
-        if self.scale.is_log and values[0] <= 0:
+        # The service took the values in any order (its tuner sorts them), but a value twice is
+        # not a list of feasible points: Vizier's ParameterConfig refuses duplicates.
+        repeated = sorted(value for value, count in collections.Counter(values).items() if count > 1)
+        if repeated:
+            shown = ", ".join(f"{value:g}" for value in repeated)
+            return f"discreteValues must not repeat a value ([{shown}] more than once): list each value once"
+        if self.scale.is_log and min(values) <= 0:
             return f"{self.scale.value} needs every discreteValue greater than 0"
         return None
 
