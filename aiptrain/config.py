@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from aiptrain.errors import ValidationError
-from aiptrain.model import AcceleratorConfig, EncryptionConfig, Job, ReplicaConfig, TrainingInput, api_enum_name
+from aiptrain.model import (
+    AcceleratorConfig,
+    EncryptionConfig,
+    Job,
+    ReplicaConfig,
+    TrainingInput,
+    api_enum_name,
+    training_fields_lifted,
+)
 from aiptrain.topology import normalize_scale_tier, scale_tier_choices
 
 
@@ -108,7 +116,7 @@ def load_config(path: str) -> Job:
 
 def _check_scale_tier_spelling(data: dict, path: str) -> None:
     """The model forgives blanks around a tier; the API's enum decoder does not (`'BASIC '`)."""
-    training_input = data.get("trainingInput")
+    training_input = training_fields_lifted(data).get("trainingInput")
     tier = training_input.get("scaleTier") if isinstance(training_input, dict) else None
     if isinstance(tier, str) and (not tier or tier != tier.strip()):
         raise ValidationError(

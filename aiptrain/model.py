@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import functools
 import math
 import re
 from datetime import datetime, timezone
@@ -467,6 +468,30 @@ class TrainingOutput(Resource):
     web_access_uris: dict[str, str] | None = None
 
 
+@functools.cache
+def training_input_names() -> frozenset[str]:
+    """The names a TrainingInput field is given by: its camelCase alias and its Python name."""
+    return frozenset(name for key, field in TrainingInput.model_fields.items() for name in (key, field.alias) if name)
+
+
+def training_fields_lifted(data: dict) -> dict:
+    """A Job body whose TrainingInput fields written at its top level (`scaleTier: CUSTOM` beside,
+    not under, `trainingInput:`) are moved under trainingInput, as the service took them: gcloud
+    reads such a --config file and posts those fields at the top level of the body (apitools keeps
+    a message's unknown fields), and published configs were written so. A field also given under
+    trainingInput keeps that value there: it is what the flags set (they override the config)."""
+    names = training_input_names()
+    outside = {name: value for name, value in data.items() if name in names}
+    if not outside:
+        return data
+    key = "training_input" if "training_input" in data and "trainingInput" not in data else "trainingInput"
+    inside = data.get(key)
+    if not isinstance(inside, dict | None):  # refused as it is, naming trainingInput
+        return data
+    rest = {name: value for name, value in data.items() if name not in names}
+    return {**rest, key: {**outside, **(inside or {})}}
+
+
 class Job(Resource):
     job_id: str = ""
     labels: dict[str, str] | None = None
@@ -479,3 +504,8 @@ class Job(Resource):
     error_message: str | None = None
     etag: str | None = None
     job_position: Int64 | None = None  # a QUEUED job's place in the queue (1: starts next); not stored
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_training_fields(cls, data: Any) -> Any:
+        return training_fields_lifted(data) if isinstance(data, dict) else data

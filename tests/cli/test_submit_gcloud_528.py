@@ -1,0 +1,118 @@
+"""Submits as Google's gcloud 528 sends them.
+
+Recorded with the real gcloud 528 (`gcloud ai-platform jobs submit training ...` against a local
+HTTP server that kept each POST body; docs/guide/submit.md says how): a --config file whose
+TrainingInput fields are not under `trainingInput:` is posted with those fields at the top level
+of the Job, which the service took; unsorted discreteValues are posted as written. No Docker:
+dry runs, the REST body parser and prepare().
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from aiptrain.api.jobs import _job_body
+from aiptrain.client import Client
+from aiptrain.config import SubmitFlags
+
+from test_rest_api import GOOD_BODY, PROJECT, api_home, assert_refused_and_nothing_created, serve  # noqa: F401
+
+# What gcloud 528 posted for `jobs submit training j1 --config c.yaml --module-name m --packages
+# gs://bucket/p.tar.gz --region us-central1`, c.yaml holding scaleTier, masterType and
+# hyperparameters at its top level (the body as recorded, keys in gcloud's order).
+GCLOUD_528_BODY = {
+    "hyperparameters": {"goal": "MAXIMIZE", "params": [
+        {"discreteValues": [3, 1, 2], "parameterName": "lr", "type": "DISCRETE"}]},
+    "jobId": "j1", "masterType": "n1-standard-8", "scaleTier": "CUSTOM",
+    "trainingInput": {"enableWebAccess": False, "packageUris": ["gs://bucket/p.tar.gz"], "pythonModule": "m",
+                      "region": "us-central1"},
+}
+# The same job with its fields where the service documents them.
+DOCUMENTED_BODY = {
+    "jobId": "j1",
+    "trainingInput": {"scaleTier": "CUSTOM", "masterType": "n1-standard-8", "hyperparameters": {
+        "goal": "MAXIMIZE", "params": [{"parameterName": "lr", "type": "DISCRETE", "discreteValues": [3, 1, 2]}]},
+        "enableWebAccess": False, "packageUris": ["gs://bucket/p.tar.gz"], "pythonModule": "m",
+        "region": "us-central1"},
+}
+
+
+@pytest.fixture
+def package(tmp_path):
+    """A minimal sdist: metadata only, enough for a dry run."""
+    import io
+    import tarfile
+
+    path = tmp_path / "trainer-0.1.tar.gz"
+    metadata = b"Metadata-Version: 2.1\nName: trainer\nVersion: 0.1\n"
+    with tarfile.open(path, "w:gz") as archive:
+        info = tarfile.TarInfo("trainer-0.1/PKG-INFO")
+        info.size = len(metadata)
+        archive.addfile(info, io.BytesIO(metadata))
+    return path
+
+
+def dry_run(run, tmp_path, package, config: str | None, *flags: str, job_id: str = "j1"):
+    """(exit status, the plan, stderr's lines) of a dry-run submit with `config` as its --config."""
+    args = ["jobs", "submit", "training", job_id, "--packages", str(package), "--module-name", "trainer.task",
+            "--dry-run", *flags]
+    if config is not None:
+        path = tmp_path / f"config-{abs(hash(config))}.yaml"
+        path.write_text(config)
+        args += ["--config", str(path)]
+    code, out, err = run(*args)
+    return code, (yaml.safe_load(out) if code == 0 else None), err.splitlines()
+
+
+def tf_job(plan: dict) -> dict:
+    return json.loads(plan["containers"][0]["env"]["TF_CONFIG"])["job"]
+
+
+# -- 1. TrainingInput fields at the top level of a --config file or a REST body ------------------
+
+# (config with top-level fields, the same config under trainingInput)
+CONFIGS = [
+    ("scaleTier: CUSTOM\nmasterType: n1-standard-8\nworkerType: n1-standard-4\nworkerCount: 2\n",
+     "trainingInput: {scaleTier: CUSTOM, masterType: n1-standard-8, workerType: n1-standard-4, workerCount: 2}\n"),
+    ("scaleTier: STANDARD_1\nargs: [--epochs, '3']\n", "trainingInput: {scaleTier: STANDARD_1, args: [--epochs, '3']}\n"),
+    ("hyperparameters:\n  algorithm: GRID_SEARCH\n  params:\n  - {parameterName: n, type: DISCRETE, discreteValues: [4, 2]}\n",
+     "trainingInput:\n  hyperparameters:\n    algorithm: GRID_SEARCH\n    params:\n"
+     "    - {parameterName: n, type: DISCRETE, discreteValues: [4, 2]}\n"),
+    ("masterType: n1-standard-8\ntrainingInput: {scaleTier: CUSTOM}\n",
+     "trainingInput: {scaleTier: CUSTOM, masterType: n1-standard-8}\n"),
+]
+
+
+@pytest.mark.parametrize("top_level, documented", CONFIGS)
+def test_a_config_without_training_input_runs_the_job_it_would_under_it(run, tmp_path, package, top_level,
+                                                                       documented):
+    code, plan, err = dry_run(run, tmp_path, package, top_level, "--region", "us-central1")
+    assert code == 0, err
+    assert (code, plan, err) == dry_run(run, tmp_path, package, documented, "--region", "us-central1")
+    assert err == []  # gcloud 528 sends it: nothing to warn about
+
+
+def test_the_body_gcloud_528_posts_is_the_job_it_describes_under_training_input(home):
+    sent, documented = _job_body(GCLOUD_528_BODY), _job_body(DOCUMENTED_BODY)
+    assert sent == documented
+    assert sent.to_resource()["trainingInput"]["masterType"] == "n1-standard-8"
+    with Client() as client:
+        prepared = [client.prepare(SubmitFlags(job_id="j1", project=PROJECT), base=job) for job in (sent, documented)]
+    assert prepared[0].job == prepared[1].job and prepared[0].replicas == prepared[1].replicas
+    assert not [notice for notice in prepared[0].notices if "gcloud 528" in notice]  # a REST body is no command line
+    # discreteValues stay as sent
+    params = prepared[0].job.to_resource()["trainingInput"]["hyperparameters"]["params"]
+    assert params[0]["discreteValues"] == [3, 1, 2]
+
+
+@pytest.mark.parametrize("body, words", [
+    ({**GOOD_BODY, "workerCount": "many"}, "trainingInput.workerCount"),
+    ({**GOOD_BODY, "scaleTier": "HUGE"}, "trainingInput.scaleTier"),
+    ({**GOOD_BODY, "scaleTeir": "CUSTOM"}, "scaleTeir"),  # no field of the Job nor of its TrainingInput
+])
+def test_a_rest_create_checks_top_level_training_fields_as_under_training_input(serve, api_home, body, words):  # noqa: F811
+    assert_refused_and_nothing_created(serve, api_home, "POST", f"/v1/projects/{PROJECT}/jobs",
+                                       json.dumps(body).encode(), {}, 400, words)
