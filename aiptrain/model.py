@@ -308,6 +308,11 @@ class ParameterSpec(Resource):
         return len(self.choices)
 
 
+# The fields of a HyperparameterSpec that define its study, which a job resuming it takes over
+# when it leaves them out (HyperparameterSpec.resumed_from).
+STUDY_FIELDS = ("params", "goal", "hyperparameter_metric_tag", "algorithm", "enable_trial_early_stopping")
+
+
 class HyperparameterSpec(Resource):
     goal: Goal | None = None
     params: list[ParameterSpec] | None = None
@@ -331,10 +336,11 @@ class HyperparameterSpec(Resource):
 
     @model_validator(mode="after")
     def _check(self) -> HyperparameterSpec:
-        if not self.params:
-            raise FieldError("params", "at least one parameter is required: add a params list")
+        if not self.params and not self.resume_previous_job_id:
+            raise FieldError("params", "at least one parameter is required: add a params list, or "
+                             "resumePreviousJobId to take a previous tuning job's")
         names: set[str] = set()
-        for index, param in enumerate(self.params):
+        for index, param in enumerate(self.params or ()):
             where = f"params[{index}]" + (f" ({param.parameter_name})" if param.parameter_name else "")
             problem = param.problem()
             if problem is None and param.parameter_name in names:
@@ -357,6 +363,18 @@ class HyperparameterSpec(Resource):
                 f"{MAX_GRID_POINTS}: narrow the INTEGER ranges or use RANDOM_SEARCH"
             )
         return self
+
+    def resumed_from(self, previous: HyperparameterSpec) -> HyperparameterSpec:
+        """This spec continuing `previous`'s study (resumePreviousJobId): what defines the study
+        (params, goal, hyperparameterMetricTag, algorithm, enableTrialEarlyStopping) comes from
+        the previous job where this spec leaves it out, as the service resumed that job's study;
+        the budget (maxTrials, maxParallelTrials, maxFailedTrials) is this job's own. Validated
+        again: ValueError (pydantic's) when the two do not fit together."""
+        given = self.model_dump(exclude_none=True)
+        taken = previous.model_dump(exclude_none=True, include=set(STUDY_FIELDS))
+        if not self.params:
+            given.pop("params", None)  # an empty list: nothing given
+        return HyperparameterSpec.model_validate({**taken, **given})
 
     @property
     def effective_goal(self) -> Goal:

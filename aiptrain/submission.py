@@ -145,9 +145,15 @@ def _local_job_dir(job_dir: str, home: Path) -> str:
     return str(path)
 
 
-def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> Submission:
+PreviousJob = Callable[[str], Job | None]  # a job of the store by ID (None: there is none)
+
+
+def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None,
+            previous_job: PreviousJob | None = None) -> Submission:
     """Everything about a submission that can be checked without side effects. `base`: the Job
-    resource a REST client sent, in place of a --config file."""
+    resource a REST client sent, in place of a --config file. `previous_job` reads the job a
+    resumed study names (resumePreviousJobId), so that its study is taken now (a dry run shows
+    it); without it, the submit takes it."""
     validate_job_id(flags.job_id)
     job = build_job(flags, base)
     ti = job.training_input
@@ -157,6 +163,8 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
     if not ti.region:
         ti.region = settings.default_region
     notices = []
+    if previous_job is not None:
+        resume_study(job, previous_job)
     scheduling_seconds(job, "max_running_time")  # malformed: refused here, not when the job runs
     max_wait = scheduling_seconds(job, "max_wait_time")
     if max_wait is not None and ti.scheduling and max_wait < SERVICE_MIN_WAIT_SECONDS:
@@ -216,6 +224,35 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None) -> 
         backend=backend,
         serves_gcs=gcs_root is not None,  # both backends run the storage endpoint
     )
+
+
+def resume_study(job: Job, previous_job: PreviousJob) -> Job | None:
+    """A tuning job that resumes a previous one's study (resumePreviousJobId) takes what defines
+    that study where its own spec leaves it out: the params above all (the service took a resumed
+    spec without them), the goal, the metric tag, the algorithm and early stopping
+    (HyperparameterSpec.resumed_from). The job's resource shows what it took. The previous job,
+    or None when the job resumes nothing; ValidationError when it names no tuning job, or when the
+    two specs do not fit together."""
+    from pydantic import ValidationError as PydanticError
+
+    from aiptrain.config import pydantic_error_line
+
+    spec = job.training_input.hyperparameters
+    previous_id = spec.resume_previous_job_id if spec else None
+    if spec is None or not previous_id:
+        return None
+    previous = previous_job(previous_id)
+    if previous is None or not previous.training_input.hyperparameters:
+        raise ValidationError(
+            f"trainingInput.hyperparameters.resumePreviousJobId [{previous_id}] is not a hyperparameter "
+            "tuning job here: name one that `aiptrain jobs list` shows, or leave it out."
+        )
+    try:
+        job.training_input.hyperparameters = spec.resumed_from(previous.training_input.hyperparameters)
+    except PydanticError as exc:
+        where = f"trainingInput.hyperparameters with the study of resumePreviousJobId [{previous_id}]"
+        raise ValidationError(pydantic_error_line(exc, where)) from None
+    return previous
 
 
 def _check_parallel_trials(spec, replicas_per_trial: int, settings: Settings) -> None:
@@ -391,19 +428,11 @@ class Submitter:
         return job
 
     def _check_resumed_study(self, job: Job) -> None:
-        spec = job.training_input.hyperparameters
-        previous_id = spec.resume_previous_job_id if spec else None
-        if not previous_id:
-            return
-        previous = self.store.get(previous_id)
-        if previous is None or not previous.training_input.hyperparameters:
+        previous = resume_study(job, self.store.get)
+        if previous is not None and previous.state not in TERMINAL_STATES:
             raise ValidationError(
-                f"trainingInput.hyperparameters.resumePreviousJobId [{previous_id}] is not a hyperparameter "
-                "tuning job here: name one that `aiptrain jobs list` shows, or leave it out."
-            )
-        if previous.state not in TERMINAL_STATES:
-            raise ValidationError(
-                f"resumePreviousJobId [{previous_id}] is still {(previous.state or State.QUEUED).value}: wait for it to end."
+                f"resumePreviousJobId [{previous.job_id}] is still {(previous.state or State.QUEUED).value}: "
+                "wait for it to end."
             )
 
     def _record(self, submission: Submission, job: Job, job_log: JobLogWriter) -> None:

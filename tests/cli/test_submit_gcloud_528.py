@@ -3,8 +3,8 @@
 Recorded with the real gcloud 528 (`gcloud ai-platform jobs submit training ...` against a local
 HTTP server that kept each POST body; docs/guide/submit.md says how): a --config file whose
 TrainingInput fields are not under `trainingInput:` is posted with those fields at the top level
-of the Job, which the service took; unsorted discreteValues are posted as written. No Docker:
-dry runs, the REST body parser and prepare().
+of the Job, which the service took; unsorted discreteValues are posted as written; a resumed
+study may leave its params out. No Docker: dry runs, the REST body parser and prepare().
 """
 
 from __future__ import annotations
@@ -14,11 +14,14 @@ import json
 import pytest
 import yaml
 
-from aiptrain.api.jobs import _job_body
+from aiptrain.api.jobs import JobMethods, _job_body
 from aiptrain.client import Client
 from aiptrain.config import SubmitFlags
+from aiptrain.model import Job, State, TrainingOutput
+from aiptrain.settings import Settings
+from aiptrain.submission import record_project
 
-from test_rest_api import GOOD_BODY, PROJECT, api_home, assert_refused_and_nothing_created, serve  # noqa: F401
+from test_rest_api import GOOD_BODY, PROJECT, api_home, assert_refused_and_nothing_created, raw, serve  # noqa: F401
 
 # What gcloud 528 posted for `jobs submit training j1 --config c.yaml --module-name m --packages
 # gs://bucket/p.tar.gz --region us-central1`, c.yaml holding scaleTier, masterType and
@@ -116,3 +119,84 @@ def test_the_body_gcloud_528_posts_is_the_job_it_describes_under_training_input(
 def test_a_rest_create_checks_top_level_training_fields_as_under_training_input(serve, api_home, body, words):  # noqa: F811
     assert_refused_and_nothing_created(serve, api_home, "POST", f"/v1/projects/{PROJECT}/jobs",
                                        json.dumps(body).encode(), {}, 400, words)
+
+
+# -- 3. a resumed study without params takes the previous job's ----------------------------------
+
+PREVIOUS_SPEC = {"goal": "MINIMIZE", "hyperparameterMetricTag": "loss", "algorithm": "GRID_SEARCH", "maxTrials": 2,
+                 "params": [{"parameterName": "units", "type": "INTEGER", "minValue": 8, "maxValue": 9},
+                            {"parameterName": "layers", "type": "DISCRETE", "discreteValues": [4, 1]}]}
+
+
+def seed_study(job_id: str, spec: dict | None = PREVIOUS_SPEC, state: State = State.SUCCEEDED,
+               project: str | None = None) -> None:
+    """A tuning job that ended, straight into the store."""
+    with Client() as client:
+        training_input = {"hyperparameters": spec} if spec else {}
+        client.store.create(Job.model_validate({"jobId": job_id, "trainingInput": training_input}))
+        client.store.set_training_output(job_id, TrainingOutput(is_hyperparameter_tuning_job=True))
+        if state is not State.QUEUED:
+            client.store.transition(job_id, state, [State.QUEUED])
+        if project:
+            record_project(client.settings, job_id, project)
+
+
+def test_a_resumed_study_without_params_runs_the_previous_jobs(run, tmp_path, package):
+    seed_study("first_half")
+    config = "trainingInput:\n  hyperparameters: {resumePreviousJobId: first_half, maxTrials: 3}\n"
+    code, plan, err = dry_run(run, tmp_path, package, config, "--region", "r", job_id="second_half")
+    assert (code, err) == (0, [])
+    command = plan["containers"][0]["command"]
+    assert any(arg.startswith("--units=") for arg in command) and any(arg.startswith("--layers=") for arg in command)
+    with Client() as client:
+        flags = SubmitFlags(job_id="second_half", config=str(next(tmp_path.glob("config-*.yaml"))), region="r",
+                            packages=[str(package)], module_name="trainer.task")
+        spec = client.prepare(flags).job.to_resource()["trainingInput"]["hyperparameters"]
+    assert spec == {"goal": "MINIMIZE", "hyperparameterMetricTag": "loss", "algorithm": "GRID_SEARCH",
+                    "maxTrials": "3", "resumePreviousJobId": "first_half",
+                    "params": [{"parameterName": "units", "type": "INTEGER", "minValue": 8.0, "maxValue": 9.0},
+                               {"parameterName": "layers", "type": "DISCRETE", "discreteValues": [4.0, 1.0]}]}
+
+
+@pytest.mark.parametrize("seeded, resumes, message", [
+    (None, "nope", "trainingInput.hyperparameters.resumePreviousJobId [nope] is not a hyperparameter tuning job "
+                   "here: name one that `aiptrain jobs list` shows, or leave it out."),
+    ({"spec": None}, "plain", "trainingInput.hyperparameters.resumePreviousJobId [plain] is not a hyperparameter "
+                              "tuning job here"),
+    ({"spec": {"params": [{"parameterName": "lr", "type": "DOUBLE", "minValue": 0.1, "maxValue": 1}]}}, "doubles",
+     "trainingInput.hyperparameters with the study of resumePreviousJobId [doubles]: params[0] (lr): GRID_SEARCH "
+     "takes INTEGER, CATEGORICAL or DISCRETE parameters"),
+])
+def test_a_resumed_study_names_a_tuning_job_whose_study_fits(run, tmp_path, package, seeded, resumes, message):
+    if seeded is not None:
+        seed_study(resumes, **seeded)
+    config = f"trainingInput:\n  hyperparameters: {{resumePreviousJobId: {resumes}, algorithm: GRID_SEARCH}}\n"
+    code, _, err = dry_run(run, tmp_path, package, config, "--region", "r")
+    assert code == 2 and len(err) == 1 and err[0].startswith("ERROR: " + message), err
+
+
+def test_a_dry_run_of_a_resumed_study_in_a_new_home_makes_no_store(run, tmp_path, package, home):
+    config = "trainingInput:\n  hyperparameters: {resumePreviousJobId: nope}\n"
+    assert dry_run(run, tmp_path, package, config, "--region", "r")[0] == 2
+    assert not (home / "jobs.db").exists()
+
+
+def test_a_rest_create_resumes_only_a_study_of_its_own_project(serve, api_home):  # noqa: F811
+    seed_study("theirs", project="team-b")
+    seed_study("ours", project=PROJECT)
+
+    def body(previous: str) -> dict:
+        return {**GOOD_BODY, "trainingInput": {**GOOD_BODY["trainingInput"],
+                                               "hyperparameters": {"resumePreviousJobId": previous}}}
+
+    status, answer = raw(serve(), "POST", f"/v1/projects/{PROJECT}/jobs", json.dumps(body("theirs")).encode(),
+                         {"Content-Length": str(len(json.dumps(body("theirs"))))})
+    assert status == 400 and "resumePreviousJobId [theirs] is not a hyperparameter tuning job" in \
+        answer["error"]["message"]
+    with Client() as client:
+        assert sorted(client.job_ids()) == ["ours", "theirs"]
+        methods = JobMethods(Settings())  # what the create above asked: the job, if it is the project's
+        assert methods._in_project(client, PROJECT, "theirs") is None
+        prepared = client.prepare(SubmitFlags(job_id="fresh", project=PROJECT), _job_body(body("ours")),
+                                  lambda job_id: methods._in_project(client, PROJECT, job_id))
+    assert [p.parameter_name for p in prepared.job.training_input.hyperparameters.params] == ["units", "layers"]

@@ -243,3 +243,55 @@ def test_training_output_trials_round_trip_the_wire_format():
     assert trial.final_metric.training_step == 8000 and trial.hyperparameters["hp_hidden_size"] == "512"
     assert job.to_resource()["trainingOutput"] == json.loads(TRAINING_OUTPUT)
 
+
+# A study resumed with resumePreviousJobId: what defines the study comes from the previous job
+# where the new spec leaves it out (the service took a resumed spec without params); the budget
+# is the new job's. (new spec, previous spec, what the resumed spec is)
+PREVIOUS = {"goal": "MINIMIZE", "hyperparameterMetricTag": "loss", "algorithm": "GRID_SEARCH",
+            "enableTrialEarlyStopping": True, "maxTrials": 4, "maxParallelTrials": 2, "maxFailedTrials": 1,
+            "params": [UNITS, LAYERS]}
+RESUMED = [
+    ({"resumePreviousJobId": "first", "maxTrials": 10},
+     PREVIOUS,
+     {"goal": "MINIMIZE", "hyperparameterMetricTag": "loss", "algorithm": "GRID_SEARCH",
+      "enableTrialEarlyStopping": True, "maxTrials": "10", "params": [UNITS, LAYERS], "resumePreviousJobId": "first"}),
+    ({"resumePreviousJobId": "first", "params": []},
+     {"params": [LR]},
+     {"params": [LR], "resumePreviousJobId": "first"}),
+    ({"resumePreviousJobId": "first", "goal": "MAXIMIZE", "params": [CELL], "enableTrialEarlyStopping": False},
+     PREVIOUS,
+     {"goal": "MAXIMIZE", "hyperparameterMetricTag": "loss", "algorithm": "GRID_SEARCH",
+      "enableTrialEarlyStopping": False, "params": [CELL], "resumePreviousJobId": "first"}),
+    ({"resumePreviousJobId": "second", "maxParallelTrials": 3},
+     {**PREVIOUS, "resumePreviousJobId": "first"},  # a resumed job's own spec holds its params already
+     {"goal": "MINIMIZE", "hyperparameterMetricTag": "loss", "algorithm": "GRID_SEARCH",
+      "enableTrialEarlyStopping": True, "maxParallelTrials": "3", "params": [UNITS, LAYERS],
+      "resumePreviousJobId": "second"}),
+]
+
+
+def wire(params: list[dict]) -> list[dict]:
+    """Params as the resource prints them (numbers as doubles)."""
+    return HyperparameterSpec.model_validate({"params": params}).to_resource()["params"]
+
+
+@pytest.mark.parametrize("given, previous, resumed", RESUMED)
+def test_a_resumed_spec_takes_the_study_it_leaves_out_from_the_previous_job(given, previous, resumed):
+    spec = HyperparameterSpec.model_validate(given)  # no params: valid, since it names the study to resume
+    taken = spec.resumed_from(HyperparameterSpec.model_validate(previous))
+    assert taken.to_resource() == {**resumed, "params": wire(resumed["params"])}
+    assert taken.parameters  # what the search needs
+
+
+def test_a_resumed_spec_that_does_not_fit_the_previous_study_is_refused():
+    spec = HyperparameterSpec.model_validate({"resumePreviousJobId": "first", "algorithm": "GRID_SEARCH"})
+    with pytest.raises(ValueError, match="GRID_SEARCH takes INTEGER, CATEGORICAL or DISCRETE"):
+        spec.resumed_from(HyperparameterSpec.model_validate({"params": [LR]}))
+
+
+def test_without_resume_previous_job_id_params_are_still_required(tmp_path):
+    with pytest.raises(ValidationError, match="at least one parameter is required: add a params list, or "
+                       "resumePreviousJobId"):
+        load_config(write_config(tmp_path, {"maxTrials": 3}))
+    hp = load_config(write_config(tmp_path, {"maxTrials": 3, "resumePreviousJobId": "first"})).training_input
+    assert hp.hyperparameters.params is None and hp.hyperparameters.resume_previous_job_id == "first"
