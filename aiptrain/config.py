@@ -114,6 +114,21 @@ def load_config(path: str) -> Job:
         raise ValidationError(pydantic_error_line(exc, f"Invalid --config file [{path}]")) from None
 
 
+def config_scale_tier(path: str | None) -> object:
+    """trainingInput.scaleTier of a --config file as written, as gcloud reads it to check
+    `--master-machine-type` (a top-level scaleTier it does not read); None when there is none."""
+    import yaml
+
+    if not path:
+        return None
+    try:
+        data = yaml.safe_load(Path(path).expanduser().read_text())
+    except (OSError, ValueError, RecursionError, yaml.YAMLError):  # load_config said why already
+        return None
+    training_input = data.get("trainingInput") if isinstance(data, dict) else None
+    return training_input.get("scaleTier") if isinstance(training_input, dict) else None
+
+
 def _check_scale_tier_spelling(data: dict, path: str) -> None:
     """The model forgives blanks around a tier; the API's enum decoder does not (`'BASIC '`)."""
     training_input = training_fields_lifted(data).get("trainingInput")

@@ -25,10 +25,10 @@ from pathlib import Path
 
 from aiptrain import admission
 from aiptrain.backends import Backend
-from aiptrain.config import SubmitFlags, build_job
+from aiptrain.config import SubmitFlags, build_job, config_scale_tier
 from aiptrain.errors import EnvironmentNotReady, ValidationError
 from aiptrain.logs import JobLogWriter
-from aiptrain.model import TERMINAL_STATES, Job, State
+from aiptrain.model import TERMINAL_STATES, Job, ScaleTier, State
 from aiptrain.ownership import JobLock
 from aiptrain.planning import (
     LABEL_INSTALL_FOR,
@@ -48,12 +48,12 @@ from aiptrain.runner import control
 from aiptrain.runtime_catalog import Runtime
 from aiptrain.runtimes import check_available, image_contents
 from aiptrain.runtimes import lookup as lookup_runtime
-from aiptrain.settings import Settings
+from aiptrain.settings import Settings, gcloud_property
 from aiptrain.staging import WHEELHOUSE
 from aiptrain.storage import check_gcs_uri, emulator_host, gcs_root_for, is_gcs, local_path
 from aiptrain.storage.endpoint import StorageEndpoint
 from aiptrain.store import JobStore, duplicate_job
-from aiptrain.topology import Replica, replicas_for
+from aiptrain.topology import Replica, normalize_scale_tier, replicas_for
 from aiptrain.validation import (
     check_custom_container,
     check_local_bucket,
@@ -162,7 +162,7 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None,
     check_custom_container(ti)
     if not ti.region:
         ti.region = settings.default_region
-    notices = []
+    notices = [] if base is not None else gcloud_refusals(flags, job)
     if previous_job is not None:
         resume_study(job, previous_job)
     scheduling_seconds(job, "max_running_time")  # malformed: refused here, not when the job runs
@@ -253,6 +253,27 @@ def resume_study(job: Job, previous_job: PreviousJob) -> Job | None:
         where = f"trainingInput.hyperparameters with the study of resumePreviousJobId [{previous_id}]"
         raise ValidationError(pydantic_error_line(exc, where)) from None
     return previous
+
+
+def gcloud_refusals(flags: SubmitFlags, job: Job) -> list[str]:
+    """What gcloud 528 refuses in this command line before sending it, where older releases sent
+    it (scripts were written for those): aiptrain takes it, and says so in one warning line each.
+    `job`: the job the line makes, its region given."""
+    said = []
+    ti = job.training_input
+    if flags.scale_tier:
+        custom_by = "--scale-tier custom" if normalize_scale_tier(flags.scale_tier) is ScaleTier.CUSTOM else None
+    else:  # gcloud reads the --config file's tier too, where it is spelled as the flag's choice
+        custom_by = "scaleTier: custom in the --config file" if config_scale_tier(flags.config) == "custom" else None
+    if custom_by and not flags.master_machine_type:
+        where = ", even where the --config file sets masterType" if ti.master_type else ""
+        said.append(f"gcloud 528 would refuse this command line: {custom_by} requires --master-machine-type{where}; "
+                    f"add --master-machine-type {ti.master_type or 'MACHINE_TYPE'}.")
+    if not flags.region and not gcloud_property("compute/region"):
+        where = ", even where the --config file sets region" if flags.config else ""
+        said.append("gcloud 528 would refuse this command line: it requires --region or the compute/region property"
+                    f"{where}; add --region {ti.region} (the region this job records).")
+    return said
 
 
 def _check_parallel_trials(spec, replicas_per_trial: int, settings: Settings) -> None:

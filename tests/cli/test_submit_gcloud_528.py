@@ -1,10 +1,12 @@
-"""Submits as Google's gcloud 528 sends them.
+"""Submits as Google's gcloud 528 sends them, and the lines it refuses that older releases sent.
 
 Recorded with the real gcloud 528 (`gcloud ai-platform jobs submit training ...` against a local
 HTTP server that kept each POST body; docs/guide/submit.md says how): a --config file whose
 TrainingInput fields are not under `trainingInput:` is posted with those fields at the top level
 of the Job, which the service took; unsorted discreteValues are posted as written; a resumed
-study may leave its params out. No Docker: dry runs, the REST body parser and prepare().
+study may leave its params out. `--scale-tier custom` without `--master-machine-type` and a
+command line with no region are refused by gcloud 528 before anything is sent: aiptrain takes
+them, with one warning line each. No Docker: dry runs, the REST body parser and prepare().
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import pytest
 import yaml
 
+from aiptrain import gcloud_properties
 from aiptrain.api.jobs import JobMethods, _job_body
 from aiptrain.client import Client
 from aiptrain.config import SubmitFlags
@@ -41,6 +44,12 @@ DOCUMENTED_BODY = {
         "enableWebAccess": False, "packageUris": ["gs://bucket/p.tar.gz"], "pythonModule": "m",
         "region": "us-central1"},
 }
+
+
+@pytest.fixture(autouse=True)
+def no_region_property(monkeypatch):
+    """No compute/region from this machine's environment: the tests say when there is one."""
+    monkeypatch.delenv("CLOUDSDK_COMPUTE_REGION", raising=False)
 
 
 @pytest.fixture
@@ -119,6 +128,61 @@ def test_the_body_gcloud_528_posts_is_the_job_it_describes_under_training_input(
 def test_a_rest_create_checks_top_level_training_fields_as_under_training_input(serve, api_home, body, words):  # noqa: F811
     assert_refused_and_nothing_created(serve, api_home, "POST", f"/v1/projects/{PROJECT}/jobs",
                                        json.dumps(body).encode(), {}, 400, words)
+
+
+# -- 4. what gcloud 528 refuses before sending, which older releases sent: one warning each -------
+
+NO_MASTER = ("WARNING: gcloud 528 would refuse this command line: --scale-tier custom requires --master-machine-type, "
+             "even where the --config file sets masterType; add --master-machine-type n1-standard-8.")
+NO_MASTER_IN_CONFIG = ("WARNING: gcloud 528 would refuse this command line: scaleTier: custom in the --config file "
+                       "requires --master-machine-type, even where the --config file sets masterType; add "
+                       "--master-machine-type n1-standard-8.")
+NO_REGION = ("WARNING: gcloud 528 would refuse this command line: it requires --region or the compute/region "
+             "property; add --region us-central1 (the region this job records).")
+NO_REGION_WITH_CONFIG = ("WARNING: gcloud 528 would refuse this command line: it requires --region or the "
+                         "compute/region property, even where the --config file sets region; add --region {region} "
+                         "(the region this job records).")
+MASTER = "trainingInput: {masterType: n1-standard-8}\n"
+TOP_MASTER = "masterType: n1-standard-8\n"
+
+# (--config text or None, flags, the warning lines): gcloud 528's verdict recorded for each line
+GCLOUD_LINES = [
+    (MASTER, ["--scale-tier", "custom", "--region", "r"], [NO_MASTER]),  # gcloud: refused
+    (MASTER, ["--scale-tier", "CUSTOM", "--region", "r"], [NO_MASTER]),  # gcloud: refused
+    (TOP_MASTER, ["--scale-tier", "custom", "--region", "r"], [NO_MASTER]),  # gcloud: refused
+    ("trainingInput: {scaleTier: custom, masterType: n1-standard-8}\n", ["--region", "r"],
+     [NO_MASTER_IN_CONFIG]),  # gcloud reads the config's tier spelled as its flag's choice: refused
+    ("trainingInput: {scaleTier: CUSTOM, masterType: n1-standard-8}\n", ["--region", "r"], []),  # gcloud: sent
+    ("scaleTier: custom\nmasterType: n1-standard-8\n", ["--region", "r"], []),  # gcloud: sent (top level unread)
+    (MASTER, ["--scale-tier", "custom", "--master-machine-type", "n1-standard-4", "--region", "r"], []),  # sent
+    (None, [], [NO_REGION]),  # gcloud: "The required property [region] is not currently set."
+    ("trainingInput: {region: europe-west1}\n", [], [NO_REGION_WITH_CONFIG.format(region="europe-west1")]),
+    (None, ["--region", "us-central1"], []),  # gcloud: sent
+    (MASTER, ["--scale-tier", "custom"], [NO_MASTER, NO_REGION_WITH_CONFIG.format(region="us-central1")]),
+]
+
+
+@pytest.mark.parametrize("config, flags, warnings", GCLOUD_LINES)
+def test_lines_gcloud_528_refuses_are_taken_with_one_warning_each(run, tmp_path, package, config, flags, warnings):
+    code, plan, err = dry_run(run, tmp_path, package, config, *flags)
+    assert code == 0, err
+    assert err == warnings
+
+
+def test_a_region_property_is_a_region_for_gcloud(run, home, tmp_path, package, monkeypatch):
+    monkeypatch.setenv("CLOUDSDK_COMPUTE_REGION", "asia-east1")
+    code, plan, err = dry_run(run, tmp_path, package, None)
+    assert (code, err, tf_job(plan)["region"]) == (0, [], "asia-east1")
+    monkeypatch.delenv("CLOUDSDK_COMPUTE_REGION")
+    home.mkdir(parents=True, exist_ok=True)  # what `gcloud config set compute/region` through the shim stores
+    (home / gcloud_properties.FILE_NAME).write_text(json.dumps({"compute/region": "europe-west4"}))
+    code, plan, err = dry_run(run, tmp_path, package, None)
+    assert (code, err, tf_job(plan)["region"]) == (0, [], "europe-west4")
+
+
+def test_the_warnings_go_with_verbosity_error(run, tmp_path, package):
+    code, _, err = dry_run(run, tmp_path, package, MASTER, "--scale-tier", "custom", "--verbosity", "error")
+    assert (code, err) == (0, [])
 
 
 # -- 3. a resumed study without params takes the previous job's ----------------------------------
