@@ -101,10 +101,18 @@ class Client:
 
     # -- submit ----------------------------------------------------------------------------
 
-    def prepare(self, flags: SubmitFlags, base: Job | None = None) -> Submission:
+    def prepare(self, flags: SubmitFlags, base: Job | None = None,
+                previous_job: Callable[[str], Job | None] | None = None) -> Submission:
         """Check a submission without side effects (what `--dry-run` shows); `base` is a Job
-        resource (a REST create's body) the flags apply to, as to a --config file."""
-        return prepare(flags, self.settings, base)
+        resource (a REST create's body) the flags apply to, as to a --config file. A resumed
+        study's previous job is read with `previous_job` (default: from this store)."""
+        return prepare(flags, self.settings, base, previous_job or self._stored_job)
+
+    def _stored_job(self, job_id: str) -> Job | None:
+        """The job, or None; a home with no store yet is left without one (a dry run makes none)."""
+        if not self.settings.store_url and not self.settings.store_path.exists():
+            return None
+        return self.store.get(job_id)
 
     def submit(self, submission: Submission, report: Callable[[str], None] | None = None,
                build_progress: Callable[[str], None] | None = None) -> Job:

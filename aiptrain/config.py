@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from aiptrain.errors import ValidationError
-from aiptrain.model import AcceleratorConfig, EncryptionConfig, Job, ReplicaConfig, TrainingInput, api_enum_name
+from aiptrain.model import (
+    AcceleratorConfig,
+    EncryptionConfig,
+    Job,
+    ReplicaConfig,
+    TrainingInput,
+    api_enum_name,
+    training_fields_lifted,
+)
 from aiptrain.topology import normalize_scale_tier, scale_tier_choices
 
 
@@ -106,9 +114,24 @@ def load_config(path: str) -> Job:
         raise ValidationError(pydantic_error_line(exc, f"Invalid --config file [{path}]")) from None
 
 
+def config_scale_tier(path: str | None) -> object:
+    """trainingInput.scaleTier of a --config file as written, as gcloud reads it to check
+    `--master-machine-type` (a top-level scaleTier it does not read); None when there is none."""
+    import yaml
+
+    if not path:
+        return None
+    try:
+        data = yaml.safe_load(Path(path).expanduser().read_text())
+    except (OSError, ValueError, RecursionError, yaml.YAMLError):  # load_config said why already
+        return None
+    training_input = data.get("trainingInput") if isinstance(data, dict) else None
+    return training_input.get("scaleTier") if isinstance(training_input, dict) else None
+
+
 def _check_scale_tier_spelling(data: dict, path: str) -> None:
     """The model forgives blanks around a tier; the API's enum decoder does not (`'BASIC '`)."""
-    training_input = data.get("trainingInput")
+    training_input = training_fields_lifted(data).get("trainingInput")
     tier = training_input.get("scaleTier") if isinstance(training_input, dict) else None
     if isinstance(tier, str) and (not tier or tier != tier.strip()):
         raise ValidationError(

@@ -8,8 +8,9 @@ the wire, as in the REST representation. Pure data: no I/O here.
 
 from __future__ import annotations
 
+import collections
 import enum
-import itertools
+import functools
 import math
 import re
 from datetime import datetime, timezone
@@ -218,10 +219,11 @@ class ParameterSpec(Resource):
 
     @property
     def choices(self) -> list[str] | list[float]:
-        """categoricalValues of a CATEGORICAL parameter, discreteValues of a DISCRETE one."""
+        """categoricalValues of a CATEGORICAL parameter, as given; discreteValues of a DISCRETE one,
+        in increasing order (the resource keeps them as sent: the service took any order)."""
         if self.type is ParameterType.CATEGORICAL:
             return _required(self.categorical_values, "categoricalValues")
-        return _required(self.discrete_values, "discreteValues")
+        return sorted(_required(self.discrete_values, "discreteValues"))
 
     def problem(self) -> str | None:
         """What is wrong with this parameter, as `field must ...: fix`; None when it is valid."""
@@ -280,9 +282,13 @@ class ParameterSpec(Resource):
             return f"discreteValues holds {len(values)} values; at most {MAX_DISCRETE_VALUES} are allowed"
         if not all(math.isfinite(value) for value in values):
             return "discreteValues must be finite numbers"
-        if any(later <= earlier for earlier, later in itertools.pairwise(values)):
-            return "discreteValues must be strictly increasing"
-        if self.scale.is_log and values[0] <= 0:
+        # The service took the values in any order (its tuner sorts them), but a value twice is
+        # not a list of feasible points: Vizier's ParameterConfig refuses duplicates.
+        repeated = sorted(value for value, count in collections.Counter(values).items() if count > 1)
+        if repeated:
+            shown = ", ".join(f"{value:g}" for value in repeated)
+            return f"discreteValues must not repeat a value ([{shown}] more than once): list each value once"
+        if self.scale.is_log and min(values) <= 0:
             return f"{self.scale.value} needs every discreteValue greater than 0"
         return None
 
@@ -300,6 +306,11 @@ class ParameterSpec(Resource):
             low, high = self.bounds
             return int(high) - int(low) + 1
         return len(self.choices)
+
+
+# The fields of a HyperparameterSpec that define its study, which a job resuming it takes over
+# when it leaves them out (HyperparameterSpec.resumed_from).
+STUDY_FIELDS = ("params", "goal", "hyperparameter_metric_tag", "algorithm", "enable_trial_early_stopping")
 
 
 class HyperparameterSpec(Resource):
@@ -325,10 +336,11 @@ class HyperparameterSpec(Resource):
 
     @model_validator(mode="after")
     def _check(self) -> HyperparameterSpec:
-        if not self.params:
-            raise FieldError("params", "at least one parameter is required: add a params list")
+        if not self.params and not self.resume_previous_job_id:
+            raise FieldError("params", "at least one parameter is required: add a params list, or "
+                             "resumePreviousJobId to take a previous tuning job's")
         names: set[str] = set()
-        for index, param in enumerate(self.params):
+        for index, param in enumerate(self.params or ()):
             where = f"params[{index}]" + (f" ({param.parameter_name})" if param.parameter_name else "")
             problem = param.problem()
             if problem is None and param.parameter_name in names:
@@ -351,6 +363,18 @@ class HyperparameterSpec(Resource):
                 f"{MAX_GRID_POINTS}: narrow the INTEGER ranges or use RANDOM_SEARCH"
             )
         return self
+
+    def resumed_from(self, previous: HyperparameterSpec) -> HyperparameterSpec:
+        """This spec continuing `previous`'s study (resumePreviousJobId): what defines the study
+        (params, goal, hyperparameterMetricTag, algorithm, enableTrialEarlyStopping) comes from
+        the previous job where this spec leaves it out, as the service resumed that job's study;
+        the budget (maxTrials, maxParallelTrials, maxFailedTrials) is this job's own. Validated
+        again: ValueError (pydantic's) when the two do not fit together."""
+        given = self.model_dump(exclude_none=True)
+        taken = previous.model_dump(exclude_none=True, include=set(STUDY_FIELDS))
+        if not self.params:
+            given.pop("params", None)  # an empty list: nothing given
+        return HyperparameterSpec.model_validate({**taken, **given})
 
     @property
     def effective_goal(self) -> Goal:
@@ -462,6 +486,30 @@ class TrainingOutput(Resource):
     web_access_uris: dict[str, str] | None = None
 
 
+@functools.cache
+def training_input_names() -> frozenset[str]:
+    """The names a TrainingInput field is given by: its camelCase alias and its Python name."""
+    return frozenset(name for key, field in TrainingInput.model_fields.items() for name in (key, field.alias) if name)
+
+
+def training_fields_lifted(data: dict) -> dict:
+    """A Job body whose TrainingInput fields written at its top level (`scaleTier: CUSTOM` beside,
+    not under, `trainingInput:`) are moved under trainingInput, as the service took them: gcloud
+    reads such a --config file and posts those fields at the top level of the body (apitools keeps
+    a message's unknown fields), and published configs were written so. A field also given under
+    trainingInput keeps that value there: it is what the flags set (they override the config)."""
+    names = training_input_names()
+    outside = {name: value for name, value in data.items() if name in names}
+    if not outside:
+        return data
+    key = "training_input" if "training_input" in data and "trainingInput" not in data else "trainingInput"
+    inside = data.get(key)
+    if not isinstance(inside, dict | None):  # refused as it is, naming trainingInput
+        return data
+    rest = {name: value for name, value in data.items() if name not in names}
+    return {**rest, key: {**outside, **(inside or {})}}
+
+
 class Job(Resource):
     job_id: str = ""
     labels: dict[str, str] | None = None
@@ -474,3 +522,8 @@ class Job(Resource):
     error_message: str | None = None
     etag: str | None = None
     job_position: Int64 | None = None  # a QUEUED job's place in the queue (1: starts next); not stored
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_training_fields(cls, data: Any) -> Any:
+        return training_fields_lifted(data) if isinstance(data, dict) else data

@@ -162,7 +162,15 @@ class ApiClient:
         from aiptrain.submission import prepare
 
         flags.project = flags.project or self.project
-        return prepare(flags, dataclasses.replace(self.settings, gcs_mode="remote"), base, runs_here=False)
+        return prepare(flags, dataclasses.replace(self.settings, gcs_mode="remote"), base, self._job_or_none,
+                       runs_here=False)
+
+    def _job_or_none(self, job_id: str) -> Job | None:
+        """A job of the project on the server (a resumed study's previous job), None if there is none."""
+        try:
+            return self.get(job_id)
+        except JobNotFound:
+            return None
 
     def submit(self, submission, report: Callable[[str], None] | None = None,
                build_progress: Callable[[str], None] | None = None) -> Job:

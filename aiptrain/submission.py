@@ -25,10 +25,10 @@ from pathlib import Path
 
 from aiptrain import admission
 from aiptrain.backends import Backend
-from aiptrain.config import SubmitFlags, build_job
+from aiptrain.config import SubmitFlags, build_job, config_scale_tier
 from aiptrain.errors import EnvironmentNotReady, ValidationError
 from aiptrain.logs import JobLogWriter
-from aiptrain.model import TERMINAL_STATES, Job, State
+from aiptrain.model import TERMINAL_STATES, Job, ScaleTier, State
 from aiptrain.ownership import JobLock
 from aiptrain.planning import (
     LABEL_INSTALL_FOR,
@@ -48,12 +48,12 @@ from aiptrain.runner import control
 from aiptrain.runtime_catalog import Runtime
 from aiptrain.runtimes import check_available, image_contents
 from aiptrain.runtimes import lookup as lookup_runtime
-from aiptrain.settings import Settings
+from aiptrain.settings import Settings, gcloud_property
 from aiptrain.staging import WHEELHOUSE
 from aiptrain.storage import check_gcs_uri, emulator_host, gcs_root_for, is_gcs, local_path
 from aiptrain.storage.endpoint import StorageEndpoint
 from aiptrain.store import JobStore, duplicate_job
-from aiptrain.topology import Replica, replicas_for
+from aiptrain.topology import Replica, normalize_scale_tier, replicas_for
 from aiptrain.validation import (
     check_custom_container,
     check_local_bucket,
@@ -148,10 +148,16 @@ def _local_job_dir(job_dir: str, home: Path) -> str:
     return str(path)
 
 
-def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None, runs_here: bool = True) -> Submission:
+PreviousJob = Callable[[str], Job | None]  # a job of the store by ID (None: there is none)
+
+
+def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None,
+            previous_job: PreviousJob | None = None, runs_here: bool = True) -> Submission:
     """Everything about a submission that can be checked without side effects. `base`: the Job
-    resource a REST client sent, in place of a --config file. `runs_here` False: another machine
-    runs the job (remote mode), so this one's size says nothing of it."""
+    resource a REST client sent, in place of a --config file. `previous_job` reads the job a
+    resumed study names (resumePreviousJobId), so that its study is taken now (a dry run shows
+    it); without it, the submit takes it. `runs_here` False: another machine runs the job
+    (remote mode), so this one's size says nothing of it."""
     validate_job_id(flags.job_id)
     job = build_job(flags, base)
     ti = job.training_input
@@ -160,7 +166,9 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None, run
     check_custom_container(ti)
     if not ti.region:
         ti.region = settings.default_region
-    notices = []
+    notices = [] if base is not None else gcloud_refusals(flags, job)
+    if previous_job is not None:
+        resume_study(job, previous_job)
     scheduling_seconds(job, "max_running_time")  # malformed: refused here, not when the job runs
     max_wait = scheduling_seconds(job, "max_wait_time")
     if max_wait is not None and ti.scheduling and max_wait < SERVICE_MIN_WAIT_SECONDS:
@@ -225,6 +233,56 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None, run
         backend=backend,
         serves_gcs=gcs_root is not None,  # both backends run the storage endpoint
     )
+
+
+def resume_study(job: Job, previous_job: PreviousJob) -> Job | None:
+    """A tuning job that resumes a previous one's study (resumePreviousJobId) takes what defines
+    that study where its own spec leaves it out: the params above all (the service took a resumed
+    spec without them), the goal, the metric tag, the algorithm and early stopping
+    (HyperparameterSpec.resumed_from). The job's resource shows what it took. The previous job,
+    or None when the job resumes nothing; ValidationError when it names no tuning job, or when the
+    two specs do not fit together."""
+    from pydantic import ValidationError as PydanticError
+
+    from aiptrain.config import pydantic_error_line
+
+    spec = job.training_input.hyperparameters
+    previous_id = spec.resume_previous_job_id if spec else None
+    if spec is None or not previous_id:
+        return None
+    previous = previous_job(previous_id)
+    if previous is None or not previous.training_input.hyperparameters:
+        raise ValidationError(
+            f"trainingInput.hyperparameters.resumePreviousJobId [{previous_id}] is not a hyperparameter "
+            "tuning job here: name one that `aiptrain jobs list` shows, or leave it out."
+        )
+    try:
+        job.training_input.hyperparameters = spec.resumed_from(previous.training_input.hyperparameters)
+    except PydanticError as exc:
+        where = f"trainingInput.hyperparameters with the study of resumePreviousJobId [{previous_id}]"
+        raise ValidationError(pydantic_error_line(exc, where)) from None
+    return previous
+
+
+def gcloud_refusals(flags: SubmitFlags, job: Job) -> list[str]:
+    """What gcloud 528 refuses in this command line before sending it, where older releases sent
+    it (scripts were written for those): aiptrain takes it, and says so in one warning line each.
+    `job`: the job the line makes, its region given."""
+    said = []
+    ti = job.training_input
+    if flags.scale_tier:
+        custom_by = "--scale-tier custom" if normalize_scale_tier(flags.scale_tier) is ScaleTier.CUSTOM else None
+    else:  # gcloud reads the --config file's tier too, where it is spelled as the flag's choice
+        custom_by = "scaleTier: custom in the --config file" if config_scale_tier(flags.config) == "custom" else None
+    if custom_by and not flags.master_machine_type:
+        where = ", even where the --config file sets masterType" if ti.master_type else ""
+        said.append(f"gcloud 528 would refuse this command line: {custom_by} requires --master-machine-type{where}; "
+                    f"add --master-machine-type {ti.master_type or 'MACHINE_TYPE'}.")
+    if not flags.region and not gcloud_property("compute/region"):
+        where = ", even where the --config file sets region" if flags.config else ""
+        said.append("gcloud 528 would refuse this command line: it requires --region or the compute/region property"
+                    f"{where}; add --region {ti.region} (the region this job records).")
+    return said
 
 
 def _gcs_mode(urls: list[str | None], settings: Settings) -> tuple[Path | None, str | None]:
@@ -386,19 +444,11 @@ class Submitter:
         return job
 
     def _check_resumed_study(self, job: Job) -> None:
-        spec = job.training_input.hyperparameters
-        previous_id = spec.resume_previous_job_id if spec else None
-        if not previous_id:
-            return
-        previous = self.store.get(previous_id)
-        if previous is None or not previous.training_input.hyperparameters:
+        previous = resume_study(job, self.store.get)
+        if previous is not None and previous.state not in TERMINAL_STATES:
             raise ValidationError(
-                f"trainingInput.hyperparameters.resumePreviousJobId [{previous_id}] is not a hyperparameter "
-                "tuning job here: name one that `aiptrain jobs list` shows, or leave it out."
-            )
-        if previous.state not in TERMINAL_STATES:
-            raise ValidationError(
-                f"resumePreviousJobId [{previous_id}] is still {(previous.state or State.QUEUED).value}: wait for it to end."
+                f"resumePreviousJobId [{previous.job_id}] is still {(previous.state or State.QUEUED).value}: "
+                "wait for it to end."
             )
 
     def _record(self, submission: Submission, job: Job, job_log: JobLogWriter) -> None:

@@ -74,6 +74,11 @@ class JobMethods:
             raise JobNotFound(job_id)
         return job
 
+    def _in_project(self, client: Client, project: str, job_id: str) -> Job | None:
+        """The job if it lives in `project` (a resumed study's previous job), else None."""
+        job = client.store.get(job_id)
+        return job if job is not None and self._project_of(client, job_id) == project else None
+
     def _project_of(self, client: Client, job_id: str) -> str:
         return client.recorded_project(job_id) or self.settings.default_project
 
@@ -92,7 +97,8 @@ class JobMethods:
         with self._client() as client:
             if client.store.exists(job.job_id):
                 raise duplicate_job(job.job_id)
-            submission = client.prepare(SubmitFlags(job_id=job.job_id, project=project), base=job)
+            submission = client.prepare(SubmitFlags(job_id=job.job_id, project=project), base=job,
+                                        previous_job=lambda job_id: self._in_project(client, project, job_id))
             self._check_runtime_image(submission)
             return resource(client.submit(submission))
 

@@ -121,11 +121,13 @@ def submit() -> None:
 @click.option("--package-path", help="Local directory of the Python package to build and stage.")
 @click.option("--packages", multiple=True, help="Extra packages, comma-separated: local files or gs:// URLs.")
 @click.option("--staging-bucket", help="Bucket for staged packages: a directory, file:// or gs:// URL.")
-@click.option("--region", help="Region recorded on the job (default: $CLOUDSDK_COMPUTE_REGION or us-central1).")
+@click.option("--region", help="Region recorded on the job (default: the config's, else $CLOUDSDK_COMPUTE_REGION, "
+              "else us-central1; gcloud 528 requires this or the property).")
 @click.option("--scale-tier", help="basic, standard-1, premium-1, basic-gpu or custom.")
 @click.option("--runtime-version", help="Runtime version (image) to run the trainer in; see `aiptrain runtimes list`.")
 @click.option("--python-version", help="Recorded on the job; the runtime image decides the Python.")
-@click.option("--master-machine-type", help="Machine type of the master (required with --scale-tier custom).")
+@click.option("--master-machine-type", help="Machine type of the master (with --scale-tier custom: this or the "
+              "config's masterType; gcloud 528 requires the flag).")
 @click.option("--master-accelerator", help="type=nvidia-tesla-t4,count=1")
 @click.option("--master-image-uri", help="Custom container image for the master.")
 @click.option("--worker-machine-type")

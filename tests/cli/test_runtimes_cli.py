@@ -79,7 +79,8 @@ def test_the_spinner_prints_steps_and_stops_even_when_the_build_fails():
 def test_dry_run_of_a_1x_runtime_plans_its_image_and_says_what_it_runs(cli, tmp_path):
     result = cli(
         "jobs", "submit", "training", "old_tf", "--package-path", str(SAMPLE_TRAINER), "--module-name",
-        "trainer.task", "--job-dir", str(tmp_path / "o"), "--runtime-version", "1.4", "--dry-run", check_code=0,
+        "trainer.task", "--job-dir", str(tmp_path / "o"), "--runtime-version", "1.4", "--region", "us-central1",
+        "--dry-run", check_code=0,
     )
     assert f"image: {runtime_image('1.4')}" in result.stdout
     assert result.stderr == (

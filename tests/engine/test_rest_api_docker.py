@@ -111,8 +111,10 @@ def test_a_standard_1_job_and_a_tuning_job_through_the_api(serve, package_uri, m
     cluster = training_body("rest_standard", package_uri, tmp_path / "standard", "--steps", "3",
                             scaleTier="STANDARD_1")
     spec = {"goal": "MAXIMIZE", "algorithm": "GRID_SEARCH", "maxTrials": 2, "maxParallelTrials": 2,
-            "params": [{"parameterName": "learning-rate", "type": "DISCRETE", "discreteValues": [0.05, 0.1]}]}
-    study = training_body("rest_study", package_uri, tmp_path / "study", "--steps", "3", hyperparameters=spec)
+            "params": [{"parameterName": "learning-rate", "type": "DISCRETE", "discreteValues": [0.1, 0.05]}]}
+    # The study as gcloud 528 posts a --config file written without `trainingInput:` (its fields
+    # beside trainingInput), with its discreteValues as written: the service took both.
+    study = {**training_body("rest_study", package_uri, tmp_path / "study", "--steps", "3"), "hyperparameters": spec}
     for body in (cluster, study):
         jobs.create(parent=f"projects/{PROJECT}", body=body).execute()
 
@@ -128,6 +130,8 @@ def test_a_standard_1_job_and_a_tuning_job_through_the_api(serve, package_uri, m
     output = done["trainingOutput"]
     assert output["isHyperparameterTuningJob"] and output["completedTrialCount"] == "2"
     assert sorted(t["hyperparameters"]["learning-rate"] for t in output["trials"]) == ["0.05", "0.1"]
+    assert "hyperparameters" not in done and done["trainingInput"]["hyperparameters"]["params"][0][
+        "discreteValues"] == [0.1, 0.05]  # under trainingInput, as sent
     for job_id in ("rest_standard", "rest_study"):
         wait_for(lambda job_id=job_id: not job_resources(docker_api, job_id), what=f"{job_id}'s containers to go")
 

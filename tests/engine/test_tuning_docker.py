@@ -152,17 +152,25 @@ def test_early_stopping_stops_trials_that_trail_the_others(cli, study, docker_ap
     assert all(t["finalMetric"]["objectiveValue"] < best for t in stopped)
 
 
-def test_resume_previous_job_id_continues_the_grid(cli, study, docker_api):
-    params = [{"parameterName": "n", "type": "INTEGER", "minValue": 1, "maxValue": 3}]
-    study("first_half", {"algorithm": "GRID_SEARCH", "maxTrials": 2, "maxParallelTrials": 2, "params": params},
+PARAMS_N = [{"parameterName": "n", "type": "INTEGER", "minValue": 1, "maxValue": 3}]
+
+
+# The resumed spec in full, or as short as the service took it: the study (params, algorithm)
+# comes from the previous job.
+@pytest.mark.parametrize("resumed", [{"algorithm": "GRID_SEARCH", "params": PARAMS_N}, {}])
+def test_resume_previous_job_id_continues_the_grid(cli, study, docker_api, resumed):
+    study("first_half", {"algorithm": "GRID_SEARCH", "maxTrials": 2, "maxParallelTrials": 2, "params": PARAMS_N},
           code=0)
     before = {t["hyperparameters"]["n"] for t in trials_of(describe(cli, "first_half")).values()}
     assert len(before) == 2
-    spec = {"algorithm": "GRID_SEARCH", "maxTrials": 3, "maxParallelTrials": 2, "params": params,
-            "resumePreviousJobId": "first_half"}
+    spec = {**resumed, "maxTrials": 3, "maxParallelTrials": 2, "resumePreviousJobId": "first_half"}
     study("second_half", spec, code=0)
-    after = trials_of(describe(cli, "second_half"))
+    job = describe(cli, "second_half")
+    after = trials_of(job)
     assert [t["hyperparameters"]["n"] for t in after.values()] == list({"1", "2", "3"} - before)
+    hyperparameters = job["trainingInput"]["hyperparameters"]
+    assert hyperparameters["algorithm"] == "GRID_SEARCH" and [p["parameterName"] for p in hyperparameters["params"]] \
+        == ["n"]
 
 
 def test_resume_previous_job_id_must_name_a_tuning_job(study):

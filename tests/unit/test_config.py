@@ -115,3 +115,71 @@ def test_only_settings_reads_aiptrains_environment():
     read = re.compile(r"""(?:environ\.get\(|environ\[|getenv\()\s*f?["']AIPTRAIN_""")
     readers = {str(path.relative_to(package)) for path in package.rglob("*.py") if read.search(path.read_text())}
     assert readers == {"settings.py", "storage/endpoint_server.py", "launcher.py"}
+
+
+# TrainingInput fields written at the top level of a --config file (not under `trainingInput:`):
+# gcloud 528 reads such a file and posts them at the top level of the Job body (apitools keeps a
+# message's unknown fields), and the service took them as if they were under trainingInput.
+# (config written, the same config written as the service documents it)
+TOP_LEVEL_CONFIGS = [
+    ("scaleTier: CUSTOM\nmasterType: n1-standard-8\n",
+     "trainingInput: {scaleTier: CUSTOM, masterType: n1-standard-8}\n"),
+    ("jobId: x\nlabels: {a: b}\nscaleTier: STANDARD_1\nargs: [--epochs, '5']\n",
+     "jobId: x\nlabels: {a: b}\ntrainingInput: {scaleTier: STANDARD_1, args: [--epochs, '5']}\n"),
+    ("workerCount: 2\nworkerType: n1-standard-4\nmasterType: n1-standard-4\nscaleTier: custom\n",
+     "trainingInput: {workerCount: '2', workerType: n1-standard-4, masterType: n1-standard-4, scaleTier: CUSTOM}\n"),
+    ("hyperparameters:\n  goal: MINIMIZE\n  params:\n  - {parameterName: lr, type: DOUBLE, minValue: 0.1, maxValue: 1}\n",
+     "trainingInput:\n  hyperparameters:\n    goal: MINIMIZE\n    params:\n"
+     "    - {parameterName: lr, type: DOUBLE, minValue: 0.1, maxValue: 1}\n"),
+    # some fields in one place, some in the other: the two are merged
+    ("masterType: n1-standard-8\ntrainingInput: {scaleTier: CUSTOM}\n",
+     "trainingInput: {scaleTier: CUSTOM, masterType: n1-standard-8}\n"),
+    ("trainingInput:\nscaleTier: BASIC_GPU\n", "trainingInput: {scaleTier: BASIC_GPU}\n"),  # an empty trainingInput
+    ("masterConfig: {imageUri: gcr.io/p/i:1}\nscheduling: {maxRunningTime: 60s}\n",
+     "trainingInput: {masterConfig: {imageUri: gcr.io/p/i:1}, scheduling: {maxRunningTime: 60s}}\n"),
+    ('{"scaleTier": "BASIC", "region": "europe-west1", "runtimeVersion": "2.11"}',  # JSON too
+     '{"trainingInput": {"scaleTier": "BASIC", "region": "europe-west1", "runtimeVersion": "2.11"}}'),
+]
+
+
+@pytest.mark.parametrize("written, documented", TOP_LEVEL_CONFIGS)
+def test_training_fields_at_the_top_level_make_the_job_they_make_under_training_input(tmp_path, written, documented):
+    (tmp_path / "written.yaml").write_text(written)
+    (tmp_path / "documented.yaml").write_text(documented)
+    for flags in ({}, {"module_name": "trainer.task", "region": "us-east1", "worker_count": 3}):
+        job = build_job(SubmitFlags(job_id="j", config=str(tmp_path / "written.yaml"), **flags))
+        assert job == build_job(SubmitFlags(job_id="j", config=str(tmp_path / "documented.yaml"), **flags))
+        assert set(job.to_resource()) <= {"jobId", "labels", "trainingInput"}
+
+
+# (config, what the job gets): a field given both at the top level and under trainingInput keeps
+# the trainingInput value (that is where gcloud puts what the flags set), and flags win over both.
+TOP_LEVEL_CONFLICTS = [
+    ("region: europe-west1\ntrainingInput: {region: asia-east1}\n", {}, "region", "asia-east1"),
+    ("region: europe-west1\n", {"region": "us-east1"}, "region", "us-east1"),
+    ("scaleTier: CUSTOM\nmasterType: n1-standard-8\n", {"scale_tier": "basic"}, "scale_tier", ScaleTier.BASIC),
+    ("masterType: n1-standard-8\n", {"master_machine_type": "n1-standard-4"}, "master_type", "n1-standard-4"),
+    ("args: [--a]\ntrainingInput: {args: [--b]}\n", {"user_args": ["--c"]}, "args", ["--c"]),
+    ("args: [--a]\ntrainingInput: {args: [--b]}\n", {}, "args", ["--b"]),
+]
+
+
+@pytest.mark.parametrize("config, flags, field, value", TOP_LEVEL_CONFLICTS)
+def test_training_input_and_flags_win_over_the_top_level(tmp_path, config, flags, field, value):
+    path = tmp_path / "config.yaml"
+    path.write_text(config)
+    assert getattr(build_job(SubmitFlags(job_id="j", config=str(path), **flags)).training_input, field) == value
+
+
+@pytest.mark.parametrize("text, message", [
+    ("workerCount: many\n", "Invalid --config file [{path}]: trainingInput.workerCount: "),
+    ("scaleTier: 'CUSTOM '\n", "trainingInput.scaleTier [CUSTOM ] is not a scale tier"),
+    ("scaleTeir: CUSTOM\n", "Invalid --config file [{path}]: scaleTeir: Extra inputs are not permitted."),
+    ("masterType: n1-standard-8\ntrainingInput: [a]\n", "Invalid --config file [{path}]: trainingInput: "),
+])
+def test_top_level_training_fields_are_checked_as_under_training_input(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ValidationError) as error:
+        build_job(SubmitFlags(job_id="j", config=str(path)))
+    assert message.format(path=path) in str(error.value) and "\n" not in str(error.value)

@@ -196,7 +196,7 @@ def test_replicas_get_gs_urls_unchanged_as_job_dir_and_in_tf_config(cli, home, n
     result = cli(
         "jobs", "submit", "training", "gcs_local_plan", "--package-path", str(SAMPLE_TRAINER),
         "--module-name", "trainer.task", "--job-dir", "gs://my-bucket/jobs/x", "--staging-bucket", "gs://my-bucket",
-        "--runtime-version", "minimal", "--dry-run",
+        "--runtime-version", "minimal", "--region", "us-central1", "--dry-run",
     )
     assert result.returncode == 0, result.stderr
     local = str(home / "gcs" / "my-bucket" / "jobs" / "x")

@@ -59,11 +59,12 @@ INVALID = [
     ({"params": [with_(CELL, scaleType="UNIT_LINEAR_SCALE")]}, f"{WHERE}.params[0] (cell)",
      "scaleType does not apply to CATEGORICAL"),
     ({"params": [with_(LAYERS, discreteValues=[])]}, f"{WHERE}.params[0] (layers)", "non-empty discreteValues"),
-    ({"params": [with_(LAYERS, discreteValues=[1, 4, 2])]}, f"{WHERE}.params[0] (layers)", "strictly increasing"),
-    ({"params": [with_(LAYERS, discreteValues=[1, 1])]}, f"{WHERE}.params[0] (layers)", "strictly increasing"),
+    ({"params": [with_(LAYERS, discreteValues=[4, 1, 4, 2, 1])]}, f"{WHERE}.params[0] (layers)",
+     "discreteValues must not repeat a value ([1, 4] more than once)"),
+    ({"params": [with_(LAYERS, discreteValues=[1, 1.0])]}, f"{WHERE}.params[0] (layers)", "must not repeat a value"),
     ({"params": [with_(LAYERS, discreteValues=list(range(1001)))]}, f"{WHERE}.params[0] (layers)",
      "at most 1000"),
-    ({"params": [with_(LAYERS, discreteValues=[0, 1], scaleType="UNIT_LOG_SCALE")]}, f"{WHERE}.params[0] (layers)",
+    ({"params": [with_(LAYERS, discreteValues=[1, 0], scaleType="UNIT_LOG_SCALE")]}, f"{WHERE}.params[0] (layers)",
      "every discreteValue greater than 0"),
     ({"params": [with_(LR, minValue=0, scaleType="UNIT_LOG_SCALE")]}, f"{WHERE}.params[0] (learning_rate)",
      "UNIT_LOG_SCALE needs minValue greater than 0"),
@@ -165,6 +166,33 @@ def test_a_real_world_config_loads(tmp_path):
     assert hp.metric_tag == "accuracy" and hp.trials_limit == 30 and hp.parallel_limit == 2
 
 
+# discreteValues as gcloud sends them (in the order written) and the service took them: kept so
+# in the resource, sorted for the search; a value listed twice is still refused (Vizier does).
+DISCRETE_ORDERS = [
+    ([1, 2, 4], [1, 2, 4]),
+    ([4, 2, 1], [1, 2, 4]),
+    ([2, 0.5, 8, 1], [0.5, 1, 2, 8]),
+    ([-1, -3, 2], [-3, -1, 2]),
+    ([3], [3]),
+]
+
+
+@pytest.mark.parametrize("written, searched", DISCRETE_ORDERS)
+def test_discrete_values_in_any_order_are_kept_as_sent_and_searched_sorted(tmp_path, written, searched):
+    path = write_config(tmp_path, {"algorithm": "GRID_SEARCH", "params": [with_(LAYERS, discreteValues=written)]})
+    job = load_config(path)
+    layers = job.training_input.hyperparameters.params[0]
+    assert job.to_resource()["trainingInput"]["hyperparameters"]["params"][0]["discreteValues"] == written
+    assert layers.choices == layers.grid_values == searched and layers.grid_size == len(written)
+
+
+def test_a_log_scale_needs_every_discrete_value_above_zero_wherever_it_is_listed():
+    HyperparameterSpec.model_validate({"params": [with_(LAYERS, discreteValues=[4, 0.5], scaleType="UNIT_LOG_SCALE")]})
+    with pytest.raises(ValueError, match="every discreteValue greater than 0"):
+        HyperparameterSpec.model_validate(
+            {"params": [with_(LAYERS, discreteValues=[4, 2, -1], scaleType="UNIT_LOG_SCALE")]})
+
+
 @pytest.mark.parametrize("written", ["True", "TRUE", "true", "yes", True])
 def test_booleans_as_configs_write_them(written):
     hp = HyperparameterSpec.model_validate({"enableTrialEarlyStopping": written, "params": [LR]})
@@ -214,3 +242,56 @@ def test_training_output_trials_round_trip_the_wire_format():
     trial = job.training_output.trials[0]
     assert trial.final_metric.training_step == 8000 and trial.hyperparameters["hp_hidden_size"] == "512"
     assert job.to_resource()["trainingOutput"] == json.loads(TRAINING_OUTPUT)
+
+
+# A study resumed with resumePreviousJobId: what defines the study comes from the previous job
+# where the new spec leaves it out (the service took a resumed spec without params); the budget
+# is the new job's. (new spec, previous spec, what the resumed spec is)
+PREVIOUS = {"goal": "MINIMIZE", "hyperparameterMetricTag": "loss", "algorithm": "GRID_SEARCH",
+            "enableTrialEarlyStopping": True, "maxTrials": 4, "maxParallelTrials": 2, "maxFailedTrials": 1,
+            "params": [UNITS, LAYERS]}
+RESUMED = [
+    ({"resumePreviousJobId": "first", "maxTrials": 10},
+     PREVIOUS,
+     {"goal": "MINIMIZE", "hyperparameterMetricTag": "loss", "algorithm": "GRID_SEARCH",
+      "enableTrialEarlyStopping": True, "maxTrials": "10", "params": [UNITS, LAYERS], "resumePreviousJobId": "first"}),
+    ({"resumePreviousJobId": "first", "params": []},
+     {"params": [LR]},
+     {"params": [LR], "resumePreviousJobId": "first"}),
+    ({"resumePreviousJobId": "first", "goal": "MAXIMIZE", "params": [CELL], "enableTrialEarlyStopping": False},
+     PREVIOUS,
+     {"goal": "MAXIMIZE", "hyperparameterMetricTag": "loss", "algorithm": "GRID_SEARCH",
+      "enableTrialEarlyStopping": False, "params": [CELL], "resumePreviousJobId": "first"}),
+    ({"resumePreviousJobId": "second", "maxParallelTrials": 3},
+     {**PREVIOUS, "resumePreviousJobId": "first"},  # a resumed job's own spec holds its params already
+     {"goal": "MINIMIZE", "hyperparameterMetricTag": "loss", "algorithm": "GRID_SEARCH",
+      "enableTrialEarlyStopping": True, "maxParallelTrials": "3", "params": [UNITS, LAYERS],
+      "resumePreviousJobId": "second"}),
+]
+
+
+def wire(params: list[dict]) -> list[dict]:
+    """Params as the resource prints them (numbers as doubles)."""
+    return HyperparameterSpec.model_validate({"params": params}).to_resource()["params"]
+
+
+@pytest.mark.parametrize("given, previous, resumed", RESUMED)
+def test_a_resumed_spec_takes_the_study_it_leaves_out_from_the_previous_job(given, previous, resumed):
+    spec = HyperparameterSpec.model_validate(given)  # no params: valid, since it names the study to resume
+    taken = spec.resumed_from(HyperparameterSpec.model_validate(previous))
+    assert taken.to_resource() == {**resumed, "params": wire(resumed["params"])}
+    assert taken.parameters  # what the search needs
+
+
+def test_a_resumed_spec_that_does_not_fit_the_previous_study_is_refused():
+    spec = HyperparameterSpec.model_validate({"resumePreviousJobId": "first", "algorithm": "GRID_SEARCH"})
+    with pytest.raises(ValueError, match="GRID_SEARCH takes INTEGER, CATEGORICAL or DISCRETE"):
+        spec.resumed_from(HyperparameterSpec.model_validate({"params": [LR]}))
+
+
+def test_without_resume_previous_job_id_params_are_still_required(tmp_path):
+    with pytest.raises(ValidationError, match="at least one parameter is required: add a params list, or "
+                       "resumePreviousJobId"):
+        load_config(write_config(tmp_path, {"maxTrials": 3}))
+    hp = load_config(write_config(tmp_path, {"maxTrials": 3, "resumePreviousJobId": "first"})).training_input
+    assert hp.hyperparameters.params is None and hp.hyperparameters.resume_previous_job_id == "first"

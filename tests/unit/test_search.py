@@ -249,3 +249,19 @@ def test_every_takeover_suggests_new_points(algorithm):
         values = search.suggest(str(number))
         recorded.append(stored(number, values, State.SUCCEEDED, float(values["x"])))
     assert len({as_point(t.hyperparameters) for t in recorded}) == 6
+
+
+@pytest.mark.parametrize("algorithm", ["GRID_SEARCH", "RANDOM_SEARCH", "ALGORITHM_UNSPECIFIED"])
+def test_discrete_values_in_any_order_are_the_same_search_as_sorted(algorithm):
+    # gcloud sends discreteValues as written and the service took them in any order: the search
+    # sees them sorted, so [64, 16, 32] explores exactly what [16, 32, 64] does, trial for trial.
+    def suggestions(values):
+        hp = spec(algorithm=algorithm, maxTrials=12, params=[
+            {"parameterName": "batch", "type": "DISCRETE", "discreteValues": values}, GRID_PARAMS[2]])
+        return run(Search(hp), 12, objective=lambda v: float(v["batch"]))
+
+    assert suggestions([64, 16, 32]) == suggestions([16, 32, 64]) == suggestions([32, 64, 16])
+    seen = suggestions([64, 16, 32])
+    assert {values["batch"] for values in seen} == {"16", "32", "64"}
+    hp = spec(algorithm=algorithm, params=[{"parameterName": "batch", "type": "DISCRETE", "discreteValues": [64, 16]}])
+    Search(hp).restore([stored(1, {"batch": "16"}, State.SUCCEEDED, 0.5)])  # a stored trial's value is found
