@@ -209,7 +209,9 @@ def build_job(flags: SubmitFlags, base: Job | None = None) -> Job:
         "parameter_server_type": flags.parameter_server_machine_type,
         "parameter_server_count": flags.parameter_server_count,
         "use_chief_in_tf_config": flags.use_chief_in_tf_config,
-        "enable_web_access": flags.enable_web_access or None,
+        # gcloud sends the switch's value whatever the --config file says (enableWebAccess: false
+        # on every line without it); a REST body is taken as sent.
+        "enable_web_access": flags.enable_web_access if base is None else flags.enable_web_access or None,
         "network": flags.network,
         "args": flags.user_args or None,
     }

@@ -3,7 +3,6 @@ through a named gcloud configuration of its own (aiptrain.gcloud_configuration).
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -16,11 +15,11 @@ DEFAULT_CONFIGURATION = "aiptrain"
 
 
 @click.command(name="gcloud-config")
-@click.option("--url", help=f"The server's URL [default: AIPTRAIN_API, else {DEFAULT_URL}].")
+@click.option("--url", help=f"The server's URL [default: AIPTRAIN_API (client mode's), else {DEFAULT_URL}].")
 @click.option("--region", help="compute/region, for command lines without --region (gcloud needs one).")
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
-              help="A file holding the bearer token of a server with --tokens [default: AIPTRAIN_API_TOKEN_FILE, "
-                   "else AIPTRAIN_API_TOKEN].")
+              help="A file holding the bearer token of a server with --tokens, read by gcloud where it is "
+                   "[default: client mode's AIPTRAIN_API_TOKEN or AIPTRAIN_API_TOKEN_FILE, copied].")
 @click.option("--activate/--no-activate", default=True, show_default=True,
               help="Make it gcloud's active configuration.")
 @click.option("--force", is_flag=True, help="Replace a configuration of that name that aiptrain did not write.")
@@ -47,7 +46,8 @@ def gcloud_config(url: str | None, region: str | None, token_file: Path | None,
     problem = configuration.check_name(name)
     if problem:
         raise ValidationError(problem)
-    given = url or os.environ.get("AIPTRAIN_API") or DEFAULT_URL
+    settings = Settings()
+    given = url or settings.api_url or DEFAULT_URL
     base = configuration.normalized_url(given)
     if base is None:
         raise ValidationError(f"--url [{given}] is not a server's URL: give http://HOST:PORT, as `aiptrain serve` "
@@ -57,9 +57,9 @@ def gcloud_config(url: str | None, region: str | None, token_file: Path | None,
     if path.exists() and not force and not configuration.written_by_us(path):
         raise ValidationError(f"gcloud configuration [{name}] exists and aiptrain did not write it: choose another "
                               "--configuration, or pass --force to replace it.")
-    token, token_path = _token(token_file, directory / "aiptrain-tokens" / name)
+    token, token_path = _token(token_file, settings.api_token, directory / "aiptrain-tokens" / name)
     target = configuration.Target(url=base, project=flags.project or gcloud_property("core/project") or
-                                  Settings().default_project, token_file=token_path, region=region)
+                                  settings.default_project, token_file=token_path, region=region)
     try:
         written = configuration.write(directory, name, target, token, activate)
     except OSError as exc:
@@ -76,23 +76,21 @@ def gcloud_config(url: str | None, region: str | None, token_file: Path | None,
     click.echo("Back to Google's endpoints: gcloud config configurations activate default", err=True)
 
 
-def _token(token_file: Path | None, own_file: Path) -> tuple[str | None, Path]:
+def _token(token_file: Path | None, client_token: str, own_file: Path) -> tuple[str | None, Path]:
     """(the token to write into the configuration's own file, or None; the file gcloud reads it
-    from). A file the user named (or AIPTRAIN_API_TOKEN_FILE) is read where it is, and must hold
-    a token; AIPTRAIN_API_TOKEN goes into a file of the configuration's own; without either, a
-    placeholder that a server without tokens ignores."""
+    from). A --token-file is read where it is, and must hold a token; client mode's token
+    (AIPTRAIN_API_TOKEN or AIPTRAIN_API_TOKEN_FILE) goes into a file of the configuration's own;
+    without either, a placeholder that a server without tokens ignores."""
     from aiptrain.gcloud_configuration import OPEN_SERVER_TOKEN
 
-    named = token_file or (Path(os.environ["AIPTRAIN_API_TOKEN_FILE"]) if os.environ.get("AIPTRAIN_API_TOKEN_FILE")
-                           else None)
-    if named is None:
-        return (os.environ.get("AIPTRAIN_API_TOKEN") or "").strip() or OPEN_SERVER_TOKEN, own_file
+    if token_file is None:
+        return client_token or OPEN_SERVER_TOKEN, own_file
     try:
-        with open(named, encoding="utf-8") as handle:
+        with open(token_file, encoding="utf-8") as handle:
             first = handle.read(4096).strip()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValidationError(f"--token-file [{named}] cannot be read ({exc}): give the file that holds the "
+        raise ValidationError(f"--token-file [{token_file}] cannot be read ({exc}): give the file that holds the "
                               "server's token.") from None
     if not first:
-        raise ValidationError(f"--token-file [{named}] is empty: put the server's token on its first line.")
-    return None, named.expanduser().resolve()
+        raise ValidationError(f"--token-file [{token_file}] is empty: put the server's token on its first line.")
+    return None, token_file.expanduser().resolve()

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -38,18 +39,26 @@ def require_gcloud() -> str:
     return GCLOUD
 
 
-@pytest.fixture
-def server(home, monkeypatch):
-    """`aiptrain serve` of the test's home on a free loopback port: its URL."""
-    monkeypatch.setenv("AIPTRAIN_GCS", "local")
-    monkeypatch.setenv("CLOUDSDK_CORE_PROJECT", PROJECT)
+@contextmanager
+def serving():
+    """`aiptrain serve` of the current home on a free loopback port: its URL."""
     server = make_server(App(Settings()), "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def server(home, monkeypatch):
+    monkeypatch.setenv("AIPTRAIN_GCS", "local")
+    monkeypatch.setenv("CLOUDSDK_CORE_PROJECT", PROJECT)
+    with serving() as url:
+        yield url
 
 
 def gcloud_environment(config_dir: Path) -> dict[str, str]:
@@ -62,27 +71,30 @@ def gcloud_environment(config_dir: Path) -> dict[str, str]:
             "CLOUDSDK_CORE_DISABLE_USAGE_REPORTING": "true"}
 
 
-@pytest.fixture
-def gcloud(server, tmp_path):
-    """run(*args, check=True) -> CompletedProcess of the real gcloud, pointed at `server` by
-    `aiptrain gcloud-config` (in a configuration directory of the test's own)."""
+def configured_gcloud(url: str, workdir: Path):
+    """run(*args, check=True) -> CompletedProcess of the real gcloud, pointed at `url` by
+    `aiptrain gcloud-config` (in a configuration directory of its own under `workdir`)."""
     binary = require_gcloud()
-    config_dir = tmp_path / "gcloud-config"
+    config_dir = workdir / "gcloud-config"
     environment = gcloud_environment(config_dir)
-    made = subprocess.run([sys.executable, "-m", "aiptrain", "gcloud-config", "--url", server, "--project", PROJECT],
+    made = subprocess.run([sys.executable, "-m", "aiptrain", "gcloud-config", "--url", url, "--project", PROJECT],
                           env=environment, capture_output=True, text=True, timeout=60)
     assert made.returncode == 0, made.stderr
     (config_dir / "gce").write_text("False")  # gcloud's own cache: this is no GCE machine, no need to look
 
     def run(*args: str, check: bool = True, timeout: float = 180, tool: str = binary) -> subprocess.CompletedProcess:
         result = subprocess.run([tool, *args], env=environment, capture_output=True, text=True, timeout=timeout,
-                                cwd=tmp_path)
+                                cwd=workdir)
         if check:
             assert result.returncode == 0, (args, result.stdout, result.stderr)
         return result
 
-    run.config_dir = config_dir  # type: ignore[attr-defined]
     return run
+
+
+@pytest.fixture
+def gcloud(server, tmp_path):
+    return configured_gcloud(server, tmp_path)
 
 
 def gsutil_of(gcloud_binary: str) -> str:
