@@ -52,3 +52,10 @@ class EnvironmentNotReady(AiptrainError):
     """Something outside aiptrain is missing: the Docker engine, an image, a GPU runtime."""
 
     exit_code = EXIT_ENVIRONMENT
+
+
+class EnvironmentLacks(EnvironmentNotReady):
+    """What this installation lacks until someone changes it (no GPU runtime, a runtime whose
+    base image cannot be had): still exit 3 on the command line, but through the API 400
+    FAILED_PRECONDITION rather than 503, which clients (gcloud, googleapiclient) retry for
+    half a minute as if it would pass."""

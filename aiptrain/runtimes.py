@@ -20,7 +20,7 @@ from pathlib import Path
 
 from aiptrain import wheelhouse
 from aiptrain.dependencies import Image, canonical_name
-from aiptrain.errors import EnvironmentNotReady, ValidationError
+from aiptrain.errors import EnvironmentLacks, EnvironmentNotReady, ValidationError
 from aiptrain.runtime_catalog import RUNTIMES, SOURCE_URL, Runtime, image_repository, runtime
 from aiptrain.validation import validate_image_reference, validate_runtime_version_name
 
@@ -180,7 +180,7 @@ def check_available(rt: Runtime, given_as: str = "--runtime-version") -> None:
     A missing image that can be built is left to the backend's check (`aiptrain runtimes build`)."""
     if rt.mapped_image or not rt.base.registry_image or image_exists(rt.image) or image_exists(rt.base.image):
         return
-    raise EnvironmentNotReady(unavailable(rt, given_as))
+    raise EnvironmentLacks(unavailable(rt, given_as))
 
 
 # -- building on demand ------------------------------------------------------------------------------
@@ -289,7 +289,7 @@ def _ensure_base(api, rt: Runtime, given_as: str, progress: Callable[[str], None
     try:
         api.pull(base)
     except Exception:  # no registry answers here: say what would serve instead
-        raise EnvironmentNotReady(unavailable(rt, given_as)) from None
+        raise EnvironmentLacks(unavailable(rt, given_as)) from None
     return base
 
 

@@ -106,6 +106,21 @@ def runtime_image(version: str) -> str:
 
 
 @pytest.fixture
+def package(tmp_path):
+    """A minimal sdist: metadata only, enough for a dry run to read its (absent) requirements."""
+    import io
+    import tarfile
+
+    path = tmp_path / "trainer-0.1.tar.gz"
+    metadata = b"Metadata-Version: 2.1\nName: trainer\nVersion: 0.1\n"
+    with tarfile.open(path, "w:gz") as archive:
+        info = tarfile.TarInfo("trainer-0.1/PKG-INFO")
+        info.size = len(metadata)
+        archive.addfile(info, io.BytesIO(metadata))
+    return path
+
+
+@pytest.fixture
 def home(tmp_path, monkeypatch):
     """An isolated aiptrain installation: store, bucket, logs under tmp_path."""
     home = tmp_path / "aiptrain-home"

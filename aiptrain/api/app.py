@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote
 
 from aiptrain.api.access import Access, Grant, Refused
-from aiptrain.errors import AiptrainError, EnvironmentNotReady, JobExists, JobNotFound, ValidationError
+from aiptrain.errors import (
+    AiptrainError,
+    EnvironmentLacks,
+    EnvironmentNotReady,
+    JobExists,
+    JobNotFound,
+    ValidationError,
+)
 from aiptrain.settings import Settings
 
 log = logging.getLogger("aiptrain.api")
@@ -145,6 +152,8 @@ class App:
             return error_response(404, str(exc))
         except ValidationError as exc:
             return error_response(400, str(exc))
+        except EnvironmentLacks as exc:
+            return error_response(400, str(exc), "FAILED_PRECONDITION")
         except EnvironmentNotReady as exc:
             return error_response(503, str(exc))
         except AiptrainError as exc:

@@ -38,7 +38,7 @@ from typing import ClassVar
 
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.backends.engine_logs import body_blocks, frame_blocks, read_log_lines
-from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError, first_line
+from aiptrain.errors import AiptrainError, EnvironmentLacks, EnvironmentNotReady, ValidationError, first_line
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import (
     LABEL_INSTALL_FOR,
@@ -363,7 +363,7 @@ class DockerBackend:
         if any(c.gpus for c in plan.containers):
             runtimes = self.api.info().get("Runtimes", {})
             if "nvidia" not in runtimes:
-                raise EnvironmentNotReady(
+                raise EnvironmentLacks(
                     "This job asks for GPUs but the Docker engine has no GPU runtime: install the "
                     "NVIDIA Container Toolkit, or submit without accelerators."
                 )

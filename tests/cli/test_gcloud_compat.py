@@ -105,21 +105,6 @@ def test_formats_of_lists():
 # --- the CLI, in process (fast) ----------------------------------------------------------------
 
 
-@pytest.fixture
-def package(tmp_path):
-    """A minimal sdist: metadata only, enough for a dry run to read its (absent) requirements."""
-    import io
-    import tarfile
-
-    path = tmp_path / "trainer-0.1.tar.gz"
-    metadata = b"Metadata-Version: 2.1\nName: trainer\nVersion: 0.1\n"
-    with tarfile.open(path, "w:gz") as archive:
-        info = tarfile.TarInfo("trainer-0.1/PKG-INFO")
-        info.size = len(metadata)
-        archive.addfile(info, io.BytesIO(metadata))
-    return path
-
-
 def test_every_prefix_reaches_the_same_command(run, package):
     submit = ["jobs", "submit", "training", "same", "--packages", str(package), "--module-name", "trainer.task",
               "--region", "us-central1", "--dry-run", "--", "--steps", "1"]

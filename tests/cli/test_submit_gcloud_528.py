@@ -52,21 +52,6 @@ def no_region_property(monkeypatch):
     monkeypatch.delenv("CLOUDSDK_COMPUTE_REGION", raising=False)
 
 
-@pytest.fixture
-def package(tmp_path):
-    """A minimal sdist: metadata only, enough for a dry run."""
-    import io
-    import tarfile
-
-    path = tmp_path / "trainer-0.1.tar.gz"
-    metadata = b"Metadata-Version: 2.1\nName: trainer\nVersion: 0.1\n"
-    with tarfile.open(path, "w:gz") as archive:
-        info = tarfile.TarInfo("trainer-0.1/PKG-INFO")
-        info.size = len(metadata)
-        archive.addfile(info, io.BytesIO(metadata))
-    return path
-
-
 def dry_run(run, tmp_path, package, config: str | None, *flags: str, job_id: str = "j1"):
     """(exit status, the plan, stderr's lines) of a dry-run submit with `config` as its --config."""
     args = ["jobs", "submit", "training", job_id, "--packages", str(package), "--module-name", "trainer.task",

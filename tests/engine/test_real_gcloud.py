@@ -136,7 +136,12 @@ def test_the_most_common_submit_uploads_with_gcloud_runs_and_streams_to_the_end(
     assert elapsed < 60  # a sanity bound, not a timing target: gcloud's default polling would take a minute
 
 
-def test_jobs_verbs_list_update_stream_logs_and_cancel(gcloud, minimal_runtime):
+# --filter expressions as scripts write them; gcloud evaluates them itself on what the server lists.
+FILTERS = ("labels.stage=done", "state=SUCCEEDED", "state:RUNNING OR state:QUEUED", "jobId:short*",
+           "NOT labels.stage:*", "createTime>2020-01-01", "trainingInput.region=us-central1 AND state!=SUCCEEDED")
+
+
+def test_jobs_verbs_list_update_stream_logs_and_cancel(gcloud, run, minimal_runtime):
     gcloud("storage", "buckets", "create", "gs://verbs-b")
     common = ("--module-name", "trainer.task", "--staging-bucket", "gs://verbs-b", "--region", "us-central1",
               "--runtime-version", minimal_runtime)
@@ -153,6 +158,10 @@ def test_jobs_verbs_list_update_stream_logs_and_cancel(gcloud, minimal_runtime):
     assert describe(gcloud, "short_1")["labels"] == {"stage": "done"}
     listed = json.loads(gcloud("ai-platform", "jobs", "list", "--filter", "labels.stage=done", "--format=json").stdout)
     assert [job["jobId"] for job in listed] == ["short_1"]
+    for expression in FILTERS:  # gcloud filters on the client what the server lists: aiptrain's own CLI agrees
+        ours = run("jobs", "list", "--filter", expression, "--format=value(jobId)")
+        theirs = gcloud("ai-platform", "jobs", "list", "--filter", expression, "--format=value(jobId)").stdout
+        assert ours[0] == 0 and sorted(ours[1].split()) == sorted(theirs.split()), (expression, ours, theirs)
     newest = gcloud("ai-platform", "jobs", "list", "--sort-by", "~createTime", "--limit", "1", "--page-size", "1",
                     "--format=value(jobId)").stdout.split()
     assert newest == ["long_1"]
