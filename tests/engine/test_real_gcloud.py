@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from aiptrain.api.access import Access, load_tokens
 from aiptrain.api.app import App
 from aiptrain.api.server import make_server
 from aiptrain.settings import Settings
@@ -40,9 +41,9 @@ def require_gcloud() -> str:
 
 
 @contextmanager
-def serving():
+def serving(access: Access | None = None):
     """`aiptrain serve` of the current home on a free loopback port: its URL."""
-    server = make_server(App(Settings()), "127.0.0.1", 0)
+    server = make_server(App(Settings(), access), "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
@@ -71,14 +72,14 @@ def gcloud_environment(config_dir: Path) -> dict[str, str]:
             "CLOUDSDK_CORE_DISABLE_USAGE_REPORTING": "true"}
 
 
-def configured_gcloud(url: str, workdir: Path):
+def configured_gcloud(url: str, workdir: Path, *options: str, project: str = PROJECT):
     """run(*args, check=True) -> CompletedProcess of the real gcloud, pointed at `url` by
-    `aiptrain gcloud-config` (in a configuration directory of its own under `workdir`)."""
+    `aiptrain gcloud-config [OPTIONS]` (in a configuration directory of its own under `workdir`)."""
     binary = require_gcloud()
     config_dir = workdir / "gcloud-config"
     environment = gcloud_environment(config_dir)
-    made = subprocess.run([sys.executable, "-m", "aiptrain", "gcloud-config", "--url", url, "--project", PROJECT],
-                          env=environment, capture_output=True, text=True, timeout=60)
+    made = subprocess.run([sys.executable, "-m", "aiptrain", "gcloud-config", "--url", url, "--project", project,
+                           *options], env=environment, capture_output=True, text=True, timeout=60)
     assert made.returncode == 0, made.stderr
     (config_dir / "gce").write_text("False")  # gcloud's own cache: this is no GCE machine, no need to look
 
@@ -209,3 +210,24 @@ def test_gcloud_storage_and_gsutil_against_the_server(gcloud, tmp_path):
     gcloud("cp", str(data / "a.txt"), "gs://store-b/by-gsutil.txt", tool=gsutil)
     assert gcloud("cat", "gs://store-b/by-gsutil.txt", tool=gsutil).stdout == "alpha\n"
     assert "gs://store-b/by-gsutil.txt" in gcloud("ls", "gs://store-b", tool=gsutil).stdout
+
+
+def test_a_server_with_tokens_gets_the_token_gcloud_config_named(home, tmp_path, monkeypatch):
+    monkeypatch.setenv("AIPTRAIN_GCS", "local")
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(json.dumps([{"name": "alice", "token": "a" * 24, "projects": ["team-a"]}]))
+    (tmp_path / "alice.token").write_text("a" * 24 + "\n")
+    (tmp_path / "wrong.token").write_text("w" * 24 + "\n")
+    with serving(load_tokens(tokens)) as url:
+        alice = configured_gcloud(url, tmp_path / "alice", "--token-file", str(tmp_path / "alice.token"),
+                                  project="team-a")
+        assert "Listed 0 items." in alice("ai-platform", "jobs", "list").stderr
+        alice("storage", "buckets", "create", "gs://team-a-b")
+        other = alice("ai-platform", "jobs", "list", "--project", "team-b", check=False)
+        assert other.returncode == 1, other.stderr  # gcloud words a 403 its own way, then gives the server's message
+        assert "does not have permission to access projects instance [team-b]" in other.stderr
+        assert "Permission denied on project [team-b]: the caller's token does not name it." in other.stderr
+        stranger = configured_gcloud(url, tmp_path / "stranger", "--token-file", str(tmp_path / "wrong.token"),
+                                     project="team-a")
+        refused = stranger("ai-platform", "jobs", "list", check=False)
+        assert refused.returncode == 1 and "UNAUTHENTICATED" in refused.stderr, refused.stderr
