@@ -360,13 +360,14 @@ class DockerBackend:
     def check_ready(self, plan: LaunchPlan) -> None:
         subnet_pool(self._subnet_pool)
         self._check_images(plan)
-        if any(c.gpus for c in plan.containers):
-            runtimes = self.api.info().get("Runtimes", {})
-            if "nvidia" not in runtimes:
-                raise EnvironmentLacks(
-                    "This job asks for GPUs but the Docker engine has no GPU runtime: install the "
-                    "NVIDIA Container Toolkit, or submit without accelerators."
-                )
+        if any(c.gpus for c in plan.containers) and not self.has_gpu_runtime():
+            raise EnvironmentLacks(
+                "This job asks for GPUs but the Docker engine has no GPU runtime: install the "
+                "NVIDIA Container Toolkit, or submit without accelerators."
+            )
+
+    def has_gpu_runtime(self) -> bool:
+        return "nvidia" in self.api.info().get("Runtimes", {})
 
     def _check_images(self, plan: LaunchPlan, where: str = "") -> None:
         from docker.errors import ImageNotFound

@@ -5,12 +5,15 @@ two Jobs the store records must be the same, field by field. Where gcloud 528 re
 before sending it, aiptrain takes it (the service did, from older gcloud releases) with one
 warning line; where the server refuses what gcloud sent, aiptrain refuses the same line.
 
-No job runs: the test holds the home's controller lock, so both records stay QUEUED. Every image a
-line names is the minimal runtime's, tagged for the test under AIPTRAIN_IMAGE_REPOSITORY (the
-records are what is compared; running each runtime is the runtime tests' work)."""
+No job runs: the test holds the home's controller lock and the one replica slot, so both records
+stay QUEUED. Every image a line names is the minimal runtime's, tagged for the test under
+AIPTRAIN_IMAGE_REPOSITORY, and GPU lines are recorded as on an engine with the NVIDIA runtime
+(the records are what is compared; running each runtime, or GPUs, is other tests' work)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -25,8 +28,8 @@ from aiptrain.launcher import code_version
 from aiptrain.ownership import JobLock
 from aiptrain.settings import Settings
 
-from conftest import SAMPLE_TRAINER, require_image, runtime_image
-from test_real_gcloud import gcloud, require_gcloud, server  # noqa: F401 - fixtures
+from conftest import SAMPLE_TRAINER, remove_jobs_left_running, require_image, runtime_image
+from test_real_gcloud import PROJECT, configured_gcloud, serving
 
 LINES = yaml.safe_load((Path(__file__).with_name("gcloud_command_lines.yaml")).read_text())
 BUCKET = "oracle-b"
@@ -84,46 +87,55 @@ def oracle_images(docker_api):
         docker_api.remove_image(tag, noprune=True)
 
 
-@pytest.fixture
-def held_controller(home, monkeypatch, oracle_images):
-    """Recorded jobs stay QUEUED: the home's controller lock is held by the test (with this
-    code's version, so a submit starts none), and the machine's one replica slot
-    (AIPTRAIN_MAX_RUNNING_REPLICAS=1) by a job of the test's, so admission queues the rest and
-    a submit returns at once."""
+@pytest.fixture(scope="module")
+def oracle(tmp_path_factory, oracle_images):
+    """One home for every line (each line's jobs have IDs of their own), its `aiptrain serve`
+    and the real gcloud pointed at it. Recorded jobs stay QUEUED: the home's controller lock is
+    held by the test (with this code's version, so a submit starts none), and the machine's one
+    replica slot (AIPTRAIN_MAX_RUNNING_REPLICAS=1) by a job of the test's, so admission queues
+    the rest and a submit returns at once."""
     from aiptrain import admission
+    from aiptrain.backends.docker import DockerBackend
     from aiptrain.client import Client
     from aiptrain.model import Job
-
-    monkeypatch.setenv("AIPTRAIN_IMAGE_REPOSITORY", ORACLE_REPOSITORY)
-    monkeypatch.setenv("AIPTRAIN_AUTO_BUILD", "0")
-    monkeypatch.setenv("AIPTRAIN_MAX_RUNNING_REPLICAS", "1")
-    settings = Settings()
-    settings.ensure_dirs()
-    lock = JobLock.try_acquire(settings.controller_lock_path)
-    assert lock is not None
-    settings.controller_state_path.write_text(json.dumps(
-        {"pid": os.getpid(), "version": code_version(), "started": datetime.now(timezone.utc).isoformat()}))
-    holder = Job.model_validate({"jobId": "slot_holder", "trainingInput": {
-        "scaleTier": "BASIC", "region": "us-central1", "pythonModule": "m", "packageUris": [f"gs://{BUCKET}/p.tar.gz"]}})
-    with Client() as client:
-        assert admission.request(client.store, client.store.create(holder, backend="docker"), 1).admitted
-    yield settings
-    settings.controller_state_path.unlink()
-    lock.release()
-
-
-@pytest.fixture
-def packages_in_bucket(home, tmp_path):
-    """The sdists `--packages gs://BUCKET/...` lines name, as copies of the sample trainer's."""
     from aiptrain.packaging import cached_sdist
 
-    sdist = cached_sdist(SAMPLE_TRAINER, tmp_path / "sdist-cache").path
-    for line in LINES:
-        for uri in re.findall(r"gs://\{bucket\}/[^\s,]+\.tar\.gz", " ".join(line["argv"])):
-            target = Settings().gcs_root / BUCKET / uri.split("/", 3)[3]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(sdist, target)
-    (Settings().gcs_root / BUCKET).mkdir(parents=True, exist_ok=True)
+    workdir = tmp_path_factory.mktemp("oracle")
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("AIPTRAIN_STAGING_BUCKET", "AIPTRAIN_STORE", "AIPTRAIN_API", "CLOUDSDK_COMPUTE_REGION"):
+            patch.delenv(name, raising=False)
+        for name, value in {"AIPTRAIN_HOME": str(workdir / "home"), "AIPTRAIN_DEFAULT_RUNTIME": "minimal",
+                            "AIPTRAIN_GCS": "local", "CLOUDSDK_CORE_PROJECT": PROJECT,
+                            "AIPTRAIN_IMAGE_REPOSITORY": ORACLE_REPOSITORY, "AIPTRAIN_AUTO_BUILD": "0",
+                            "AIPTRAIN_MAX_RUNNING_REPLICAS": "1"}.items():
+            patch.setenv(name, value)
+        # What is compared is the record; no job runs. So lines that ask for GPUs are recorded
+        # here as on an engine with the NVIDIA runtime, instead of both sides refusing them alike.
+        patch.setattr(DockerBackend, "has_gpu_runtime", lambda self: True)
+        settings = Settings()
+        settings.ensure_dirs()
+        lock = JobLock.try_acquire(settings.controller_lock_path)
+        assert lock is not None
+        settings.controller_state_path.write_text(json.dumps(
+            {"pid": os.getpid(), "version": code_version(), "started": datetime.now(timezone.utc).isoformat()}))
+        holder = Job.model_validate({"jobId": "slot_holder", "trainingInput": {
+            "scaleTier": "BASIC", "region": "us-central1", "pythonModule": "m", "packageUris": ["gs://b/p.tar.gz"]}})
+        with Client() as client:
+            assert admission.request(client.store, client.store.create(holder, backend="docker"), 1).admitted
+        sdist = cached_sdist(SAMPLE_TRAINER, workdir / "sdist-cache").path
+        for line in LINES:  # the sdists that `--packages gs://BUCKET/...` lines name
+            for uri in re.findall(r"gs://\{bucket\}/[^\s,]+\.tar\.gz", " ".join(line["argv"])):
+                target = settings.gcs_root / BUCKET / uri.split("/", 3)[3]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(sdist, target)
+        (settings.gcs_root / BUCKET).mkdir(parents=True, exist_ok=True)
+        try:
+            with serving() as url:
+                yield configured_gcloud(url, workdir)
+        finally:
+            settings.controller_state_path.unlink()
+            lock.release()
+            remove_jobs_left_running(settings.installation_id)
 
 
 def without_streaming(argv: list[str]) -> list[str]:
@@ -158,26 +170,39 @@ def recorded(job_id: str) -> dict | None:
         return client.get(job_id).to_resource() if client.store.exists(job_id) else None
 
 
-@pytest.mark.parametrize("line", LINES, ids=[line["id"] for line in LINES])
-def test_gcloud_and_aiptrain_record_the_same_job(line, held_controller, gcloud, run, packages_in_bucket, tmp_path):  # noqa: F811
+def aiptrain(*argv: str) -> tuple[int, str]:
+    """`aiptrain ARGV` in this process: (exit status, stderr)."""
+    from aiptrain.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit) as ended:
+        main(list(argv))
+    return ended.value.code, err.getvalue()
+
+
+# What the server answered, as gcloud prints it: `ERROR: (gcloud.COMMAND) STATUS: message`.
+SERVER_REFUSAL = re.compile(r"\) (?:INVALID_ARGUMENT|NOT_FOUND|ALREADY_EXISTS|PERMISSION_DENIED|FAILED_PRECONDITION|"
+                            r"UNAVAILABLE|INTERNAL|UNAUTHENTICATED): |HttpError accessing")
+
+
+@pytest.mark.parametrize("index, line", list(enumerate(LINES)), ids=[line["id"] for line in LINES])
+def test_gcloud_and_aiptrain_record_the_same_job(index, line, oracle, tmp_path):
     config_path = tmp_path / "config.yaml"
     if line.get("config") is not None:
         config_path.write_text(substituted(line["config"], str(SAMPLE_TRAINER), str(config_path)))
     argv = [substituted(token, str(SAMPLE_TRAINER), str(config_path)) for token in without_streaming(line["argv"])]
     command = [*([line["track"]] if line["track"] else []), line["surface"], "jobs", "submit", "training"]
-    by_gcloud = gcloud(*command, "by_gcloud", *argv, check=False, timeout=120)
-    code, _, err = run(*command, "by_aiptrain", *argv)
-    from_gcloud, from_aiptrain = recorded("by_gcloud"), recorded("by_aiptrain")
-    sent = from_gcloud is not None or "HttpError" in by_gcloud.stderr or re.search(r"\b[A-Z_]{6,}: ", by_gcloud.stderr)
-    print(json.dumps({"id": line["id"], "gcloud": by_gcloud.returncode, "aiptrain": code,
-                      "gcloud_err": by_gcloud.stderr.strip().splitlines()[-1:] if by_gcloud.returncode else [],
-                      "aiptrain_err": err.strip().splitlines()[-2:]}))
+    by_gcloud = oracle(*command, f"by_gcloud_{index}", *argv, check=False, timeout=120)
+    code, err = aiptrain(*command, f"by_aiptrain_{index}", *argv)
+    from_gcloud, from_aiptrain = recorded(f"by_gcloud_{index}"), recorded(f"by_aiptrain_{index}")
     if from_gcloud is not None:
         assert code == 0 and from_aiptrain is not None, f"gcloud's job was recorded, aiptrain refused: {err}"
         assert differences(comparable(from_gcloud), comparable(from_aiptrain)) == []
-    elif sent:  # the server refused what gcloud sent: the CLI refuses the same line
+    elif SERVER_REFUSAL.search(by_gcloud.stderr):  # the server refused what gcloud sent: so does the CLI
         assert code != 0 and from_aiptrain is None, f"the server refused gcloud's request, aiptrain took it:\n" \
                                                     f"{by_gcloud.stderr}"
-    else:  # gcloud 528 refused before sending: older gcloud sent it and the service took it
+    elif line.get("refused_by_every_gcloud"):  # gcloud 528 refused it before sending, as older releases did
+        assert code == 2 and from_aiptrain is None, err
+    else:  # gcloud 528 refused before sending what older releases sent, and the service took
         assert code == 0 and from_aiptrain is not None, f"aiptrain refused [{err}]; gcloud: {by_gcloud.stderr}"
-        assert "gcloud" in err and "WARNING" in err, err
+        assert "WARNING: gcloud 528 would refuse this command line" in err, err
