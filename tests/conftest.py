@@ -182,6 +182,11 @@ def _shared_engine_resources_go_with_their_homes(tmp_path):
     yield
     if not (tmp_path / "jobs.db").exists() and not any(tmp_path.glob("*/jobs.db")):
         return
+    remove_shared_engine_resources(tmp_path)
+
+
+def remove_shared_engine_resources(tmp_path: Path) -> None:
+    """Remove the storage endpoints, services and networks of the homes under `tmp_path`."""
     try:
         import docker
 

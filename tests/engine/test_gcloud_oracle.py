@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -28,7 +29,13 @@ from aiptrain.launcher import code_version
 from aiptrain.ownership import JobLock
 from aiptrain.settings import Settings
 
-from conftest import SAMPLE_TRAINER, remove_jobs_left_running, require_image, runtime_image
+from conftest import (
+    SAMPLE_TRAINER,
+    remove_jobs_left_running,
+    remove_shared_engine_resources,
+    require_image,
+    runtime_image,
+)
 from test_real_gcloud import PROJECT, configured_gcloud, serving
 
 LINES = yaml.safe_load((Path(__file__).with_name("gcloud_command_lines.yaml")).read_text())
@@ -135,7 +142,11 @@ def oracle(tmp_path_factory, oracle_images):
         finally:
             settings.controller_state_path.unlink()
             lock.release()
+            for thread in threading.enumerate():  # a submit starts the storage endpoint beside its packaging
+                if getattr(thread, "_target", None) is not None and thread._target.__name__ == "_get_ready":
+                    thread.join(60)
             remove_jobs_left_running(settings.installation_id)
+            remove_shared_engine_resources(workdir)
 
 
 def without_streaming(argv: list[str]) -> list[str]:
