@@ -16,8 +16,8 @@ Why each property (see docs/guide/gcloud.md):
   runs its commands as `gcloud storage` with this configuration (gsutil's own JSON API client
   speaks only HTTPS to a host it is given).
 - `api_endpoint_overrides/{ml,logging,storage,aiplatform}`: every API the commands call.
-- `ml_engine/polling_interval`: `--stream-logs` polls every 60 s by default; 1 s ends the
-  command within about 2 s of the job's end.
+- `ml_engine/polling_interval`: `--stream-logs` polls Cloud Logging every 60 s by default; at
+  1 s lines show within a second (gcloud still asks whether the job ended only every 10 s).
 - `core/check_gce_metadata`: no probe of a metadata server that is not there.
 """
 

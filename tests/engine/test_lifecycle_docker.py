@@ -172,6 +172,23 @@ def test_gpu_job_on_an_engine_without_gpu_runtime_is_refused_cleanly(cli, probe_
     assert job_resources(docker_api, "wants_gpu") == []
 
 
+def test_through_the_api_it_is_a_failed_precondition_not_a_retryable_503(docker_api, home, package, minimal_runtime):
+    """Clients retry a 503 for half a minute (gcloud does); no retry gives this engine a GPU runtime."""
+    import json
+
+    from aiptrain.api.app import App, Request
+
+    if "nvidia" in docker_api.info().get("Runtimes", {}):
+        pytest.skip("this engine has a GPU runtime")
+    body = {"jobId": "wants_gpu", "trainingInput": {"scaleTier": "BASIC_GPU", "packageUris": [str(package)],
+                                                     "pythonModule": "trainer.task", "region": "us-central1",
+                                                     "runtimeVersion": "minimal"}}
+    answer = App().handle(Request("POST", "/v1/projects/p/jobs", body=json.dumps(body).encode()))
+    assert (answer.code, answer.body["error"]["status"]) == (400, "FAILED_PRECONDITION"), answer.body
+    assert "no GPU runtime" in answer.body["error"]["message"]
+    assert job_resources(docker_api, "wants_gpu") == []
+
+
 def test_ctrl_c_stops_the_stream_not_the_job(cli, probe_args, docker_api):
     args = probe_args("interrupted_stream", "--stream-logs", user_args=("--run", "chief=8"))
     # Ctrl-C as a terminal gives it: a suite started in the background of a script inherits SIGINT
