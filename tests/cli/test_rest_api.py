@@ -305,7 +305,7 @@ GOOD_BODY = {"jobId": "fresh", "trainingInput": {"pythonModule": "trainer.task",
     ("GET", JOBS + "?pageSize=1&pageSize=2", b"", {}, 400, "more than once"),
     ("POST", f"{JOBS}/x:explode", b"{}", {}, 404, "not found"),
     ("DELETE", f"{JOBS}/x", b"", {}, 404, "is not served"),
-    ("GET", "/v1/projects/p/models", b"", {}, 404, "Not found"),
+    ("GET", "/v1/projects/p/models", b"", {}, 404, "Models and versions (prediction) are not served by aiptrain"),
     ("POST", JOBS, b"{}", {"Transfer-Encoding": "chunked"}, 400, "Chunked"),
     ("POST", "/v2/entries:list", b"{}", {}, 400, "resourceNames is required"),
     ("POST", "/v2/entries:list", json.dumps({"resourceNames": [f"projects/{PROJECT}"], "filter": "severity>=ERROR"})
