@@ -206,6 +206,19 @@ def test_gcloud_storage_and_gsutil_against_the_server(gcloud, tmp_path):
     gcloud("storage", "rm", "gs://store-b/data/a.txt")
     assert gcloud("storage", "ls", "gs://store-b/data/").stdout.split() == ["gs://store-b/data/sub/"]
 
+    # Above 8 MiB gcloud uploads resumably (under /resumable/upload/); above the threshold set
+    # here, in parallel pieces that it composes and deletes (150 MiB by default).
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(9 << 20))
+    gcloud("storage", "cp", str(big), "gs://store-b/big.bin")
+    gcloud("config", "set", "storage/parallel_composite_upload_threshold", "4M")
+    gcloud("config", "set", "storage/parallel_composite_upload_enabled", "True")
+    gcloud("storage", "cp", str(big), "gs://store-b/composed.bin")
+    for name in ("big.bin", "composed.bin"):
+        gcloud("storage", "cp", f"gs://store-b/{name}", str(tmp_path / f"back-{name}"))
+        assert (tmp_path / f"back-{name}").read_bytes() == big.read_bytes()
+    assert "parallel_composite_uploads" not in gcloud("storage", "ls", "-r", "gs://store-b/**").stdout
+
     gsutil = gsutil_of(require_gcloud())
     gcloud("cp", str(data / "a.txt"), "gs://store-b/by-gsutil.txt", tool=gsutil)
     assert gcloud("cat", "gs://store-b/by-gsutil.txt", tool=gsutil).stdout == "alpha\n"
