@@ -115,6 +115,9 @@ def test_gcloud_config_writes_a_named_configuration_and_default_goes_back(gcloud
     assert {k: v for k, v in properties["api_endpoint_overrides"].items() if v} == {"ml": f"{server}/", "logging": f"{server}/",
                                                     "storage": f"{server}/storage/v1/", "aiplatform": f"{server}/"}
     assert properties["ml_engine"]["polling_interval"] == "1" and properties["core"]["project"] == PROJECT
+    for prop, value in (("api_endpoint_overrides/storage", f"{server}/storage/v1/"),
+                        ("api_endpoint_overrides/logging", f"{server}/"), ("auth/disable_credentials", "False")):
+        assert gcloud("config", "get-value", prop).stdout.strip() == value, prop  # as gcloud itself reads them
     gcloud("config", "configurations", "activate", "default")
     assert gcloud("config", "get-value", "api_endpoint_overrides/ml").stdout.strip() == ""
 
