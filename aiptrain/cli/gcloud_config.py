@@ -39,7 +39,7 @@ def gcloud_config(url: str | None, region: str | None, token_file: Path | None,
     """
     from aiptrain import gcloud_configuration as configuration
     from aiptrain.cli.gcloud import GlobalFlags
-    from aiptrain.settings import Settings, gcloud_property
+    from aiptrain.settings import Settings
 
     flags = click.get_current_context().find_object(GlobalFlags) or GlobalFlags()
     name = flags.values.get("--configuration") or DEFAULT_CONFIGURATION
@@ -58,8 +58,8 @@ def gcloud_config(url: str | None, region: str | None, token_file: Path | None,
         raise ValidationError(f"gcloud configuration [{name}] exists and aiptrain did not write it: choose another "
                               "--configuration, or pass --force to replace it.")
     token, token_path = _token(token_file, settings.api_token, directory / "aiptrain-tokens" / name)
-    target = configuration.Target(url=base, project=flags.project or gcloud_property("core/project") or
-                                  settings.default_project, token_file=token_path, region=region)
+    target = configuration.Target(url=base, project=flags.project or settings.default_project, token_file=token_path,
+                                  region=region)
     try:
         written = configuration.write(directory, name, target, token, activate)
     except OSError as exc:
