@@ -18,6 +18,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
@@ -105,7 +107,6 @@ def oracle(tmp_path_factory, oracle_images):
     from aiptrain.backends.docker import DockerBackend
     from aiptrain.client import Client
     from aiptrain.model import Job
-    from aiptrain.packaging import cached_sdist
 
     workdir = tmp_path_factory.mktemp("oracle")
     with pytest.MonkeyPatch.context() as patch:
@@ -129,12 +130,11 @@ def oracle(tmp_path_factory, oracle_images):
             "scaleTier": "BASIC", "region": "us-central1", "pythonModule": "m", "packageUris": ["gs://b/p.tar.gz"]}})
         with Client() as client:
             assert admission.request(client.store, client.store.create(holder, backend="docker"), 1).admitted
-        sdist = cached_sdist(SAMPLE_TRAINER, workdir / "sdist-cache").path
-        for line in LINES:  # the sdists that `--packages gs://BUCKET/...` lines name
+        for line in LINES:  # the sdists that `--packages gs://BUCKET/.../NAME-VERSION.tar.gz` lines name
             for uri in re.findall(r"gs://\{bucket\}/[^\s,]+\.tar\.gz", " ".join(line["argv"])):
                 target = settings.gcs_root / BUCKET / uri.split("/", 3)[3]
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(sdist, target)
+                shutil.copyfile(empty_sdist(target.name, workdir / "sdists"), target)
         (settings.gcs_root / BUCKET).mkdir(parents=True, exist_ok=True)
         try:
             with serving() as url:
@@ -147,6 +147,19 @@ def oracle(tmp_path_factory, oracle_images):
                     thread.join(60)
             remove_jobs_left_running(settings.installation_id)
             remove_shared_engine_resources(workdir)
+
+
+def empty_sdist(file_name: str, workdir: Path) -> Path:
+    """An installable sdist of the project `file_name` (NAME-VERSION.tar.gz, else NAME.tar.gz) names,
+    holding no code: packages that lines list side by side must not be one project thrice."""
+    stem = file_name.removesuffix(".tar.gz")
+    name, _, version = stem.rpartition("-") if "-" in stem else (stem, "", "0.0")
+    source, dist = workdir / stem, workdir / stem / "dist"
+    source.mkdir(parents=True, exist_ok=True)
+    (source / "setup.py").write_text(f"from setuptools import setup\nsetup(name={name!r}, version={version!r})\n")
+    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(dist)], cwd=source, check=True,
+                   capture_output=True)
+    return next(dist.glob("*.tar.gz"))
 
 
 def without_streaming(argv: list[str]) -> list[str]:
