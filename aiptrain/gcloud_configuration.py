@@ -7,7 +7,7 @@ the active one's name in `CONFIG_DIR/active_config` (googlecloudsdk/core/configu
 named_configs.py); this module writes those files as gcloud does, without running gcloud
 ten times (a second each).
 
-Why each property (see docs/guide/gcloud.md):
+Why each property (see docs/guide/real-gcloud.md):
 - `auth/access_token_file`: gcloud sends its token as `Authorization: Bearer`, and takes no
   credential of the account's, so no `gcloud auth login` is needed. A server without tokens
   ignores it; a file holding a placeholder keeps gcloud from asking for a login.
@@ -47,12 +47,12 @@ class Target:
     region: str | None = None
 
 
-def config_dir(environ: dict[str, str] | os._Environ = os.environ) -> Path:
+def config_dir() -> Path:
     """gcloud's configuration directory: CLOUDSDK_CONFIG, else ~/.config/gcloud (%APPDATA%\\gcloud on Windows)."""
-    if environ.get("CLOUDSDK_CONFIG"):
-        return Path(environ["CLOUDSDK_CONFIG"]).expanduser()
-    if os.name == "nt" and environ.get("APPDATA"):
-        return Path(environ["APPDATA"]) / "gcloud"
+    if os.environ.get("CLOUDSDK_CONFIG"):
+        return Path(os.environ["CLOUDSDK_CONFIG"]).expanduser()
+    if os.name == "nt" and os.environ.get("APPDATA"):
+        return Path(os.environ["APPDATA"]) / "gcloud"
     return Path.home() / ".config" / "gcloud"
 
 
@@ -73,9 +73,8 @@ def normalized_url(url: str) -> str | None:
 def properties(target: Target) -> dict[str, dict[str, str]]:
     """The configuration's properties, by section."""
     url = target.url
-    core = {"project": target.project, "account": ACCOUNT, "check_gce_metadata": "False"}
     sections = {
-        "core": core,
+        "core": {"project": target.project, "account": ACCOUNT, "check_gce_metadata": "False"},
         "auth": {"access_token_file": str(target.token_file)},
         "api_endpoint_overrides": {"ml": f"{url}/", "logging": f"{url}/", "storage": f"{url}/storage/v1/",
                                    "aiplatform": f"{url}/"},
