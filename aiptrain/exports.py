@@ -13,6 +13,7 @@ from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings
 from aiptrain.staging import staging_target
 from aiptrain.storage import gcs_root_for, is_gcs
+from aiptrain.storage.endpoint import ProjectCredential
 from aiptrain.submission import Submission, plan_inputs, storage_endpoint
 from aiptrain.tfjob import Export, build_tfjob, with_note, with_warning
 from aiptrain.topology import replicas_for
@@ -44,8 +45,13 @@ def dry_run_plan(submission: Submission) -> LaunchPlan:
     staged, remote, wheelhouse = dry_run_packages(submission)
     sdist = staged[len(submission.local_packages):]
     files = staged[:len(submission.local_packages)] + [u.rsplit("/", 1)[-1] for u in remote] + sdist
+    settings = Settings()
+    project = submission.project or settings.default_project
+    credential = ProjectCredential(project, "<the project's credential>", "<home>/storage-endpoint/credentials/"
+                                   f"<{project}>.json")  # made by submit (aiptrain.storage.projects)
     inputs = plan_inputs(submission, Path("<job work dir>/packages"), files, wheelhouse,
-                         gcs_endpoint=storage_endpoint(submission, Settings(), prepare_files=False))
+                         gcs_endpoint=storage_endpoint(submission, settings, prepare_files=False),
+                         storage_credential=credential)
     trial = None
     if submission.job.training_input.hyperparameters:
         from aiptrain.tuning import first_trial

@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiptrain.model import Job, ReplicaConfig, TrainingInput
-from aiptrain.storage.endpoint import AWAIT_ENDPOINT, AWAIT_THEN_RUN_MODULE, TLS_DIR_NAME, StorageEndpoint, replica_env
+from aiptrain.storage.endpoint import (
+    AWAIT_ENDPOINT,
+    AWAIT_THEN_RUN_MODULE,
+    REPLICA_CREDENTIALS,
+    TLS_DIR_NAME,
+    ProjectCredential,
+    StorageEndpoint,
+    replica_env,
+)
 from aiptrain.topology import EVALUATOR, MASTER, PS, WORKER, Replica
 
 if TYPE_CHECKING:
@@ -231,6 +239,8 @@ class PlanInputs:
     # replicas see gs:// URLs unchanged, as on the service (aiptrain.storage.endpoint). Without
     # one (a backend that cannot run it), gs:// URLs in args become paths under gcs_root.
     gcs_endpoint: StorageEndpoint | None = None
+    # The job's project's credential its replicas carry to that endpoint (aiptrain.storage.projects).
+    storage_credential: ProjectCredential | None = None
 
 
 def inputs_to_dict(inputs: PlanInputs) -> dict[str, Any]:
@@ -245,6 +255,8 @@ def inputs_from_dict(data: dict[str, Any]) -> PlanInputs:
             "package_files": tuple(data.get("package_files", ())),
             "extra_mounts": tuple(Mount(**mount) for mount in data.get("extra_mounts", ())),
             "gcs_endpoint": _endpoint_from_dict(data.get("gcs_endpoint")),
+            "storage_credential": ProjectCredential(**data["storage_credential"])
+            if data.get("storage_credential") else None,
         }
     )
 
@@ -439,6 +451,8 @@ def _mounts(job: Job, inputs: PlanInputs, trial: Trial | None) -> tuple[Mount, .
         mounts.append(Mount(inputs.installed, USER_BASE, read_only=True))
     if inputs.gcs_endpoint:  # the CA replicas trust, and gsutil / gcloud storage
         mounts.extend(Mount(source, target) for source, target in inputs.gcs_endpoint.replica_mounts())
+        if inputs.storage_credential:
+            mounts.append(Mount(inputs.storage_credential.file, REPLICA_CREDENTIALS))
     elif inputs.gcs_root:  # buckets the user's args name: their data in, their outputs out
         for bucket in gcs_buckets_in(job.training_input.args):
             path = f"{inputs.gcs_root.rstrip('/')}/{bucket}"
@@ -562,7 +576,7 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | N
             env.update(install_env(package_paths, inputs.wheelhouse))
         if inputs.gcs_endpoint:
             # A custom container keeps its own PATH: only runtime images get the tools on theirs.
-            env.update({k: v for k, v in replica_env().items() if k != "PATH" or installs})
+            env.update({k: v for k, v in replica_env(inputs.storage_credential).items() if k != "PATH" or installs})
         containers.append(
             ContainerSpec(
                 name=engine_name(f"{base}-{replica.task_type}-{replica.index}", inputs.installation),

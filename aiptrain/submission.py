@@ -51,7 +51,7 @@ from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings, gcloud_property
 from aiptrain.staging import WHEELHOUSE
 from aiptrain.storage import check_gcs_uri, emulator_host, gcs_root_for, is_gcs, local_path
-from aiptrain.storage.endpoint import StorageEndpoint
+from aiptrain.storage.endpoint import TLS_DIR_NAME, ProjectCredential, StorageEndpoint
 from aiptrain.store import JobStore, duplicate_job
 from aiptrain.topology import Replica, normalize_scale_tier, replicas_for
 from aiptrain.validation import (
@@ -103,6 +103,9 @@ class Submission:
     # gs:// kept on this machine is served to the replicas by the installation's storage endpoint
     # (docker and swarm backends); replicas then see gs:// URLs unchanged, as on the service.
     serves_gcs: bool = False
+    # Buckets of other projects the job's replicas may use, (bucket, writable): what a team
+    # server's tokens file shares with the job's project (Access.shared_with).
+    shared_buckets: tuple[tuple[str, bool], ...] = ()
 
     @property
     def remote_job_dir(self) -> bool:
@@ -310,6 +313,7 @@ def plan_inputs(
     wheelhouse: bool = False,
     host_gateway: str | None = None,
     gcs_endpoint: StorageEndpoint | None = None,
+    storage_credential: ProjectCredential | None = None,
 ) -> PlanInputs:
     extra_env: dict[str, str] = {}
     extra_mounts: tuple[Mount, ...] = ()
@@ -335,6 +339,7 @@ def plan_inputs(
         extra_mounts=extra_mounts,
         gcs_root=str(submission.gcs_root) if submission.gcs_root else None,
         gcs_endpoint=gcs_endpoint,
+        storage_credential=storage_credential if gcs_endpoint else None,
     )
 
 
@@ -393,6 +398,7 @@ class Submitter:
         if self.store.exists(job.job_id):
             raise duplicate_job(job.job_id)
         self._check_resumed_study(job)
+        self._check_buckets(submission)
         lock = JobLock.try_acquire(self.settings.job_lock_path(job.job_id))
         if lock is None:
             raise duplicate_job(job.job_id)  # another process is submitting this very ID
@@ -443,6 +449,34 @@ class Submitter:
             raise EnvironmentNotReady(launch_failure(job.error_message))
         return job
 
+    def _project(self, submission: Submission) -> str:
+        return submission.project or self.settings.default_project
+
+    def _gcs_places(self, submission: Submission) -> list[str]:
+        """The gs:// places a job writes (its job dir, the staging bucket) and reads (its packages)."""
+        ti = submission.job.training_input
+        return [uri for uri in (ti.job_dir, submission.staging_bucket, *submission.remote_packages,
+                                *(ti.package_uris or [])) if uri and is_gcs(uri)]
+
+    def _check_buckets(self, submission: Submission) -> None:
+        """A job names only buckets of its own project (kept on this machine; Cloud Storage's are Google's to judge)."""
+        if submission.gcs_root is not None:
+            from aiptrain.storage.projects import check_buckets
+
+            check_buckets(submission.gcs_root, self._project(submission), self._gcs_places(submission),
+                          dict(submission.shared_buckets))
+
+    def _storage_credential(self, submission: Submission) -> ProjectCredential | None:
+        """The job's project's credential for its replicas, and the buckets its submit makes (the
+        job dir's, the staging bucket) made for that project."""
+        if submission.gcs_root is None or not submission.serves_gcs:
+            return None
+        from aiptrain.storage.projects import make_buckets, project_credential
+
+        make_buckets(submission.gcs_root, self._gcs_places(submission), self._project(submission))
+        return project_credential(self.settings.home / TLS_DIR_NAME, submission.gcs_root, self._project(submission),
+                                  submission.shared_buckets)
+
     def _check_resumed_study(self, job: Job) -> None:
         previous = resume_study(job, self.store.get)
         if previous is not None and previous.state not in TERMINAL_STATES:
@@ -484,6 +518,7 @@ class Submitter:
                            functools.partial(self.settings.job_log_path(job.job_id).unlink, missing_ok=True),
                            functools.partial(shutil.rmtree, work_dir, ignore_errors=True)):
                 undo.callback(_tried, forget)
+            credential = self._storage_credential(submission)
             created = self._ensure_job_dir(Path(submission.job_dir_mount), submission.gcs_root) \
                 if submission.job_dir_mount else None
             if created is not None:
@@ -526,7 +561,7 @@ class Submitter:
             # Replicas take the wheelhouse from this host's cache: the bucket's copy is the record.
             staging.link_files(wheels, package_dir / WHEELHOUSE)
             inputs = plan_inputs(submission, package_dir, package_files, bool(wheels), self._host_gateway(submission),
-                                 storage_endpoint(submission, self.settings))
+                                 storage_endpoint(submission, self.settings), credential)
             launch_plan = plan(job, submission.replicas, inputs)
             self.backend.check_ready(launch_plan)
             if submission.runtime_image and package_files and self.backend.host_dirs_reach_replicas:

@@ -3,12 +3,16 @@
 With no tokens file (the default, loopback only) every caller may do everything, as anyone
 who can run `aiptrain` on the machine can. With one, a caller proves who it is with
 `Authorization: Bearer TOKEN` (what google-auth credentials send) and may use only the
-projects its token names, read-only or not. The tokens file (YAML or JSON):
+projects its token names, read-only or not, and the Cloud Storage buckets of those projects.
+The tokens file (YAML or JSON):
 
     - name: ci-pipeline          # shown in the server's log and in IAM policies, never the token
       token: 8c1b0e7d5f2a4e6b9d3c  # at least 16 characters
       projects: [team-a]         # or ["*"] for every project
       readOnly: false
+      buckets:                   # optional: other projects' buckets shared on purpose
+        - shared-data            # read and write (unless the entry is readOnly)
+        - {name: reference-sets, readOnly: true}
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiptrain.errors import ValidationError
+from aiptrain.storage import validate_bucket_name
 
 MIN_TOKEN_CHARS = 16
 ANY_PROJECT = "*"
@@ -34,6 +39,7 @@ class Grant:
     name: str
     projects: frozenset[str]
     read_only: bool
+    buckets: tuple[tuple[str, bool], ...] = ()  # (bucket, writable) shared with this token beyond its projects'
 
     def reaches(self, project: str) -> bool:
         return ANY_PROJECT in self.projects or project in self.projects
@@ -84,6 +90,16 @@ class Access:
             raise Refused(403, f"Permission denied on project [{project}]: the caller's token does not name it.")
         if write and grant.read_only:
             raise Refused(403, f"Permission denied on project [{project}]: the caller's token is read-only.")
+
+    def shared_with(self, project: str) -> tuple[tuple[str, bool], ...]:
+        """The buckets the tokens of `project` are given beyond its own (writable where any
+        token that names the project may write it): what its jobs' replicas may use too."""
+        writable: dict[str, bool] = {}
+        for grant in (self.grants or {}).values():
+            if project in grant.projects:
+                for bucket, may_write in grant.buckets:
+                    writable[bucket] = writable.get(bucket, False) or may_write
+        return tuple(sorted(writable.items()))
 
     def permissions(self, grant: Grant, project: str, asked: list[str]) -> list[str]:
         """testIamPermissions: those of `asked` that `grant` holds on `project`'s jobs."""
@@ -142,10 +158,10 @@ def load_tokens(path: str | Path) -> Access:
 def _entry(entry: object, where: str) -> tuple[Grant, str]:
     if not isinstance(entry, dict):
         raise ValidationError(f"{where} must be a mapping with token, name, projects and readOnly.")
-    unknown = sorted(set(entry) - {"token", "name", "projects", "readOnly"})
+    unknown = sorted(set(entry) - {"token", "name", "projects", "readOnly", "buckets"})
     if unknown:
         raise ValidationError(f"{where} has unknown key(s) {', '.join(map(str, unknown))}: "
-                              "use token, name, projects, readOnly.")
+                              "use token, name, projects, readOnly, buckets.")
     token, name, projects = entry.get("token"), entry.get("name"), entry.get("projects")
     if not isinstance(token, str) or len(token.strip()) < MIN_TOKEN_CHARS or token != token.strip():
         raise ValidationError(f"{where}: token must be a string of at least {MIN_TOKEN_CHARS} characters "
@@ -157,4 +173,22 @@ def _entry(entry: object, where: str) -> tuple[Grant, str]:
     read_only = entry.get("readOnly", False)
     if not isinstance(read_only, bool):
         raise ValidationError(f"{where}: readOnly must be true or false.")
-    return Grant(name.strip(), frozenset(projects), read_only), token
+    return Grant(name.strip(), frozenset(projects), read_only, _shared_buckets(entry.get("buckets", []), read_only,
+                                                                         where)), token
+
+
+def _shared_buckets(buckets: object, read_only: bool, where: str) -> tuple[tuple[str, bool], ...]:
+    """`buckets:` as (bucket, writable): a name, or {name: B, readOnly: true}."""
+    fix = f"{where}: buckets must be a list of bucket names or {{name: BUCKET, readOnly: true}} entries."
+    if not isinstance(buckets, list):
+        raise ValidationError(fix)
+    shared = []
+    for item in buckets:
+        name, only_read = (item, False) if isinstance(item, str) else (None, None)
+        if isinstance(item, dict) and set(item) <= {"name", "readOnly"}:
+            name, only_read = item.get("name"), item.get("readOnly", False)
+        if not isinstance(name, str) or not isinstance(only_read, bool):
+            raise ValidationError(fix)
+        validate_bucket_name(name)
+        shared.append((name, not (read_only or only_read)))
+    return tuple(shared)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import json
 import logging
@@ -99,6 +100,7 @@ class JobMethods:
                 raise duplicate_job(job.job_id)
             submission = client.prepare(SubmitFlags(job_id=job.job_id, project=project), base=job,
                                         previous_job=lambda job_id: self._in_project(client, project, job_id))
+            submission = dataclasses.replace(submission, shared_buckets=call.access.shared_with(project))
             self._check_runtime_image(submission)
             return resource(client.submit(submission))
 

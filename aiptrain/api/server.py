@@ -78,13 +78,19 @@ class _Handler(endpoint_server.Handler):
         if self.body_left_unread:
             self._discard_unread_body()
 
+    def caller_scope(self) -> endpoint_server.Scope:
+        """Cloud Storage through the API's tokens: a token uses the buckets of the projects it
+        names and those the tokens file shares with it; every bucket on a server without tokens."""
+        access = self.app.access
+        grant = access.caller(self.headers.get("Authorization"))  # checked by _storage_refusal first
+        return endpoint_server.Scope(f"serviceAccount:{grant.name}", grant.projects, dict(grant.buckets),
+                                     grant.read_only, unowned=access.open)
+
     def _storage_refusal(self) -> Response | None:
-        """The API's token rules on Cloud Storage: any token of the --tokens file reads, one that
-        is not read-only writes (buckets are not tied to projects); None when the call may go on."""
+        """401 for a caller the tokens file does not know; None when the call may go on (what it
+        may do is the storage handler's to check, bucket by bucket: caller_scope)."""
         try:
-            grant = self.app.access.caller(self.headers.get("Authorization"))
-            if self.command not in ("GET", "HEAD") and grant.read_only:
-                raise Refused(403, "Permission denied on Cloud Storage: the caller's token is read-only.")
+            self.app.access.caller(self.headers.get("Authorization"))
         except Refused as refused:
             log.warning("refused %s %s %s from %s: %s", refused.code, self.command, urlsplit(self.path).path,
                         self.client_address[0], refused)

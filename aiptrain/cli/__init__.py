@@ -42,6 +42,7 @@ class LazyGroup(click.Group):
 @click.group(
     cls=LazyGroup,
     lazy={
+        "buckets": ("aiptrain.cli.buckets", "buckets", "List this home's buckets and assign them to projects."),
         "cache": ("aiptrain.cli.cache", "cache", "Prune the cache of packages and wheelhouses."),
         "controller": ("aiptrain.cli.controller", "controller", "Run, inspect or stop the process that drives jobs."),
         "jobs": ("aiptrain.cli.jobs", "jobs", "Submit and manage training jobs."),

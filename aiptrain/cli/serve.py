@@ -48,12 +48,26 @@ def serve(host: str, port: int, tokens_file: str | None) -> None:
     who = "tokens from " + tokens_file if tokens_file else "no tokens (loopback only)"
     click.echo(f"Serving the ml v1 API, Cloud Logging entries.list and Cloud Storage on http://{shown}:{bound_port} "
                f"({who}), the console at http://{shown}:{bound_port}/; Ctrl-C stops.", err=True)
+    if not access.open:
+        _serve_teams(app.settings.gcs_root)
     signal.signal(signal.SIGTERM, _stop)  # a service manager's stop: as Ctrl-C, the port is released
     try:
         server.serve_forever()
     finally:
         server.server_close()
         app.close()
+
+
+def _serve_teams(gcs_root) -> None:
+    """A team server's tree: buckets of no project are nobody's; said once, with the fix."""
+    from aiptrain.storage.projects import serve_teams
+
+    unowned = serve_teams(gcs_root)
+    if unowned:
+        shown = ", ".join(unowned[:5]) + (f" and {len(unowned) - 5} more" if len(unowned) > 5 else "")
+        click.echo(f"WARNING: {len(unowned)} bucket(s) belong to no project ({shown}): no token of this team server "
+                   "may use them until they are assigned: `aiptrain buckets assign BUCKET... --project PROJECT`.",
+                   err=True)
 
 
 def _stop(signum, frame) -> None:

@@ -15,7 +15,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-API_HOSTS = ("www.googleapis.com", "storage.googleapis.com")  # what clients hard-code
+# What clients hard-code: the JSON and XML APIs, and where google-auth refreshes a replica's credential.
+API_HOSTS = ("www.googleapis.com", "storage.googleapis.com", "oauth2.googleapis.com")
 ENDPOINT_PORT = 8443  # inside the endpoint container; replicas reach it on 443
 REPLICA_PORT = 443
 SERVER_CODE = Path(__file__).resolve().with_name("endpoint_server.py")
@@ -27,6 +28,7 @@ ENDPOINT_TREE = "/gcs"
 ENDPOINT_TLS = "/opt/aiptrain/endpoint/tls"
 # Inside every replica
 REPLICA_TRUST = "/opt/aiptrain/storage/trust.pem"
+REPLICA_CREDENTIALS = "/opt/aiptrain/storage/credentials.json"  # the job's project's (aiptrain.storage.projects)
 REPLICA_TOOLS = "/opt/aiptrain/bin"
 REPLICA_PATH = f"{REPLICA_TOOLS}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -36,6 +38,17 @@ LABEL_CODE = "aiptrain.endpoint-code"  # the server code's digest: a changed aip
 
 CERT_DAYS = 3650
 TLS_FILES = ("trust.pem", "server.pem", "server.key")
+HOSTS_FILE = "hosts"  # in the TLS dir: the names the certificate covers (a changed API_HOSTS makes new files)
+
+
+@dataclass(frozen=True)
+class ProjectCredential:
+    """What a job's replicas carry to the endpoint: their project's credential (the token), and
+    the host file that hands it to google-auth (an authorized user whose refresh token it is)."""
+
+    project: str
+    token: str
+    file: str
 
 
 @dataclass(frozen=True)
@@ -114,18 +127,22 @@ __import__('runpy')._run_module_as_main(__import__('sys').argv.pop(1))
 """
 
 
-def replica_env() -> dict[str, str]:
-    """What makes every client in a replica talk to the endpoint: TensorFlow's GCS filesystem
-    (hard-coded hosts, a test token, no metadata server), google-cloud-storage and gcsfs
-    (STORAGE_EMULATOR_HOST), google-cloud-cpp / tensorflow-io (CLOUD_STORAGE_EMULATOR_ENDPOINT),
-    and the CA bundle for curl, OpenSSL and requests."""
+def replica_env(credential: ProjectCredential | None) -> dict[str, str]:
+    """What makes every client in a replica talk to the endpoint as its job's project: Google's
+    host names resolve to it; google-auth (google-cloud-storage, gcsfs) reads the project's
+    credentials file, TensorFlow's GCS file system its token; no metadata server; the CA bundle
+    for curl, OpenSSL and requests. google-cloud-cpp / tensorflow-io take the endpoint from
+    CLOUD_STORAGE_EMULATOR_ENDPOINT. A plan made before projects owned buckets (no credential)
+    keeps the anonymous emulator settings, which the endpoint now refuses (401)."""
     endpoint = f"https://{API_HOSTS[1]}"
+    caller = {"GOOGLE_APPLICATION_CREDENTIALS": REPLICA_CREDENTIALS, "GOOGLE_AUTH_TOKEN_FOR_TESTING": credential.token,
+              "GOOGLE_CLOUD_PROJECT": credential.project} if credential else \
+        {"STORAGE_EMULATOR_HOST": endpoint, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "aiptrain-local",
+         "GOOGLE_CLOUD_PROJECT": "aiptrain-local"}
     return {
-        "STORAGE_EMULATOR_HOST": endpoint,
+        **caller,
         "CLOUD_STORAGE_EMULATOR_ENDPOINT": endpoint,
-        "GOOGLE_AUTH_TOKEN_FOR_TESTING": "aiptrain-local",
         "NO_GCE_CHECK": "true",
-        "GOOGLE_CLOUD_PROJECT": "aiptrain-local",
         "CURL_CA_BUNDLE": REPLICA_TRUST,
         "SSL_CERT_FILE": REPLICA_TRUST,
         "REQUESTS_CA_BUNDLE": REPLICA_TRUST,
@@ -151,7 +168,7 @@ def prepare_files(tls_dir: Path, gcs_root: Path) -> None:
     endpoint both call it, whichever comes first: one makes the files, the other waits for them."""
     from aiptrain.storage.local import REPLICA_IDS, give_to_replicas
 
-    if all((tls_dir / name).is_file() for name in TLS_FILES):
+    if _tls_current(tls_dir):
         return
     import fcntl
 
@@ -159,9 +176,19 @@ def prepare_files(tls_dir: Path, gcs_root: Path) -> None:
     tls_dir.mkdir(parents=True, exist_ok=True)
     with open(tls_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not all((tls_dir / name).is_file() for name in TLS_FILES):
+        if not _tls_current(tls_dir):
             give_to_replicas(gcs_root, gcs_root, whole_tree=True)
             _write_tls(tls_dir, REPLICA_IDS if os.getuid() == 0 else None)
+            _write(tls_dir / HOSTS_FILE, " ".join(API_HOSTS).encode(), 0o644, None)
+
+
+def _tls_current(tls_dir: Path) -> bool:
+    """Whether the TLS files are there and their certificate covers every name in API_HOSTS."""
+    try:
+        return all((tls_dir / name).is_file() for name in TLS_FILES) and \
+            (tls_dir / HOSTS_FILE).read_text() == " ".join(API_HOSTS)
+    except OSError:
+        return False
 
 
 def _write_tls(tls_dir: Path, owner: tuple[int, int] | None) -> None:

@@ -71,7 +71,9 @@ EARLY_SOCKET = listen_early(sys.argv) if __name__ == "__main__" else None
 # ruff: noqa: E402 - imported once the socket listens, above
 import argparse
 import base64
+import contextlib
 import errno
+import hashlib
 import json
 import os
 import re
@@ -87,6 +89,13 @@ BLOCK = 1 << 20
 MAX_METADATA_BYTES = 1 << 20  # JSON bodies (metadata, rewrite requests): never more than this in memory
 PAGE_SIZE = 1000
 UPLOADS_DIR = ".aiptrain-uploads"  # partial uploads, at the tree's top (never a valid bucket name)
+# Who owns what, at the tree's top too (never a valid bucket name): OWNERS/BUCKET holds the
+# bucket's project; SCOPES/DIGEST what the bearer of a job credential may use (the SHA-256 of
+# the token names it, so no file holds a token); TEAM_MARK says a team server (`aiptrain serve
+# --tokens`) serves the tree, where a bucket of no project is nobody's (docs/reference/security.md).
+PROJECTS_DIR = ".aiptrain-projects"
+OWNERS, SCOPES, TEAM_MARK = "buckets", "scopes", "team"
+MAX_RECORD_BYTES = 64 << 10
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 # gcloud's apitools sends resumable uploads to resumable/upload/storage/v1/, as Cloud Storage takes them.
 API_PREFIXES = ("storage/v1/", "upload/storage/v1/", "resumable/upload/storage/v1/", "download/storage/v1/")
@@ -95,7 +104,7 @@ API_PREFIXES = ("storage/v1/", "upload/storage/v1/", "resumable/upload/storage/v
 class ApiError(Exception):
     """An error answered as the JSON API answers it."""
 
-    REASONS = {400: "invalid", 403: "forbidden", 404: "notFound", 405: "methodNotAllowed", 409: "conflict", 412: "conditionNotMet",
+    REASONS = {400: "invalid", 401: "required", 403: "forbidden", 404: "notFound", 405: "methodNotAllowed", 409: "conflict", 412: "conditionNotMet",
                413: "uploadTooLarge", 416: "requestedRangeNotSatisfiable", 501: "notImplemented"}
 
     def __init__(self, code: int, message: str):
@@ -116,6 +125,63 @@ class ApiError(Exception):
         reason = self.REASONS.get(self.code, "backendError")
         return {"error": {"code": self.code, "message": str(self),
                           "errors": [{"message": str(self), "domain": "global", "reason": reason}]}}
+
+
+class Scope:
+    """What one caller may use: the buckets of its projects (ANY: every project's), buckets
+    shared with it by name (writable or not), and buckets of no project where `unowned` (a
+    tree no team server serves). `read_only`: nothing written, whatever the bucket."""
+
+    ANY = "*"
+
+    def __init__(self, principal: str, projects, shared=None, read_only: bool = False, unowned: bool = False):
+        self.principal = principal
+        self.projects = frozenset(projects)
+        self.shared = dict(shared or {})  # bucket -> writable
+        self.read_only = read_only
+        self.unowned = unowned
+
+    @classmethod
+    def from_record(cls, record: dict, unowned: bool) -> Scope:
+        """A job credential's scope as its SCOPES file holds it: {"project": P, "buckets": {B: writable}}."""
+        return cls(f"{record['project']}@aiptrain-jobs", [record["project"]], record.get("buckets"),
+                   unowned=unowned)
+
+    def reaches(self, project: str) -> bool:
+        return self.ANY in self.projects or project in self.projects
+
+    def may(self, bucket: str, owner: str | None, write: bool) -> bool:
+        """Whether this caller may read (or write) `bucket`, which `owner` owns (None: no project)."""
+        if write and self.read_only:
+            return False
+        if bucket in self.shared and (self.shared[bucket] or not write):
+            return True
+        if owner is None:
+            return self.unowned or self.ANY in self.projects
+        return self.reaches(owner)
+
+    def project_for_new_bucket(self, asked: str | None) -> str | None:
+        """The project a bucket this caller creates goes to: the one it names (which it must
+        reach), else its only project; None: a bucket of no project (a tree of no team)."""
+        if asked:
+            if not self.reaches(asked) or self.read_only:
+                raise ApiError(403, f"{self.principal} does not have storage.buckets.create access to the "
+                                    f"Google Cloud project {asked}.")
+            return asked
+        mine = sorted(self.projects - {self.ANY})
+        if len(mine) == 1 and self.ANY not in self.projects:
+            return mine[0]
+        if self.unowned or self.ANY in self.projects:
+            return None
+        raise ApiError(400, "Required parameter: project")
+
+    def denied(self, permission: str, what: str) -> ApiError:
+        """403 as Cloud Storage words it."""
+        return ApiError(403, f"{self.principal} does not have {permission} access to the Google Cloud Storage "
+                             f"{what}. Permission '{permission}' denied on resource (or it may not exist).")
+
+
+OPEN_SCOPE = Scope("allUsers", [Scope.ANY], unowned=True)  # a tree served to one user: everything
 
 
 # -- checksums: what google-cloud-storage validates an upload against ----------------------------
@@ -212,6 +278,77 @@ class Tree:
     def _hand_over(self, name: str, dir_fd: int | None = None) -> None:
         if self.owner is not None:
             os.chown(name, *self.owner, dir_fd=dir_fd, follow_symlinks=False)
+
+    # who owns what (PROJECTS_DIR)
+
+    def _records_dir(self, kind: str, create: bool = False) -> int:
+        return self._open_dir([PROJECTS_DIR, kind], create=create)
+
+    def read_record(self, kind: str, name: str) -> str | None:
+        """A record's text, bounded and through no link; None when there is none."""
+        try:
+            records = self._records_dir(kind)
+        except OSError:
+            return None
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=records)
+        except OSError:
+            return None
+        finally:
+            os.close(records)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            return handle.read(MAX_RECORD_BYTES).decode(errors="replace")
+
+    def write_record(self, kind: str, name: str, text: str) -> None:
+        """A record, whole or not at all (written aside, then renamed into place)."""
+        records = self._records_dir(kind, create=True)
+        try:
+            partial = f".{name}.{secrets.token_hex(4)}"
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=records)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text)
+            self._hand_over(partial, records)
+            os.replace(partial, name, src_dir_fd=records, dst_dir_fd=records)
+        finally:
+            os.close(records)
+
+    def owner_of(self, bucket: str) -> str | None:
+        """The project `bucket` belongs to; None: no project (made before buckets had one)."""
+        owner = self.read_record(OWNERS, bucket)
+        return owner.strip() or None if owner is not None else None
+
+    def set_owner(self, bucket: str, project: str) -> None:
+        self.write_record(OWNERS, check_bucket(bucket), project + "\n")
+
+    @property
+    def team(self) -> bool:
+        """Whether a team server serves this tree: buckets of no project are then nobody's."""
+        try:
+            os.stat(os.path.join(self.root, PROJECTS_DIR, TEAM_MARK), follow_symlinks=False)
+            return True
+        except OSError:
+            return False
+
+    def mark_team(self) -> None:
+        """Say that a team server serves this tree (`team`)."""
+        records = self._open_dir([PROJECTS_DIR], create=True)
+        try:
+            os.close(os.open(TEAM_MARK, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644, dir_fd=records))
+        finally:
+            os.close(records)
+
+    def scope_of(self, token: str) -> Scope | None:
+        """The scope a job credential grants (SCOPES/sha256(token)); None for a token of no job."""
+        record = self.read_record(SCOPES, hashlib.sha256(token.encode()).hexdigest())
+        try:
+            data = json.loads(record) if record else None
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("project"), str):
+            return None
+        return Scope.from_record(data, unowned=not self.team)
 
     # descriptors
 
@@ -322,7 +459,9 @@ class Tree:
             info = os.fstat(fd)
         finally:
             os.close(fd)
+        owner = self.owner_of(bucket)
         return {"kind": "storage#bucket", "id": bucket, "name": bucket, "location": "US-CENTRAL1",
+                **({"labels": {"aiptrain-project": owner}} if owner else {}),
                 "locationType": "region", "storageClass": "STANDARD", "metageneration": "1", "etag": "CAE=",
                 "projectNumber": "0", "selfLink": f"https://www.googleapis.com/storage/v1/b/{bucket}",
                 "timeCreated": _rfc3339(info.st_mtime), "updated": _rfc3339(info.st_mtime)}
@@ -496,13 +635,19 @@ class Tree:
             raise
         return self.commit(partial, bucket, name, None)
 
-    def create_bucket(self, bucket: str) -> dict:
+    def create_bucket(self, bucket: str, project: str | None) -> dict:
+        """A bucket of `project` (None: of no project)."""
         try:
             os.mkdir(os.path.join(self.root, check_bucket(bucket)), 0o755)
             self._hand_over(os.path.join(self.root, bucket))
         except FileExistsError:
-            raise ApiError(409, f"Your previous request to create the named bucket succeeded and you already own "
-                                f"it: {bucket}") from None
+            if project is not None and self.owner_of(bucket) == project:
+                raise ApiError(409, f"Your previous request to create the named bucket succeeded and you already "
+                                    f"own it: {bucket}") from None
+            raise ApiError(409, f"The requested bucket name is not available: {bucket}. The bucket namespace is "
+                                "shared by all users of the system. Please select a different name and try again.") from None
+        if project is not None:
+            self.set_owner(bucket, project)
         return self.bucket_resource(bucket)
 
     def delete_bucket(self, bucket: str) -> None:
@@ -511,6 +656,16 @@ class Tree:
             os.rmdir(os.path.join(self.root, bucket))
         except OSError:
             raise ApiError(409, f"The bucket you tried to delete is not empty: {bucket}") from None
+        try:
+            records = self._records_dir(OWNERS)
+        except OSError:
+            return
+        try:
+            os.unlink(bucket, dir_fd=records)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(records)
 
 
 # -- HTTP -------------------------------------------------------------------------------------------
@@ -548,6 +703,8 @@ class Handler(BaseHTTPRequestHandler):
     tree: Tree
     uploads: Uploads
     scheme = "https"  # of the upload session URLs it hands out
+    fixed_scope: Scope | None = None  # every caller's, instead of its bearer token's (a tree of one user)
+    _request_scope: Scope | None = None
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's name
         # Read here, not in aiptrain.settings: this file runs on its own in the endpoint's container.
@@ -650,17 +807,71 @@ class Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _dispatch
 
+    # who asks, and what it may do
+
+    def scope(self) -> Scope:
+        """The caller's scope, looked up once per request."""
+        if self._request_scope is None:
+            self._request_scope = self.fixed_scope or self.caller_scope()
+        return self._request_scope
+
+    def caller_scope(self) -> Scope:
+        """The job credential the bearer token is (what replicas carry); 401 for none."""
+        found = self.tree.scope_of(self._bearer()) if self._bearer() else None
+        if found is None:
+            raise ApiError(401, "Anonymous caller does not have storage access: a replica's clients carry its job's "
+                                "credential (GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_AUTH_TOKEN_FOR_TESTING); one "
+                                "that drops it (AnonymousCredentials, STORAGE_EMULATOR_HOST) is refused")
+        return found
+
+    def _bearer(self) -> str:
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        return token.strip() if scheme.lower() == "bearer" else ""
+
+    def _allow(self, bucket: str, permission: str, what: str = "object", makes: bool = False) -> None:
+        """403 unless the caller may do `permission` (storage.objects.get, ...) on `bucket`.
+        A bucket that does not exist is the tree's to answer (404), or, where the request
+        `makes` objects, made by it for the caller's project: a bucket is made by its first
+        write here, as the host's staging makes it."""
+        scope = self.scope()
+        write = not permission.endswith((".get", ".list"))
+        if not self.tree.bucket_exists(bucket):
+            if makes:
+                project = scope.project_for_new_bucket(None)
+                with contextlib.suppress(ApiError):  # made meanwhile: its owner decides below
+                    self.tree.create_bucket(bucket, project)
+            else:
+                return
+        if not scope.may(bucket, self.tree.owner_of(bucket), write):
+            raise scope.denied(permission, what)
+
+    def _token(self) -> None:
+        """OAuth 2.0's refresh, as oauth2.googleapis.com answers it: the credentials file in a
+        replica (an authorized user whose refresh token is its job credential) asks for an
+        access token, which is the job credential itself."""
+        form = {k: v[-1] for k, v in parse_qs(self._small_body().decode(errors="replace")).items()}
+        self._body_read = True
+        token = form.get("refresh_token", "")
+        if form.get("grant_type") != "refresh_token" or not token or self.tree.scope_of(token) is None:
+            return self._send_json(400, {"error": "invalid_grant", "error_description": "Token has been expired or revoked."})
+        self._send_json(200, {"access_token": token, "expires_in": 3599, "token_type": "Bearer",
+                              "scope": "https://www.googleapis.com/auth/devstorage.full_control"})
+
     # routes
 
     def _handle(self) -> None:
         self._body_read = self.command in ("GET", "HEAD", "DELETE")
+        self._request_scope = None
         parts, query = self._route()
         if parts[:2] == ["resumable", "upload"]:
             parts = parts[1:]
         path = "/".join(parts)
+        if self.command == "POST" and path in ("token", "o/oauth2/token", "oauth2/v4/token"):
+            return self._token()
         if path.startswith("upload/storage/v1/b/"):
             return self._upload(parts[4], query)
         if path.startswith("download/storage/v1/b/") and len(parts) >= 7 and parts[5] == "o":
+            self._allow(parts[4], "storage.objects.get")
             return self._media(parts[4], unquote("/".join(parts[6:])))
         if path.startswith("storage/v1/b"):
             return self._json_api(parts[3:], query)
@@ -668,6 +879,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._batch()
         # The XML API's object GET (storage.googleapis.com/BUCKET/NAME): how TensorFlow reads.
         if len(parts) >= 2 and parts[1] and self.command in ("GET", "HEAD"):
+            self._allow(parts[0], "storage.objects.get")
             return self._media(parts[0], unquote("/".join(parts[1:])))
         raise ApiError(404, f"Not found: /{path}")
 
@@ -675,22 +887,25 @@ class Handler(BaseHTTPRequestHandler):
         method = self.command
         if not rest or rest == [""]:  # /storage/v1/b
             if method == "GET":
-                items = [self.tree.bucket_resource(b) for b in self.tree.buckets()]
-                return self._send_json(200, {"kind": "storage#buckets", "items": items})
+                return self._list_buckets(query.get("project"))
             if method == "POST":
                 name = self._json_body().get("name") or query.get("name", "")
                 self._body_read = True
-                return self._send_json(200, self.tree.create_bucket(name))
+                project = self.scope().project_for_new_bucket(query.get("project"))
+                return self._send_json(200, self.tree.create_bucket(name, project))
             raise ApiError(405, "Method not allowed")
         bucket = unquote(rest[0])
         if len(rest) == 1:
             if method in ("GET", "HEAD"):
+                self._allow(bucket, "storage.buckets.get", "bucket")
                 return self._send_json(200, self.tree.bucket_resource(bucket))
             if method == "PATCH":
+                self._allow(bucket, "storage.buckets.update", "bucket")
                 self._small_body()
                 self._body_read = True
                 return self._send_json(200, self.tree.bucket_resource(bucket))
             if method == "DELETE":
+                self._allow(bucket, "storage.buckets.delete", "bucket")
                 self.tree.delete_bucket(bucket)
                 return self._send_empty(204)
             raise ApiError(405, "Method not allowed")
@@ -698,6 +913,7 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(501, f"/storage/v1/b/{bucket}/{rest[1]} is not supported by aiptrain's storage endpoint")
         if len(rest) == 2 or rest[2:] == [""]:
             if method == "GET":
+                self._allow(bucket, "storage.objects.list", "bucket")
                 return self._list(bucket, query)
             raise ApiError(405, "Method not allowed")
         tail = "/".join(rest[2:])
@@ -706,20 +922,36 @@ class Handler(BaseHTTPRequestHandler):
             if marker in tail and method == "POST":
                 return self._copy(bucket, tail, marker, verb == "rewriteTo")
         if tail == "compose" or tail.endswith("/compose"):
+            self._allow(bucket, "storage.objects.create", makes=True)
             return self._compose(bucket, unquote(tail[: -len("compose")].rstrip("/")))
         name = unquote(tail)
         if method in ("GET", "HEAD"):
+            self._allow(bucket, "storage.objects.get")
             if query.get("alt") == "media":
                 return self._media(bucket, name)
             return self._send_json(200, self.tree.stat_object(bucket, name))
         if method == "DELETE":
+            self._allow(bucket, "storage.objects.delete")
             self.tree.delete(bucket, name)
             return self._send_empty(204)
         if method in ("PATCH", "PUT"):
+            self._allow(bucket, "storage.objects.update")
             self._small_body()
             self._body_read = True
             return self._send_json(200, self.tree.stat_object(bucket, name))
         raise ApiError(405, "Method not allowed")
+
+    def _list_buckets(self, project: str | None) -> None:
+        """The buckets of `project` the caller may read (all it may read, when none is named)."""
+        scope = self.scope()
+        if project and not scope.reaches(project) and not scope.shared:
+            raise ApiError(403, f"{scope.principal} does not have storage.buckets.list access to the Google Cloud "
+                                f"project {project}.")
+        owners = {bucket: self.tree.owner_of(bucket) for bucket in self.tree.buckets()}
+        items = [self.tree.bucket_resource(bucket) for bucket, owner in owners.items()
+                 if scope.may(bucket, owner, write=False) and (not project or owner in (project, None)
+                                                               or bucket in scope.shared)]
+        self._send_json(200, {"kind": "storage#buckets", **({"items": items} if items else {})})
 
     def _list(self, bucket: str, query: dict) -> None:
         prefix, delimiter = query.get("prefix", ""), query.get("delimiter", "")
@@ -780,6 +1012,7 @@ class Handler(BaseHTTPRequestHandler):
         parts = []
         for _, bucket, name in self.BATCH_REQUEST.findall(body):
             try:
+                self._allow(unquote(bucket), "storage.objects.delete")
                 self.tree.delete(unquote(bucket), unquote(name))
                 parts.append("HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
             except ApiError as exc:
@@ -799,6 +1032,8 @@ class Handler(BaseHTTPRequestHandler):
     def _copy(self, bucket: str, tail: str, marker: str, rewrite: bool) -> None:
         source, _, target = tail.partition(marker)
         target_bucket, _, target_name = target.partition("/o/")
+        self._allow(bucket, "storage.objects.get")
+        self._allow(unquote(target_bucket), "storage.objects.create", makes=True)
         self._small_body()  # metadata for the copy: not kept
         self._body_read = True
         resource = self.tree.copy(bucket, unquote(source), unquote(target_bucket), unquote(target_name))
@@ -824,6 +1059,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _upload(self, bucket: str, query: dict) -> None:
         check_bucket(bucket)
+        self._allow(bucket, "storage.objects.create", makes=self.command == "POST")
         kind = query.get("uploadType", "media")
         if self.command == "POST" and kind == "media":
             return self._finish_whole(bucket, query.get("name", ""), query, self._body_chunks())

@@ -210,8 +210,13 @@ def test_replicas_get_gs_urls_unchanged_as_job_dir_and_in_tf_config(cli, home, n
     assert master["command"][-2:] == ["--job-dir", "gs://my-bucket/jobs/x"]
     assert yaml.safe_load(master["env"]["TF_CONFIG"])["job"]["job_dir"] == "gs://my-bucket/jobs/x"
     assert not any(m["source"].startswith(local) for m in master["mounts"])
-    assert master["env"]["STORAGE_EMULATOR_HOST"] == "https://storage.googleapis.com"
-    assert "GOOGLE_APPLICATION_CREDENTIALS" not in master["env"]
+    # ...as its project: google-auth reads the project's credentials file, TensorFlow its token (masked).
+    assert "STORAGE_EMULATOR_HOST" not in master["env"]  # the emulator setting makes google-cloud-storage anonymous
+    assert "GOOGLE_APPLICATION_CREDENTIALS" in master["env"]
+    assert {"target": "/opt/aiptrain/storage/credentials.json", "read_only": True} in \
+        [{k: m[k] for k in ("target", "read_only")} for m in master["mounts"]]
+    assert master["env"]["GOOGLE_AUTH_TOKEN_FOR_TESTING"] == "*****"
+    assert master["env"]["GOOGLE_CLOUD_PROJECT"] == "aiptrain"
     assert not (home / "gcs").exists()  # a dry run creates nothing
 
 

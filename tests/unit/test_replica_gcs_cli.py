@@ -11,7 +11,7 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from aiptrain.storage.endpoint_server import Handler, Tree, Uploads
+from aiptrain.storage.endpoint_server import OPEN_SCOPE, Handler, Tree, Uploads
 
 TOOLS = __import__("pathlib").Path(__file__).parents[2] / "aiptrain" / "storage" / "replica_tools"
 sys.path.insert(0, str(TOOLS))
@@ -39,7 +39,8 @@ def endpoint_env(tmp_path):
     (root / "data" / "dir").mkdir(parents=True)
     (root / "data" / "dir" / "x.txt").write_text("twelve bytes")
     (root / "models").mkdir()
-    handler = type("TestHandler", (Handler,), {"tree": Tree(str(root)), "uploads": Uploads(), "scheme": "http"})
+    handler = type("TestHandler", (Handler,), {"tree": Tree(str(root)), "uploads": Uploads(), "scheme": "http",
+                                         "fixed_scope": OPEN_SCOPE})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NO_GCE_CHECK": "true",

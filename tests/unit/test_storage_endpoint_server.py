@@ -5,6 +5,7 @@ files (no link followed, regular files only, no name leaves the tree)."""
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import os
@@ -16,6 +17,8 @@ from http.server import ThreadingHTTPServer
 import pytest
 
 from aiptrain.storage.endpoint_server import (
+    OPEN_SCOPE,
+    SCOPES,
     Handler,
     Tree,
     Uploads,
@@ -27,11 +30,16 @@ from aiptrain.storage.endpoint_server import (
 )
 
 
+JOB_TOKEN = "aiptrain-job-token-of-team-a"
+AS_JOB = {"Authorization": f"Bearer {JOB_TOKEN}"}
+
+
 @pytest.fixture
 def endpoint(tmp_path):
     root = tmp_path / "gcs"
     root.mkdir()
-    handler = type("TestHandler", (Handler,), {"tree": Tree(str(root)), "uploads": Uploads(), "scheme": "http"})
+    handler = type("TestHandler", (Handler,), {"tree": Tree(str(root)), "uploads": Uploads(), "scheme": "http",
+                                         "fixed_scope": OPEN_SCOPE})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -266,6 +274,8 @@ def endpoint_as_another_user():
         os.chmod(base, 0o755)
         os.makedirs(os.path.join(root, "by-hand", "data"))
         os.makedirs(os.path.join(root, "ours"))
+        Tree(root, (65534, 65534) if os.geteuid() == 0 else None).write_record(SCOPES, hashlib.sha256(JOB_TOKEN.encode()).hexdigest(),
+                                json.dumps({"project": "team-a"}))  # the credential of a job of team-a
         server_file = shutil.copy(sys.modules[Handler.__module__].__file__, os.path.join(base, "server.py"))
         os.chmod(server_file, 0o644)
         if os.geteuid() == 0:
@@ -308,13 +318,14 @@ def test_a_write_the_endpoint_may_not_make_is_refused_at_once_with_403_naming_th
     """Not a 500 (TensorFlow retries those for minutes) nor a 409 about object names."""
     root, port = endpoint_as_another_user
     status, _, body = request(port, "POST", f"/upload/storage/v1/b/by-hand/o?uploadType=media&name={name}",
-                              body=b"weights")
+                              body=b"weights", headers=AS_JOB)
     assert status == 403, body
     message = json.loads(body)["error"]["message"]
     assert "may not write here" in message and "aiptrain's gsutil" in message and "chown" in message
     assert not os.path.exists(os.path.join(root, "by-hand", name))
     assert os.listdir(os.path.join(root, ".aiptrain-uploads")) == []  # the partial upload went
-    status, _, body = request(port, "POST", f"/upload/storage/v1/b/ours/o?uploadType=media&name={name}", body=b"w")
+    status, _, body = request(port, "POST", f"/upload/storage/v1/b/ours/o?uploadType=media&name={name}", body=b"w",
+                              headers=AS_JOB)
     assert status == 200, body
 
 
@@ -335,7 +346,7 @@ def test_a_request_before_the_server_accepts_waits_for_it_instead_of_being_refus
     assert asking.is_alive() and not answered  # connected, and waiting: nothing accepts yet
     threading.Thread(target=serve, args=(str(root), port, None, None, listening), daemon=True).start()
     asking.join(10)
-    assert answered == {"status": 200}
+    assert answered == {"status": 401}  # answered (an anonymous caller's answer)
 
 
 def test_a_client_that_connects_and_says_nothing_holds_up_no_other(tmp_path, capfd):
@@ -357,6 +368,6 @@ def test_a_client_that_connects_and_says_nothing_holds_up_no_other(tmp_path, cap
         context = ssl.create_default_context(cafile=str(tls / "trust.pem"))
         connection = http.client.HTTPSConnection("localhost", port, context=context, timeout=5)
         connection.request("GET", "/storage/v1/b?project=p")
-        assert connection.getresponse().status == 200
+        assert connection.getresponse().status == 401  # answered: anonymous callers get nothing
         connection.close()
     assert "Traceback" not in capfd.readouterr().err
