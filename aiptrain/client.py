@@ -29,7 +29,7 @@ from aiptrain.model import Job
 from aiptrain.runner import control
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore, duplicate_job
-from aiptrain.submission import Submission, Submitter, prepare, recorded_project
+from aiptrain.submission import Submission, Submitter, check_buckets, prepare, recorded_project
 from aiptrain.tfjob import Export
 from aiptrain.validation import check_label_count, validate_labels
 
@@ -118,6 +118,7 @@ class Client:
                build_progress: Callable[[str], None] | None = None) -> Job:
         """Run a prepared submission; `report` hears each step. A runtime image the engine lacks
         is built first (`build_progress` hears that build) unless AIPTRAIN_AUTO_BUILD=0."""
+        check_buckets(submission, self.settings)
         full = self.settings.out_of_space()
         if full:  # refused before the store, the log or the bucket is touched
             raise EnvironmentNotReady(full)

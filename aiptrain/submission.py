@@ -355,6 +355,23 @@ def storage_endpoint(submission: Submission, settings: Settings, prepare_files: 
     return endpoint
 
 
+def gcs_places(submission: Submission) -> list[str]:
+    """The gs:// places a job writes (its job dir, the staging bucket) and reads (its packages)."""
+    ti = submission.job.training_input
+    return [uri for uri in (ti.job_dir, submission.staging_bucket, *submission.remote_packages,
+                            *(ti.package_uris or [])) if uri and is_gcs(uri)]
+
+
+def check_buckets(submission: Submission, settings: Settings) -> None:
+    """A job names only buckets its project may use (those kept on this machine: Cloud Storage's
+    are Google's to judge); ValidationError (exit 2, API 400) naming the first other one."""
+    if submission.gcs_root is not None:
+        from aiptrain.storage import projects
+
+        projects.check_buckets(submission.gcs_root, submission.project or settings.default_project,
+                               gcs_places(submission), dict(submission.shared_buckets))
+
+
 def launch_failure(error_message: str) -> str:
     """The engine's refusal in a job's error message, without the pointer to the logs."""
     return error_message.split("\n\nTo find out more", 1)[0]
@@ -398,7 +415,6 @@ class Submitter:
         if self.store.exists(job.job_id):
             raise duplicate_job(job.job_id)
         self._check_resumed_study(job)
-        self._check_buckets(submission)
         lock = JobLock.try_acquire(self.settings.job_lock_path(job.job_id))
         if lock is None:
             raise duplicate_job(job.job_id)  # another process is submitting this very ID
@@ -449,23 +465,6 @@ class Submitter:
             raise EnvironmentNotReady(launch_failure(job.error_message))
         return job
 
-    def _project(self, submission: Submission) -> str:
-        return submission.project or self.settings.default_project
-
-    def _gcs_places(self, submission: Submission) -> list[str]:
-        """The gs:// places a job writes (its job dir, the staging bucket) and reads (its packages)."""
-        ti = submission.job.training_input
-        return [uri for uri in (ti.job_dir, submission.staging_bucket, *submission.remote_packages,
-                                *(ti.package_uris or [])) if uri and is_gcs(uri)]
-
-    def _check_buckets(self, submission: Submission) -> None:
-        """A job names only buckets of its own project (kept on this machine; Cloud Storage's are Google's to judge)."""
-        if submission.gcs_root is not None:
-            from aiptrain.storage.projects import check_buckets
-
-            check_buckets(submission.gcs_root, self._project(submission), self._gcs_places(submission),
-                          dict(submission.shared_buckets))
-
     def _storage_credential(self, submission: Submission) -> ProjectCredential | None:
         """The job's project's credential for its replicas, and the buckets its submit makes (the
         job dir's, the staging bucket) made for that project."""
@@ -473,8 +472,9 @@ class Submitter:
             return None
         from aiptrain.storage.projects import make_buckets, project_credential
 
-        make_buckets(submission.gcs_root, self._gcs_places(submission), self._project(submission))
-        return project_credential(self.settings.home / TLS_DIR_NAME, submission.gcs_root, self._project(submission),
+        project = submission.project or self.settings.default_project
+        make_buckets(submission.gcs_root, gcs_places(submission), project)
+        return project_credential(self.settings.home / TLS_DIR_NAME, submission.gcs_root, project,
                                   submission.shared_buckets)
 
     def _check_resumed_study(self, job: Job) -> None:

@@ -42,14 +42,14 @@ def serve(host: str, port: int, tokens_file: str | None) -> None:
     api_log.propagate = False
     # Refusals and failures always; each request too at --verbosity info or debug.
     api_log.setLevel(min(logging.getLogger("aiptrain").getEffectiveLevel(), logging.WARNING))
+    if not access.open:
+        _serve_teams(app.settings.gcs_root)
     address, bound_port = server.server_address[:2]
     address = address.decode() if isinstance(address, (bytes, bytearray)) else address  # str for AF_INET(6)
     shown = f"[{address}]" if ":" in address else address
     who = "tokens from " + tokens_file if tokens_file else "no tokens (loopback only)"
     click.echo(f"Serving the ml v1 API, Cloud Logging entries.list and Cloud Storage on http://{shown}:{bound_port} "
                f"({who}), the console at http://{shown}:{bound_port}/; Ctrl-C stops.", err=True)
-    if not access.open:
-        _serve_teams(app.settings.gcs_root)
     signal.signal(signal.SIGTERM, _stop)  # a service manager's stop: as Ctrl-C, the port is released
     try:
         server.serve_forever()

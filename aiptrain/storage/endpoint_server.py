@@ -176,9 +176,11 @@ class Scope:
         raise ApiError(400, "Required parameter: project")
 
     def denied(self, permission: str, what: str) -> ApiError:
-        """403 as Cloud Storage words it."""
+        """403 as Cloud Storage words it, and why where it is not the bucket's project."""
+        why = " (the caller's token is read-only)" if self.read_only and not permission.endswith((".get", ".list")) \
+            else ""
         return ApiError(403, f"{self.principal} does not have {permission} access to the Google Cloud Storage "
-                             f"{what}. Permission '{permission}' denied on resource (or it may not exist).")
+                             f"{what}{why}. Permission '{permission}' denied on resource (or it may not exist).")
 
 
 OPEN_SCOPE = Scope("allUsers", [Scope.ANY], unowned=True)  # a tree served to one user: everything
@@ -944,13 +946,12 @@ class Handler(BaseHTTPRequestHandler):
     def _list_buckets(self, project: str | None) -> None:
         """The buckets of `project` the caller may read (all it may read, when none is named)."""
         scope = self.scope()
-        if project and not scope.reaches(project) and not scope.shared:
+        if project and not scope.reaches(project):
             raise ApiError(403, f"{scope.principal} does not have storage.buckets.list access to the Google Cloud "
                                 f"project {project}.")
         owners = {bucket: self.tree.owner_of(bucket) for bucket in self.tree.buckets()}
         items = [self.tree.bucket_resource(bucket) for bucket, owner in owners.items()
-                 if scope.may(bucket, owner, write=False) and (not project or owner in (project, None)
-                                                               or bucket in scope.shared)]
+                 if scope.may(bucket, owner, write=False) and (not project or owner in (project, None))]
         self._send_json(200, {"kind": "storage#buckets", **({"items": items} if items else {})})
 
     def _list(self, bucket: str, query: dict) -> None:

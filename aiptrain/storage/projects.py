@@ -22,7 +22,7 @@ import secrets
 from pathlib import Path
 
 from aiptrain.errors import ValidationError
-from aiptrain.storage import bucket_name, is_gcs
+from aiptrain.storage import bucket_name, is_gcs, split_url
 from aiptrain.storage.endpoint import ProjectCredential
 from aiptrain.storage.endpoint_server import SCOPES, ApiError, Tree
 
@@ -91,7 +91,7 @@ def check_buckets(gcs_root: Path, project: str, uris: list[str], shared: dict[st
     for uri in uris:
         if not is_gcs(uri):
             continue
-        bucket = bucket_name(uri)
+        bucket = bucket_name(split_url(uri)[0])
         if not files.bucket_exists(bucket) or bucket in (shared or {}):
             continue  # one that does not exist is made by the job's first write, for its project
         owner = files.owner_of(bucket)
@@ -107,7 +107,7 @@ def make_buckets(gcs_root: Path, uris: list[str], project: str) -> None:
     """The buckets `uris` name that do not exist yet, made for `project` (what a submit stages
     to or writes its job dir in: a bucket is made by its first write here)."""
     files = tree(gcs_root)
-    for bucket in dict.fromkeys(bucket_name(uri) for uri in uris if is_gcs(uri)):
+    for bucket in dict.fromkeys(bucket_name(split_url(uri)[0]) for uri in uris if is_gcs(uri)):
         if not files.bucket_exists(bucket):
             with contextlib.suppress(ApiError):  # made meanwhile by another writer: check_buckets judges it
                 files.create_bucket(bucket, project)

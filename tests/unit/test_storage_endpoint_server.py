@@ -29,7 +29,6 @@ from aiptrain.storage.endpoint_server import (
     parse_range,
 )
 
-
 JOB_TOKEN = "aiptrain-job-token-of-team-a"
 AS_JOB = {"Authorization": f"Bearer {JOB_TOKEN}"}
 
