@@ -145,14 +145,18 @@ class LocalGcs:
                 click.echo(f"Removing {self.url(path)}...", err=True)
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
 
-    def mb(self, urls: list[str]) -> None:
+    def mb(self, urls: list[str], project: str | None = None) -> None:
+        """Buckets of `project` (gsutil's -p; default: the default project, as gsutil takes it)."""
+        from aiptrain.settings import Settings
+        from aiptrain.storage.projects import tree
+
+        project = project or Settings().default_project
         for url in urls:
             bucket = self.path(url.rstrip("/"))
             click.echo(f"Creating {url.rstrip('/')}/...", err=True)
             if bucket.exists():
                 raise GsutilError(f"409 A Cloud Storage bucket named '{bucket.name}' already exists.", "ServiceException")
-            bucket.mkdir(parents=True)
-            give_to_replicas(self.root, bucket)
+            tree(self.root).create_bucket(bucket.name, project)
 
     def rb(self, urls: list[str]) -> None:
         for url in urls:
@@ -160,7 +164,9 @@ class LocalGcs:
             if any(bucket.iterdir()):
                 raise GsutilError(f"409 The bucket you tried to delete is not empty: {url}", "BucketNotEmpty")
             click.echo(f"Removing {url.rstrip('/')}/...", err=True)
-            bucket.rmdir()
+            from aiptrain.storage.projects import tree
+
+            tree(self.root).delete_bucket(bucket.name)  # and its project's record
 
 
 MB_VALUE_OPTIONS = ("-l", "-p", "-c", "-b")  # mb's options with a value: no local meaning
@@ -200,13 +206,20 @@ def run(gcs: LocalGcs, command: str, args: list[str]) -> None:
     elif command == "rm":
         gcs.rm(operands, bool(options & {"r", "R"}), "f" in options)
     elif command == "mb":
-        gcs.mb(operands)
+        gcs.mb(operands, _option_value(args, "-p"))
     elif command == "rb":
         gcs.rb(operands)
     else:
         raise ValidationError(
             f"aiptrain's gsutil runs cp, mv, ls, cat, rm, mb and rb on gs:// kept on this machine, not `{command}`."
         )
+
+
+def _option_value(args: list[str], name: str) -> str | None:
+    for index, arg in enumerate(args[:-1]):
+        if arg == name:
+            return args[index + 1]
+    return None
 
 
 def strip_top_level(argv: list[str]) -> list[str]:
@@ -259,7 +272,10 @@ def gcloud_storage_args(args: list[str]) -> tuple[str, list[str]]:
             skip = False
             continue
         key = arg.split("=", 1)[0]
-        if key in GCLOUD_VALUE_OPTIONS:
+        if key == "--project":  # the project the bucket goes to, as mb's -p
+            translated += ["-p", arg.split("=", 1)[1] if "=" in arg else rest[rest.index(arg) + 1]]
+            skip = "=" not in arg
+        elif key in GCLOUD_VALUE_OPTIONS:
             skip = "=" not in arg
         elif key in GCLOUD_SWITCHES:
             switch = GCLOUD_SWITCHES[key]

@@ -218,9 +218,11 @@ PROBE = """
     import ssl
     import urllib.request
 
-    # No Google client here (the minimal runtime): a plain HTTPS GET, trusting the installation's CA.
-    url = "https://storage.googleapis.com/probe-data/hello.txt"
-    print("read", urllib.request.urlopen(url, context=ssl.create_default_context(), timeout=20).read().decode().strip())
+    # No Google client here (the minimal runtime): a plain HTTPS GET, trusting the installation's CA,
+    # with the job's credential (as TensorFlow's GCS file system sends it).
+    request = urllib.request.Request("https://storage.googleapis.com/probe-data/hello.txt", headers={
+        "Authorization": "Bearer " + __import__("os").environ["GOOGLE_AUTH_TOKEN_FOR_TESTING"]})
+    print("read", urllib.request.urlopen(request, context=ssl.create_default_context(), timeout=20).read().decode().strip())
 """
 
 
