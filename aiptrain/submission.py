@@ -518,7 +518,6 @@ class Submitter:
                            functools.partial(self.settings.job_log_path(job.job_id).unlink, missing_ok=True),
                            functools.partial(shutil.rmtree, work_dir, ignore_errors=True)):
                 undo.callback(_tried, forget)
-            credential = self._storage_credential(submission)
             created = self._ensure_job_dir(Path(submission.job_dir_mount), submission.gcs_root) \
                 if submission.job_dir_mount else None
             if created is not None:
@@ -551,6 +550,7 @@ class Submitter:
             bucket_url, prefix = staging.staging_target(
                 job.job_id, submission.staging_bucket, ti.job_dir, str(self.settings.bucket_root)
             )
+            credential = self._storage_credential(submission)  # what can be refused was: the buckets are made
             self._step(f"Staging {len(files) + len(wheels)} file(s) to {bucket_url}")
             index = staging.StagedIndex(self.settings.cache_dir / "staged-objects.json")
             staged = staging.stage(files, bucket_url, prefix, index, wheels, submission.gcs_root)

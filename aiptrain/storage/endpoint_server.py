@@ -265,14 +265,15 @@ class Tree:
     """Buckets and objects as directories and files under `root`. Every path is walked one
     component at a time from a directory descriptor with O_NOFOLLOW: a link is never followed."""
 
-    def __init__(self, root: str, owner: tuple[int, int] | None = None):
+    def __init__(self, root: str, owner: tuple[int, int] | None = None, make: bool = True):
         """`owner`: uid and gid to hand what is created to (the replicas' user, when the host's
         `aiptrain serve` runs this tree as root), so the endpoint in the replicas' container may
-        write beside it; None: created as whoever runs this."""
+        write beside it; None: created as whoever runs this. `make`: the root and its uploads
+        directory made now (not for a look that must leave nothing behind)."""
         self.root = os.path.abspath(root)
         self.owner = owner
         self.uploads = os.path.join(self.root, UPLOADS_DIR)
-        for path in (self.root, self.uploads):
+        for path in (self.root, self.uploads) if make else ():
             if not os.path.isdir(path):
                 os.makedirs(path, exist_ok=True)
                 self._hand_over(path)

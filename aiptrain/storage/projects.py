@@ -31,11 +31,12 @@ CREDENTIALS_DIR = "credentials"  # in the TLS dir: one credentials file per proj
 TOKEN_URI = "https://oauth2.googleapis.com/token"  # where google-auth refreshes (the endpoint answers)
 
 
-def tree(gcs_root: Path) -> Tree:
-    """The gcs tree, what it makes handed to the replicas' user as every writer of it does."""
+def tree(gcs_root: Path, make: bool = True) -> Tree:
+    """The gcs tree, what it makes handed to the replicas' user as every writer of it does
+    (`make`: False for a look that leaves nothing behind)."""
     from aiptrain.storage.local import REPLICA_IDS
 
-    return Tree(str(gcs_root), REPLICA_IDS if os.geteuid() == 0 else None)
+    return Tree(str(gcs_root), REPLICA_IDS if os.geteuid() == 0 else None, make)
 
 
 def project_credential(tls_dir: Path, gcs_root: Path, project: str,
@@ -87,7 +88,7 @@ def check_buckets(gcs_root: Path, project: str, uris: list[str], shared: dict[st
     """A job of `project` may name only buckets its replicas may use: its project's, those
     shared with it, or of no project where no team server serves the tree. ValidationError
     naming the first other one."""
-    files = tree(gcs_root)
+    files = tree(gcs_root, make=False)
     for uri in uris:
         if not is_gcs(uri):
             continue

@@ -364,7 +364,9 @@ def test_replicas_are_told_gs_urls_unchanged_with_the_endpoint_in_the_plan(cli, 
     [master] = yaml.safe_load(result.stdout)["containers"]
     assert master["command"][-4:] == ["--data", "gs://my-bucket/data/train.csv", "--job-dir", "gs://my-bucket/jobs/x"]
     env = master["env"]
-    assert env["STORAGE_EMULATOR_HOST"] == "https://storage.googleapis.com" and env["NO_GCE_CHECK"] == "true"
+    assert env["CLOUD_STORAGE_EMULATOR_ENDPOINT"] == "https://storage.googleapis.com" and env["NO_GCE_CHECK"] == "true"
+    assert "STORAGE_EMULATOR_HOST" not in env  # google-cloud-storage would send no credential
+    assert env["GOOGLE_CLOUD_PROJECT"] == "aiptrain" and env["GOOGLE_AUTH_TOKEN_FOR_TESTING"] == "*****"
     assert env["CURL_CA_BUNDLE"] == env["SSL_CERT_FILE"] == env["REQUESTS_CA_BUNDLE"] == "/opt/aiptrain/storage/trust.pem"
     assert env["PATH"].startswith("/opt/aiptrain/bin:")
     assert all(m["read_only"] for m in master["mounts"] if "gcs" in m["source"] or "storage" in m["source"])
