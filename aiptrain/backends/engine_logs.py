@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from aiptrain.backends import LogChunk
 from aiptrain.logs import parse_engine_time
@@ -185,3 +186,27 @@ def frame_blocks(blocks: Iterator[bytes]) -> Iterator[list[tuple[int, bytes]]]:
 
 def _chunk(stream: str, stamp: str, raw: bytes) -> LogChunk:
     return LogChunk(time=stamp, stream=stream, text=raw.decode(errors="replace").rstrip("\r"))
+
+
+def open_logs(api: Any, path: str, replica_id: str, since_ns: int | None, follow: bool) -> Any:
+    """The engine's log messages of one replica (`path`: its log endpoint, a container's or a
+    swarm service's), stdout and stderr apart: docker-py's logs() merges them, and the severity
+    of a line depends on its stream, so the multiplexed frames are read directly."""
+    params: dict[str, int | str] = {"follow": int(follow), "stdout": 1, "stderr": 1, "timestamps": 1}
+    if since_ns:
+        params["since"] = f"{since_ns // 1_000_000_000}.{since_ns % 1_000_000_000:09d}"
+    response = api._get(api._url(path, replica_id), params=params, stream=True)
+    api._raise_for_status(response)
+    if follow:
+        api._disable_socket_timeout(api._get_raw_response_socket(response))  # follow may wait long
+    return response
+
+
+def log_frames(api: Any, path: str, replica_id: str, since_ns: int | None,
+               follow: bool) -> Iterator[list[tuple[int, bytes]]]:
+    """The replica's frames in batches, from one request to the engine (`read_log_lines`'s `frames`)."""
+    response = open_logs(api, path, replica_id, since_ns, follow)
+    try:
+        yield from frame_blocks(body_blocks(response))
+    finally:
+        response.close()
