@@ -79,7 +79,7 @@ def _write_mappings(home: Path, entries: dict) -> None:
 
 def _python_of(image: str) -> str:
     """major.minor of an image's Python: its aiptrain.python label, else asked."""
-    from aiptrain.backends.docker import connect
+    from aiptrain.backends.engine import connect
 
     api = connect()
     labels = api.inspect_image(image).get("Config", {}).get("Labels") or {}
@@ -94,7 +94,7 @@ def image_contents(rt: Runtime) -> Image:
     label records it installed."""
     from docker.errors import ImageNotFound
 
-    from aiptrain.backends.docker import connect, inspect_image
+    from aiptrain.backends.engine import connect, inspect_image
 
     try:
         labels = inspect_image(connect(), rt.image).get("Config", {}).get("Labels") or {}
@@ -123,7 +123,7 @@ def _image_labels(image: str) -> dict[str, str] | None:
     """The image's labels; None when the engine does not have it."""
     from docker.errors import ImageNotFound
 
-    from aiptrain.backends.docker import connect
+    from aiptrain.backends.engine import connect
 
     try:
         return connect().inspect_image(image).get("Config", {}).get("Labels") or {}
@@ -300,7 +300,7 @@ def build_image(
     given_as: str = "runtime version",
 ) -> str:
     """Build (or rebuild) the runtime's image; return its name."""
-    from aiptrain.backends.docker import connect
+    from aiptrain.backends.engine import connect
 
     if rt.mapped_image:
         raise ValidationError(

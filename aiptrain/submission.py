@@ -345,8 +345,8 @@ def plan_inputs(
 
 def storage_endpoint(submission: Submission, settings: Settings, prepare_files: bool = True) -> StorageEndpoint | None:
     """The installation's storage endpoint, when it serves this job's gs:// (its TLS files and
-    the gcs tree made ready for it first, unless `prepare_files` is False: a dry run, or a
-    backend's `ensure_storage_endpoint` to follow, which makes them)."""
+    the gcs tree made ready for it first, unless `prepare_files` is False: a dry run, or an
+    installation's `ensure_storage_endpoint` to follow, which makes them)."""
     if not submission.serves_gcs or submission.gcs_root is None:
         return None
     endpoint = storage_endpoint_for(settings, submission.gcs_root, submission.runtime_image)
@@ -402,7 +402,7 @@ class Submitter:
         self._report(text)
 
     def submit(self, submission: Submission) -> Job:
-        from aiptrain.backends.docker import inspections_shared
+        from aiptrain.backends.engine import inspections_shared
 
         with inspections_shared():
             return self._submit(submission)
@@ -442,11 +442,12 @@ class Submitter:
         is still importing then (a first job's replicas waited for the endpoint after its
         staging). The controller's launch makes sure of it again, and reports a failure; one
         started for a job that is then refused goes when the controller does (release_shared)."""
-        self.backend.warm_up()
+        installation = self.backend.installation
+        installation.warm_up()
         try:
             endpoint = storage_endpoint(submission, self.settings, prepare_files=False)  # the backend makes them
             if endpoint is not None:
-                self.backend.ensure_storage_endpoint(endpoint)
+                installation.ensure_storage_endpoint(endpoint)
         except Exception as exc:  # noqa: BLE001 - the launch meets it again, and says it
             log.info("Could not start the storage endpoint ahead of the launch: %s", exc)
 

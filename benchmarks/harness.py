@@ -285,7 +285,7 @@ class Bench:
         from aiptrain.backends.docker import DockerBackend
 
         try:
-            DockerBackend().remove_abandoned()
+            DockerBackend().installation.remove_abandoned()
         except Exception:  # noqa: BLE001 - best effort: any controller's next sweep does it
             pass
         return leftovers
@@ -321,7 +321,7 @@ def remove_network(name: str, patience: float = 60) -> None:
     has just removed ("has active endpoints"), as aiptrain's own teardown does; and, as it does,
     not once the count is stale (StaleCountWatch: it stays so for minutes to an hour, or until
     dockerd restarts)."""
-    from aiptrain.backends.docker import StaleCountWatch
+    from aiptrain.backends.networks import StaleCountWatch
 
     deadline = time.monotonic() + patience
     watch = StaleCountWatch()

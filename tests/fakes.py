@@ -11,7 +11,8 @@ scripts them, on a step counter the test advances (never a sleep).
 
 A task without a scripted exit for its current run keeps running until stopped. Every change
 (launch, exit, restart, stop, remove) calls the callbacks of `watch` at once, in the changing
-thread, and sets `changed`.
+thread, and sets `changed`. What the home's jobs share is the backend's `installation`, a
+FakeInstallation that records its own calls.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
-from aiptrain.backends import Backend, LogChunk, ReplicaObservation, ReplicaStatus
+from aiptrain.backends import Backend, Installation, LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.errors import AiptrainError
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import ContainerSpec, LaunchPlan
@@ -74,6 +75,48 @@ class FakeReplica:
                                   container_id=self.container_id, trial_id=self.trial_id)
 
 
+class FakeInstallation:
+    """Every member of aiptrain.backends.Installation (tests/unit/test_backends.py compares the
+    signatures): it records what it was asked in `calls`, as the backend does in its own.
+
+    fail: member name -> the AiptrainError that member raises (the backend's `fail`, shared).
+    """
+
+    def __init__(self, fail: dict[str, Exception] | None = None):
+        self.fail = fail if fail is not None else {}
+        self.calls: list[tuple] = []
+        self.released = 0  # release_shared calls that released
+
+    def calls_to(self, member: str) -> list[tuple]:
+        return [call for call in self.calls if call[0] == member]
+
+    def warm_up(self, launches: bool = False) -> None:
+        self.calls.append(("warm_up",))
+
+    def ensure_storage_endpoint(self, endpoint) -> str:
+        self.calls.append(("ensure_storage_endpoint", endpoint.name))
+        self._maybe_fail("ensure_storage_endpoint")
+        endpoint.prepare_files()  # as a real installation does, before it starts the endpoint
+        return "192.0.2.1"  # TEST-NET-1: an address nothing answers at
+
+    def remove_installation(self) -> None:
+        self.calls.append(("remove_installation",))
+
+    def remove_abandoned(self, active_jobs: Callable[[], Collection[str]] | None = None) -> None:
+        self.calls.append(("remove_abandoned", None if active_jobs is None else sorted(active_jobs())))
+
+    def release_shared(self, still_needed: Callable[[], bool]) -> None:
+        self.calls.append(("release_shared",))
+        self._maybe_fail("release_shared")
+        if not still_needed():
+            self.released += 1
+
+    def _maybe_fail(self, member: str) -> None:
+        error = self.fail.get(member)
+        if error is not None:
+            raise error
+
+
 class FakeBackend:
     """Every member of aiptrain.backends.Backend (tests/unit/test_backends.py compares the
     signatures), with replicas in memory.
@@ -114,7 +157,7 @@ class FakeBackend:
         self.removed: list[tuple[str, str | None]] = []  # (job, trial or None)
         self.ran: list[ContainerSpec] = []  # run_to_completion's containers
         self.run_result: tuple[int, str] = (0, "")
-        self.released = 0  # release_shared calls that released
+        self.installation = FakeInstallation(self.fail)  # what the home's jobs share: its own calls
         self.changed = threading.Event()
         self.watching = threading.Event()  # set once a `watch` is registered
         self._watchers: list[Callable[[str], None]] = []
@@ -178,9 +221,6 @@ class FakeBackend:
     def host_address(self) -> str | None:
         self.calls.append(("host_address",))
         return self.address
-
-    def warm_up(self, launches: bool = False) -> None:
-        self.calls.append(("warm_up",))
 
     def check_ready(self, plan: LaunchPlan) -> None:
         self.calls.append(("check_ready", plan.job_id))
@@ -254,24 +294,6 @@ class FakeBackend:
         if gone:
             self._notify(job_id)
 
-    def ensure_storage_endpoint(self, endpoint) -> str:
-        self.calls.append(("ensure_storage_endpoint", endpoint.name))
-        self._maybe_fail("ensure_storage_endpoint")
-        endpoint.prepare_files()  # as a real backend does, before it starts the endpoint
-        return "192.0.2.1"  # TEST-NET-1: an address nothing answers at
-
-    def remove_installation(self) -> None:
-        self.calls.append(("remove_installation",))
-
-    def remove_abandoned(self, active_jobs: Callable[[], Collection[str]] | None = None) -> None:
-        self.calls.append(("remove_abandoned", None if active_jobs is None else sorted(active_jobs())))
-
-    def release_shared(self, still_needed: Callable[[], bool]) -> None:
-        self.calls.append(("release_shared",))
-        self._maybe_fail("release_shared")
-        if not still_needed():
-            self.released += 1
-
     def watch(self, stop: threading.Event, on_change: Callable[[str], None]) -> None:
         """Deliver every change to `on_change` (in the thread that makes it) until `stop` is set;
         blocks like the real watchers, so run it in a thread."""
@@ -333,5 +355,6 @@ class FakeBackend:
             raise error
 
 
-if TYPE_CHECKING:  # mypy checks that the fake is a Backend, member by member
+if TYPE_CHECKING:  # mypy checks that the fakes are a Backend and an Installation, member by member
     _: Backend = FakeBackend()
+    _installation: Installation = FakeInstallation()

@@ -3,6 +3,9 @@
 The controller, the job verbs and the CLI see this small interface only, and get a backend
 from `open_backend`, which imports the named one on first use: `docker` (one engine) and
 `swarm` (a Docker Swarm cluster) run the same LaunchPlan. A job records which backend runs it.
+Two protocols: `Backend`, what runs one job's replicas, and its `installation`, what the jobs
+of the home share (the storage endpoint, shared networks) and the sweep, which the home's
+controller owns.
 """
 
 from __future__ import annotations
@@ -58,19 +61,49 @@ class LogChunk(NamedTuple):  # a tuple: a million lines are a million of these
     text: str  # one line, without its newline
 
 
-class Backend(Protocol):
-    name: str  # as --backend and the job store call it
-    # Whether a directory of this host, bind-mounted, is the same directory in every replica
-    # (one engine), so the packages can be installed once for all of them (aiptrain.installs).
-    host_dirs_reach_replicas: bool
-
-    def host_address(self) -> str | None:
-        """This host's address as seen from inside a replica, if the backend knows it."""
+class Installation(Protocol):
+    """What the jobs of one installation share on a backend's engine, and what no job removes:
+    the home's controller owns it (warm-up for launching, release when it goes, the sweep).
+    A submit asks it too, to start the storage endpoint ahead of the launch."""
 
     def warm_up(self, launches: bool = False) -> None:
         """Get ready to be used soon (connect); never raises. `launches`: this process launches
         the installation's jobs from now on (the controller), so what makes a launch faster may
         be kept ready."""
+
+    def ensure_storage_endpoint(self, endpoint: StorageEndpoint) -> str:
+        """Start the installation's storage endpoint unless it runs already (its files made
+        first: `StorageEndpoint.prepare_files`); the address replicas reach it at."""
+
+    def release_shared(self, still_needed: Callable[[], bool]) -> None:
+        """Remove what the installation's jobs share (the storage endpoint and its network)
+        unless `still_needed()` says a job still is active, asked under the locks a launch
+        takes to make them; the next launch makes them again."""
+
+    def remove_installation(self) -> None:
+        """Remove everything the installation shares (the storage endpoint, the lone replicas'
+        network): its home is gone, so nothing will use them again."""
+
+    def remove_abandoned(self, active_jobs: Callable[[], Collection[str]] | None = None) -> None:
+        """Remove what installations whose home was deleted from this host left shared on the
+        engine (their storage endpoint, their lone replicas' network), where nothing uses it;
+        given `active_jobs` (this home's active job IDs, asked after the engine was looked at),
+        also the networks of this home's ended jobs that the engine kept at their teardown."""
+
+
+class Backend(Protocol):
+    """What runs one job's replicas: the job verbs, the driver and the log copier use it."""
+
+    name: str  # as --backend and the job store call it
+    # Whether a directory of this host, bind-mounted, is the same directory in every replica
+    # (one engine), so the packages can be installed once for all of them (aiptrain.installs).
+    host_dirs_reach_replicas: bool
+    # What the installation's jobs share on the same engine, through the same connection (the
+    # launches use it: the storage endpoint, the lone replicas' network).
+    installation: Installation
+
+    def host_address(self) -> str | None:
+        """This host's address as seen from inside a replica, if the backend knows it."""
 
     def check_ready(self, plan: LaunchPlan) -> None:
         """Raise EnvironmentNotReady if the plan cannot run here (no engine, image, GPU)."""
@@ -95,25 +128,6 @@ class Backend(Protocol):
     def remove(self, job_id: str, trial_id: str | None = None) -> None:
         """Remove the containers and networks of the job (of one trial only, when given);
         nothing if there are none."""
-
-    def ensure_storage_endpoint(self, endpoint: StorageEndpoint) -> str:
-        """Start the installation's storage endpoint unless it runs already (its files made
-        first: `StorageEndpoint.prepare_files`); the address replicas reach it at."""
-
-    def release_shared(self, still_needed: Callable[[], bool]) -> None:
-        """Remove what the installation's jobs share (the storage endpoint and its network)
-        unless `still_needed()` says a job still is active, asked under the locks a launch
-        takes to make them; the next launch makes them again."""
-
-    def remove_installation(self) -> None:
-        """Remove everything the installation shares (the storage endpoint, the lone replicas'
-        network): its home is gone, so nothing will use them again."""
-
-    def remove_abandoned(self, active_jobs: Callable[[], Collection[str]] | None = None) -> None:
-        """Remove what installations whose home was deleted from this host left shared on the
-        engine (their storage endpoint, their lone replicas' network), where nothing uses it;
-        given `active_jobs` (this home's active job IDs, asked after the engine was looked at),
-        also the networks of this home's ended jobs that the engine kept at their teardown."""
 
     def watch(self, stop: threading.Event, on_change: Callable[[str], None]) -> None:
         """Call `on_change(job_id)` whenever a replica of the installation starts or stops,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from aiptrain.backends import LogChunk
 from aiptrain.logs import parse_engine_time
@@ -18,9 +19,11 @@ from aiptrain.logs import parse_engine_time
 # a few hundred milliseconds after its follow ended.
 ENGINE_PART_BYTES = 16 * 1024
 LAST_PART_PATIENCE_SECONDS = 3.0
+# (since_ns, follow) -> batches of (stream id, message) pairs, in the engine's order
+Frames = Callable[[int | None, bool], Iterator[list[tuple[int, bytes]]]]
 
 
-def read_log_lines(frames, since_ns: int | None, read_again: bool = False) -> Iterator[list[LogChunk]]:
+def read_log_lines(frames: Frames, since_ns: int | None, read_again: bool = False) -> Iterator[list[LogChunk]]:
     """A replica's log lines, in batches (the lines that arrived together), from its engine's
     messages: `frames(since_ns, follow)` yields batches of (stream id, message) pairs. The follow
     can end before the engine has written the last part of a long line (the engine cuts lines
@@ -50,7 +53,7 @@ class _LineAssembler:
     and the last line of a replica may have none. Parts are joined as bytes, so a character
     cut in two is whole again; a line keeps the time of its first part."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._stamp: bytes | None = None
         self._parts: list[bytes] = []
 
@@ -84,7 +87,7 @@ class _LogReader:
     from the same start, skipping the messages already read (the engine's last part of a line
     may be stamped before the parts it follows, so a later `since` could miss it)."""
 
-    def __init__(self, frames, since_ns: int | None):
+    def __init__(self, frames: Frames, since_ns: int | None):
         # (since_ns, follow) -> batches of (stream id, message) pairs, in the engine's order
         self._frames = frames
         self._since_ns = since_ns
@@ -121,7 +124,7 @@ BODY_READ_BYTES = 1 << 20
 _FRAME_HEADER = struct.Struct(">BxxxL")  # stream id, 3 bytes padding, payload size
 
 
-def body_blocks(response) -> Iterator[bytes]:
+def body_blocks(response: Any) -> Iterator[bytes]:
     """The response's body as it arrives, a block per read of the socket. The engine sends each
     log message as an HTTP chunk of its own; read through urllib3 and http.client, that is several
     Python calls per line, so chunked bodies are read from the socket and unchunked here."""
@@ -134,7 +137,7 @@ def body_blocks(response) -> Iterator[bytes]:
     yield from unchunk(lambda: read1(BODY_READ_BYTES))
 
 
-def unchunk(read) -> Iterator[bytes]:
+def unchunk(read: Callable[[], bytes]) -> Iterator[bytes]:
     """HTTP/1.1's chunked transfer coding undone: `read()` gives what arrived (b"" once the
     connection closed); each block of whole chunks comes out joined, until the last chunk."""
     buffer = b""
@@ -185,3 +188,27 @@ def frame_blocks(blocks: Iterator[bytes]) -> Iterator[list[tuple[int, bytes]]]:
 
 def _chunk(stream: str, stamp: str, raw: bytes) -> LogChunk:
     return LogChunk(time=stamp, stream=stream, text=raw.decode(errors="replace").rstrip("\r"))
+
+
+def open_logs(api: Any, path: str, replica_id: str, since_ns: int | None, follow: bool) -> Any:
+    """The engine's log messages of one replica (`path`: its log endpoint, a container's or a
+    swarm service's), stdout and stderr apart: docker-py's logs() merges them, and the severity
+    of a line depends on its stream, so the multiplexed frames are read directly."""
+    params: dict[str, int | str] = {"follow": int(follow), "stdout": 1, "stderr": 1, "timestamps": 1}
+    if since_ns:
+        params["since"] = f"{since_ns // 1_000_000_000}.{since_ns % 1_000_000_000:09d}"
+    response = api._get(api._url(path, replica_id), params=params, stream=True)
+    api._raise_for_status(response)
+    if follow:
+        api._disable_socket_timeout(api._get_raw_response_socket(response))  # follow may wait long
+    return response
+
+
+def log_frames(api: Any, path: str, replica_id: str, since_ns: int | None,
+               follow: bool) -> Iterator[list[tuple[int, bytes]]]:
+    """The replica's frames in batches, from one request to the engine (`read_log_lines`'s `frames`)."""
+    response = open_logs(api, path, replica_id, since_ns, follow)
+    try:
+        yield from frame_blocks(body_blocks(response))
+    finally:
+        response.close()

@@ -52,73 +52,44 @@ no-new-privileges, and its tmpfs mounts are noexec (packages with compiled parts
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import hashlib
-import logging
 import os
 import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import Any
 
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
-from aiptrain.backends.docker import (
-    LABEL_HOME,
-    LABEL_ROLE,
-    NETWORK_PATIENCE_SECONDS,
-    DockerBackend,
-    NoEndpointImage,
-    engine_error,
-    engine_is_local,
-    labelled_observation,
-    subnet_pool,
+from aiptrain.backends.engine import DEFAULT_NETWORK, Engine, EngineApi, each, removed_on_failure
+from aiptrain.backends.engine_logs import body_blocks, frame_blocks, log_frames, open_logs, read_log_lines
+from aiptrain.backends.networks import Holders, Networks
+from aiptrain.backends.swarm_endpoint import SwarmInstallation, SwarmStorage
+from aiptrain.backends.swarm_specs import (
+    CONFIG_NAME_MAX,
+    NOT_A_MANAGER,
+    Node,
+    carried_files,
+    check_gpus,
+    config_reference,
+    latest_task,
+    meets,
+    node_capacity,
+    observation,
+    plan_mounts,
+    replica_status,
+    service_spec,
+    short_name,
+    unshared_dirs,
 )
-from aiptrain.backends.engine_logs import body_blocks, frame_blocks, read_log_lines
+from aiptrain.backends.sweep import Sweep
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
-from aiptrain.logs import parse_engine_time
-from aiptrain.planning import (
-    LABEL_INSTALLATION,
-    ContainerSpec,
-    LaunchPlan,
-    Mount,
-    NetworkSpec,
-)
+from aiptrain.planning import ContainerSpec, LaunchPlan
 from aiptrain.settings import DEFAULT_SUBNET_POOL, Settings
-from aiptrain.storage.endpoint import API_HOSTS, LABEL_CODE, REPLICA_PORT, ROLE, StorageEndpoint
 
-log = logging.getLogger(__name__)
-
-# Swarm's task states as replica states (swarmkit's TaskState), in one table; a service whose
-# task the orchestrator has not made yet is CREATED too (see `replica_status`).
-TASK_STATES = {
-    "new": ReplicaStatus.CREATED,
-    "allocated": ReplicaStatus.CREATED,
-    "pending": ReplicaStatus.CREATED,  # waiting for a node with the resources it reserves
-    "assigned": ReplicaStatus.CREATED,
-    "accepted": ReplicaStatus.CREATED,
-    "preparing": ReplicaStatus.CREATED,
-    "ready": ReplicaStatus.CREATED,
-    "starting": ReplicaStatus.CREATED,
-    "running": ReplicaStatus.RUNNING,
-    "complete": ReplicaStatus.EXITED,
-    "failed": ReplicaStatus.EXITED,
-    "shutdown": ReplicaStatus.EXITED,
-    "rejected": ReplicaStatus.EXITED,  # never started: e.g. the image is not on the node
-    "orphaned": ReplicaStatus.EXITED,  # its node went away
-    "remove": ReplicaStatus.EXITED,
-}
-_RAN = ("complete", "failed", "shutdown")  # states whose task had a container with an exit status
-CONFIG_MAX_BYTES = 1_024_000 - 1  # swarmkit: "config data must be ... less than 1024000 bytes"
-SERVICE_NAME_MAX = 63  # a DNS label
-CONFIG_NAME_MAX = 64
-GPU_RESOURCE = "NVIDIA-GPU"  # the generic resource GPU nodes advertise (dockerd --node-generic-resource)
 # A job's overlay subnet holds its replicas, one load-balancer address per node, and a few spare
 # for tasks re-run while their predecessor still holds its address.
 SPARE_ADDRESSES = 4
@@ -127,226 +98,28 @@ RESTART_PATIENCE_SECONDS = 30  # for the orchestrator to make a re-run task
 STOP_PATIENCE_SECONDS = 10  # beyond the grace period, for the node to report a stopped task
 LOG_QUIET_SECONDS = 0.3  # a follow ends once the task has ended and its output is this quiet
 TASK_CHECK_SECONDS = 0.5
-STORAGE_ROLE = "storage-network"  # the installation's overlay network its storage endpoint serves on
-STORAGE_PREFIX = "aiptrain-gcs"
-STORAGE_NETWORK_ADDRESSES = 1000  # every replica of every running job that reaches gs://, and spare
-ENDPOINT_READY_SECONDS = 60  # a swarm schedules, then starts, the endpoint's task
-# The endpoint listens on 443 itself (replicas reach its address, no port is published) with every
-# capability dropped: its network namespace lets unprivileged processes bind low ports.
-ENDPOINT_SYSCTLS = {"net.ipv4.ip_unprivileged_port_start": str(REPLICA_PORT)}
-NOT_A_MANAGER = (
-    "This Docker engine is not a Swarm manager: run `docker swarm init` on it (and `docker swarm join` "
-    "on the other machines), or submit with --backend docker."
-)
+LOGS_PATH = "/services/{0}/logs"  # the engine's log endpoint of one replica's service
 
 
-@dataclass(frozen=True)
-class Node:
-    """What one node of the swarm offers replicas."""
-
-    nano_cpus: int
-    memory_bytes: int
-    gpus: int = 0
-
-
-def short_name(name: str, limit: int) -> str:
-    """`name`, or when longer than `limit` its start and a digest of the whole: distinct names stay distinct."""
-    if len(name) <= limit:
-        return name
-    return f"{name[:limit - 9].rstrip('-_')}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-
-
-def replica_status(service: dict, task: dict | None) -> ReplicaStatus:
-    """A replica's status from its latest task. With no task, a stopped replica (scaled to zero,
-    whose task the swarm may then delete) has EXITED; any other is yet to start."""
-    if task:
-        return TASK_STATES.get(task["Status"]["State"], ReplicaStatus.EXITED)
-    return ReplicaStatus.EXITED if stopped(service) else ReplicaStatus.CREATED
-
-
-def stopped(service: dict) -> bool:
-    return ((service["Spec"].get("Mode") or {}).get("Replicated") or {}).get("Replicas", 1) == 0
-
-
-def latest_task(tasks: list[dict]) -> dict | None:
-    """The task of the service's latest run: a restart (forced update) makes a new one."""
-    return max(tasks, key=lambda t: parse_engine_time(t["CreatedAt"]), default=None)
-
-
-def exit_status(task: dict) -> int | None:
-    """A task's exit status: 0 for a complete one (the engine omits a zero ExitCode), its
-    container's for a failed or shut-down one, None for one that never ran."""
-    state = task["Status"]["State"]
-    if state == "complete":
-        return 0
-    return (task["Status"].get("ContainerStatus") or {}).get("ExitCode") if state in _RAN else None
-
-
-def observation(service: dict, task: dict | None) -> ReplicaObservation:
-    """One replica as its service and latest task show it; the service's ID is the replica's handle."""
-    labels = service["Spec"]["Labels"]
-    status = replica_status(service, task)
-    exit_code = finished = None
-    error = ""
-    if status == ReplicaStatus.EXITED and task:
-        exit_code = exit_status(task)
-        error = "" if exit_code is not None else task["Status"].get("Err") or task["Status"]["State"]
-    if status == ReplicaStatus.EXITED and task and exit_code != 0:  # a failure: its time orders failures
-        finished = datetime.fromtimestamp(parse_engine_time(task["Status"]["Timestamp"]) / 1e9).astimezone()
-    return labelled_observation(labels, service["ID"], status, exit_code, finished, error)
-
-
-def check_gpus(specs: tuple[ContainerSpec, ...], nodes: list[Node]) -> None:
-    """Refuse a job whose replicas' GPUs no set of the nodes holds at once: Swarm would keep
-    them pending forever. CPUs and memory are not reserved (see the module's docstring)."""
-    free = sorted((n.gpus for n in nodes), reverse=True)
-    for wanted in sorted((s.gpus for s in specs if s.gpus), reverse=True):
-        index = next((i for i, gpus in enumerate(free) if gpus >= wanted), None)
-        if index is None:
-            asked = " + ".join(str(s.gpus) for s in specs if s.gpus)
-            raise ValidationError(
-                f"The job's replicas ask for {asked} GPU(s) but the swarm's {len(nodes)} ready node(s) offer "
-                f"{', '.join(str(n.gpus) for n in nodes) or 'none'}: submit without accelerators, or add GPU nodes "
-                f"(dockerd --node-generic-resource {GPU_RESOURCE}=...)."
-            )
-        free[index] -= wanted
-
-
-def carried_files(mounts: tuple[Mount, ...]) -> list[tuple[Path, str]]:
-    """(host file, path in the replica) of every read-only mount's files, which travel as
-    configs; each is checked against a config's size limit here, before anything is created."""
-    files = []
-    for mount in mounts:
-        if not mount.read_only:
-            continue
-        source = Path(mount.source)
-        if source.is_dir():
-            for directory, _, names in sorted(os.walk(source, followlinks=True)):
-                for name in sorted(names):
-                    path = Path(directory) / name
-                    files.append((path, f"{mount.target}/{path.relative_to(source).as_posix()}"))
-        else:
-            files.append((source, mount.target))
-    for path, _ in files:
-        size = path.stat().st_size
-        if size > CONFIG_MAX_BYTES:
-            raise ValidationError(
-                f"[{path.name}] is {size / 1e6:.1f} MB: a swarm carries a job's files to its nodes as Swarm configs "
-                "of under 1 MB each. Build an image with it installed and present on every node "
-                "(--master-image-uri), or submit with --backend docker."
-            )
-    return files
-
-
-def plan_mounts(plan: LaunchPlan) -> tuple[Mount, ...]:
-    """Every mount of the plan's replicas, once each."""
-    return tuple(sorted({m for spec in plan.containers for m in spec.mounts}, key=lambda m: (m.target, m.source)))
-
-
-def unshared_dirs(mounts: tuple[Mount, ...], shared_dirs: tuple[str, ...]) -> list[str]:
-    """The writable bind mounts' host directories that no shared directory holds."""
-    shared = [Path(d).resolve() for d in shared_dirs]
-    return [m.source for m in mounts
-            if not m.read_only and not any(Path(m.source).resolve().is_relative_to(d) for d in shared)]
-
-
-def service_spec(spec: ContainerSpec, env: dict[str, str], network: str | None, configs: list[dict],
-                 constraints: tuple[str, ...], stop_grace_seconds: int, storage_network: str | None = None) -> dict:
-    """The arguments of `create_service` that run one replica (see the module's docstring): on
-    its job's network under its hostname, and on the storage endpoint's network when it has one."""
-    from docker.types import ContainerSpec as SwarmContainerSpec
-    from docker.types import (
-        EndpointSpec,
-        NetworkAttachmentConfig,
-        Placement,
-        Resources,
-        RestartPolicy,
-        ServiceMode,
-        TaskTemplate,
-    )
-    from docker.types import Mount as EngineMount
-
-    mounts = [EngineMount(m.target, m.source, type="bind") for m in spec.mounts if not m.read_only]
-    mounts.append(EngineMount("/dev/shm", None, type="tmpfs", tmpfs_size=spec.shm_bytes))
-    container = SwarmContainerSpec(
-        spec.image, command=spec.entrypoint, args=spec.command or None, hostname=spec.hostname, env=env,
-        workdir=spec.working_dir, user=spec.user, labels=spec.labels, mounts=mounts, configs=configs or None,
-        init=True, cap_drop=["ALL"], stop_grace_period=stop_grace_seconds * 1_000_000_000,
-    )
-    resources = Resources(cpu_limit=spec.nano_cpus, mem_limit=spec.memory_bytes,
-                          generic_resources={GPU_RESOURCE: spec.gpus} if spec.gpus else None)
-    if spec.pids_limit:
-        resources.setdefault("Limits", {})["Pids"] = spec.pids_limit
-    template = TaskTemplate(
-        container, resources=resources, restart_policy=RestartPolicy("none"),
-        placement=Placement(constraints=list(constraints)) if constraints else None,
-        networks=[*([NetworkAttachmentConfig(network, aliases=[spec.hostname])] if network else []),
-                  *([NetworkAttachmentConfig(storage_network)] if storage_network else [])] or None,
-    )
-    return {"task_template": template, "name": short_name(spec.name, SERVICE_NAME_MAX), "labels": spec.labels,
-            "mode": ServiceMode("replicated", replicas=1), "endpoint_spec": EndpointSpec(mode="dnsrr")}
-
-
-def endpoint_service_spec(endpoint: StorageEndpoint, image: str, network: str, node_id: str,
-                          labels: dict[str, str]) -> dict:
-    """The arguments of `create_service` that run the storage endpoint: one task on the node
-    whose disk holds the gcs tree, unprivileged like a replica (the replicas' user, no
-    capabilities, read-only root, only the tree writable), answering on the storage network for
-    Google's API host names, restarted by the swarm if it dies."""
-    from docker.types import ContainerSpec as SwarmContainerSpec
-    from docker.types import (
-        EndpointSpec,
-        NetworkAttachmentConfig,
-        Placement,
-        Resources,
-        RestartPolicy,
-        ServiceMode,
-        TaskTemplate,
-    )
-    from docker.types import Mount as EngineMount
-
-    mounts = [EngineMount(target, source, type="bind", read_only=read_only)
-              for source, target, read_only in endpoint.mounts()]
-    mounts.append(EngineMount("/tmp", None, type="tmpfs"))
-    container = SwarmContainerSpec(
-        image, command=endpoint.command_on(REPLICA_PORT), user=endpoint.user, workdir="/tmp", mounts=mounts,
-        env={"PYTHONDONTWRITEBYTECODE": "1"}, read_only=True, init=True, cap_drop=["ALL"],
-        sysctls=ENDPOINT_SYSCTLS,
-    )
-    resources = Resources()
-    resources["Limits"] = {"Pids": 512}
-    template = TaskTemplate(
-        container, resources=resources, restart_policy=RestartPolicy("any", delay=1_000_000_000),
-        placement=Placement(constraints=[f"node.id=={node_id}"]),
-        networks=[NetworkAttachmentConfig(network, aliases=list(API_HOSTS))],
-    )
-    return {"task_template": template, "name": endpoint.name, "labels": labels,
-            "mode": ServiceMode("replicated", replicas=1), "endpoint_spec": EndpointSpec(mode="dnsrr")}
-
-
-def config_reference(config_id: str, name: str, target: str, user: str, executable: bool = False) -> dict:
-    """A replica's view of one carried file: its user's, read-only, executable when the host's file is (tools)."""
-    from docker.types import ConfigReference
-
-    uid, _, gid = user.partition(":")
-    return ConfigReference(config_id, name, filename=target, uid=uid if uid.isdigit() else "0",
-                           gid=gid if gid.isdigit() else "0", mode=0o555 if executable else 0o444)
-
-
-class SwarmBackend(DockerBackend):
-    """A Docker Swarm through one of its managers (DOCKER_HOST, or this host's engine). What
-    it shares with the docker backend: the connection, label filters, subnet picking, removing
-    the containers this node still keeps, engine events and the log line assembly."""
+class SwarmBackend:
+    """A Docker Swarm through one of its managers (DOCKER_HOST, or this host's engine). It holds
+    what the docker backend holds, not the docker backend: the engine handle (the connection,
+    label filters, removing the containers this node still keeps, engine events), the job
+    networks (attachable overlays from the same subnet pool), and the log line assembly."""
 
     name = "swarm"
     host_dirs_reach_replicas = False
-    network_options: ClassVar[dict] = {"driver": "overlay", "attachable": True}
-    logs_path = "/services/{0}/logs"
 
-    def __init__(self, installation: str | None = None, client=None, subnet_pool: str = DEFAULT_SUBNET_POOL,
-                 shared_dirs: tuple[str, ...] = (), constraints: tuple[str, ...] = (), stop_grace_seconds: int = 10,
-                 home: str | None = None):
-        super().__init__(installation, client, subnet_pool, home)
+    def __init__(self, installation_id: str | None = None, client: EngineApi = None,
+                 subnet_pool: str = DEFAULT_SUBNET_POOL, shared_dirs: tuple[str, ...] = (),
+                 constraints: tuple[str, ...] = (), stop_grace_seconds: int = 10, home: str | None = None):
+        self.engine = Engine(installation_id, client, home)
+        self.networks = Networks(self.engine, subnet_pool, {"driver": "overlay", "attachable": True})
+        self.storage = SwarmStorage(self.engine, self.networks)
+        # This manager's own engine may hold what the docker backend's installation shares there.
+        sweep = Sweep(self.engine, self.networks, Holders(self.engine))
+        self.installation = SwarmInstallation(self.engine, self.storage, sweep)
+        self.networks.free_pool = self.installation.remove_abandoned
         self._shared_dirs = shared_dirs
         self._constraints = constraints
         self._stop_grace_seconds = stop_grace_seconds
@@ -359,12 +132,26 @@ class SwarmBackend(DockerBackend):
 
     # -- readiness -----------------------------------------------------------------------
 
+    @property
+    def api(self) -> EngineApi:
+        return self.engine.api
+
+    def host_address(self) -> str | None:
+        return self.engine.host_address()
+
+    def image_id(self, image: str) -> str:
+        return self.engine.image_id(image)
+
+    def run_to_completion(self, spec: ContainerSpec) -> tuple[int, str]:
+        """A one-off container on this manager's engine (no network) and removed; (status, output)."""
+        return self.engine.run_to_completion(spec)
+
     def check_ready(self, plan: LaunchPlan) -> None:
         swarm = self.api.info().get("Swarm") or {}
         if swarm.get("LocalNodeState") != "active" or not swarm.get("ControlAvailable"):
             raise EnvironmentNotReady(NOT_A_MANAGER)
-        subnet_pool(self._subnet_pool)
-        self._check_images(plan, " (every node of the swarm needs it)")
+        self.networks.check_pool()
+        self.engine.check_images(plan, " (every node of the swarm needs it)")
         self._check_mounts(plan, len(self.api.nodes()))
         check_gpus(plan.containers, self._nodes())
 
@@ -388,16 +175,16 @@ class SwarmBackend(DockerBackend):
     # -- launch --------------------------------------------------------------------------
 
     def launch(self, plan: LaunchPlan) -> None:
-        with self._removed_on_failure(plan):
+        with removed_on_failure(plan, self.remove):
             nodes = self._nodes()
             check_gpus(plan.containers, nodes)
             network = plan.network
             if network:  # a lone replica needs none: its own hostname is in its /etc/hosts
-                self._create_network(dataclasses.replace(network, addresses=network.addresses + len(nodes) + SPARE_ADDRESSES))
+                self.networks.create(dataclasses.replace(network, addresses=network.addresses + len(nodes) + SPARE_ADDRESSES))
             # Serving before any replica starts, as on the docker backend.
-            storage = self._storage_network_or_none(plan.storage) if plan.storage else None
+            storage = self.storage.network_or_none(plan.storage) if plan.storage else None
             configs = self._create_configs(plan)
-            self._each(lambda spec: self._create_service(plan, spec, configs, storage), plan.containers)
+            each(lambda spec: self._create_service(plan, spec, configs, storage), plan.containers)
 
     def _create_configs(self, plan: LaunchPlan) -> dict[str, tuple[str, str]]:
         """One config per carried file: path in the replicas -> (config ID, config name)."""
@@ -413,7 +200,7 @@ class SwarmBackend(DockerBackend):
             config = self.api.create_config(name, path.read_bytes(), labels=labels)
             created[target] = (config["ID"], name)
 
-        self._each(create, list(enumerate(files)))
+        each(create, list(enumerate(files)))
         return created
 
     def _create_service(self, plan: LaunchPlan, spec: ContainerSpec, configs: dict[str, tuple[str, str]],
@@ -425,177 +212,10 @@ class SwarmBackend(DockerBackend):
         self.api.create_service(**service_spec(spec, plan.environment(spec), network, references,
                                                self._constraints, self._stop_grace_seconds, storage_network))
 
-    # -- the storage endpoint: a service on the installation's storage network -----------------
-
-    @property
-    def storage_network_name(self) -> str:
-        return f"{STORAGE_PREFIX}-{self._installation[:8]}" if self._installation else STORAGE_PREFIX
-
-    def _storage_network_or_none(self, endpoint: StorageEndpoint) -> str | None:
-        """The storage network's ID, its endpoint started if need be. With no image to run the
-        endpoint, the job runs without (its gs:// fails as offline), said in the log."""
-        try:
-            return self.ensure_storage_endpoint(endpoint)
-        except NoEndpointImage as exc:
-            log.warning("%s", exc)
-            return None
-
-    def ensure_storage_endpoint(self, endpoint: StorageEndpoint) -> str:
-        """The ID of the network on which the installation's storage endpoint serves, once it
-        serves: network and service made if absent, the service replaced when it runs other
-        code or on another network. One launch at a time makes them (the home's lock)."""
-        from docker.errors import APIError, NotFound
-
-        endpoint.prepare_files()
-        with self._home_lock("storage-endpoint"):
-            for _ in range(3):
-                network = self._storage_network()
-                for service in self._endpoint_services():
-                    if endpoint_current(service, endpoint.labels[LABEL_CODE], network):
-                        self._wait_serving(service["ID"])
-                        return network
-                    with contextlib.suppress(NotFound):
-                        self.api.remove_service(service["ID"])
-                image = self._present_image(endpoint.images)
-                node_id = self.api.info()["Swarm"]["NodeID"]
-                labels = self._with_home({**endpoint.labels, **self._installation_labels(ROLE)})
-                try:
-                    service = self.api.create_service(**endpoint_service_spec(endpoint, image, network, node_id,
-                                                                              labels))
-                except APIError as exc:
-                    if "not found" not in engine_error(exc):
-                        raise
-                    self._wait_gone(network)  # removed by a release that did not wait for it: make it again
-                    continue
-                self._wait_serving(service["ID"])
-                return network
-        raise EnvironmentNotReady(f"The storage network {self.storage_network_name} keeps changing: try again.")
-
-    def _storage_network(self) -> str:
-        """The storage network's ID, created on first need (a subnet from the pool, as a job's)."""
-        found = self._storage_networks()
-        if not found:
-            self._create_network(NetworkSpec(self.storage_network_name, self._installation_labels(STORAGE_ROLE),
-                                             STORAGE_NETWORK_ADDRESSES))
-            found = self._storage_networks()
-        if not found:
-            raise EnvironmentNotReady(f"Docker did not keep the network {self.storage_network_name}: try again.")
-        return found[0]["Id"]
-
-    def _storage_networks(self) -> list[dict]:
-        found = self.api.networks(names=[self.storage_network_name], filters={"label": f"{LABEL_ROLE}={STORAGE_ROLE}"})
-        return sorted((n for n in found if n["Name"] == self.storage_network_name), key=lambda n: n["Created"])
-
-    def _endpoint_services(self) -> list[dict]:
-        owner = [f"{LABEL_INSTALLATION}={self._installation}"] if self._installation else []
-        return self.api.services(filters={"label": [*owner, f"{LABEL_ROLE}={ROLE}"]})
-
-    def _wait_serving(self, service_id: str) -> None:
-        """Until the endpoint's task runs and says it serves. A task that fails meanwhile is
-        reported with its error and output: the swarm makes its replacement at once (to start
-        after the restart delay), so the failure is seen in the service's tasks, not its latest."""
-        earlier = {t["ID"] for t in self.api.tasks(filters={"service": service_id})}
-        deadline = time.monotonic() + ENDPOINT_READY_SECONDS
-        status: dict = {}
-        while time.monotonic() < deadline:
-            tasks = self.api.tasks(filters={"service": service_id})
-            task = latest_task(tasks)
-            status = task["Status"] if task else {"State": "new"}
-            if status["State"] == "running" and "serving" in self._service_output(service_id):
-                return
-            failed = [t["Status"] for t in tasks if t["ID"] not in earlier and t["Status"]["State"] in ("failed", "rejected")]
-            if failed:
-                output = self._service_output(service_id).strip()[-300:]
-                raise AiptrainError(f"The storage endpoint for gs:// did not start: {output or failed[0].get('Err')}")
-            time.sleep(0.1)
-        why = f" ({status['Err']})" if status.get("Err") else ""  # e.g. this node is drained: no suitable node
-        raise AiptrainError(f"The storage endpoint for gs:// did not start on this node within "
-                            f"{ENDPOINT_READY_SECONDS}s{why}: see `docker service ps {service_id[:12]}`.")
-
-    def _service_output(self, service_id: str) -> str:
-        output = self.api.service_logs(service_id, stdout=True, stderr=True)
-        return (output if isinstance(output, bytes) else b"".join(output)).decode(errors="replace")
-
-    def release_shared(self, still_needed: Callable[[], bool]) -> None:
-        """The storage endpoint and its network never outlive the installation's jobs: removed
-        when the last active one ends (the next launch makes them again, a second or two).
-        Under the lock a launch makes them with, so a job recorded before its launch keeps them."""
-        if not self._installation or not self._home:
-            return
-        with self._home_lock("storage-endpoint"):
-            if still_needed():
-                return
-            self._remove_storage()
-
-    def _remove_storage(self) -> None:
-        from docker.errors import NotFound
-
-        for service in self._endpoint_services():
-            with contextlib.suppress(NotFound):
-                self.api.remove_service(service["ID"])
-            self._wait_containers_gone(service["ID"])  # a task still starting would bring the network back here
-        for network in self._storage_networks():
-            self._remove_network(network["Id"])
-            self._wait_gone(network["Id"])
-
-    def _wait_containers_gone(self, service_id: str) -> None:
-        """Until this node has removed the containers of a removed service's tasks."""
-        deadline = time.monotonic() + NETWORK_PATIENCE_SECONDS
-        while time.monotonic() < deadline:
-            if not self.api.containers(all=True, filters={"label": f"com.docker.swarm.service.id={service_id}"}):
-                return
-            time.sleep(0.2)
-
-    def _wait_gone(self, network_id: str) -> None:
-        """Until a removed overlay network is gone: the swarm keeps one whose tasks are still
-        shutting down for a few seconds, and this engine lists it a moment longer; a service
-        created on it meanwhile fails ("network ... not found"), so the next launch would."""
-        from docker.errors import NotFound
-
-        deadline = time.monotonic() + NETWORK_PATIENCE_SECONDS
-        while time.monotonic() < deadline:
-            try:
-                self.api.inspect_network(network_id, scope="swarm")
-            except NotFound:
-                if not any(n["Id"] == network_id for n in self._storage_networks()):
-                    return
-            time.sleep(0.2)
-        raise AiptrainError(f"The swarm keeps the removed network {network_id[:12]}: see `docker network ls`.")
-
-    def remove_abandoned(self, active_jobs: Callable[[], Collection[str]] | None = None) -> None:
-        """First the storage endpoints of homes deleted from this host, and their storage
-        networks (the swarm would restart an endpoint's task for good, and it holds its network),
-        then what the docker backend sweeps."""
-        from docker.errors import APIError, NotFound
-
-        try:  # not a manager (left the swarm meanwhile, say): no services to look at
-            endpoints = self.api.services(filters={"label": [LABEL_HOME, f"{LABEL_ROLE}={ROLE}"]}) \
-                if engine_is_local() else []
-        except APIError:
-            endpoints = []
-        for service in endpoints:
-            labels = service["Spec"].get("Labels") or {}
-            if not self._deleted(labels.get(LABEL_HOME, "")):
-                continue
-            with contextlib.suppress(NotFound, APIError):  # gone meanwhile
-                self.api.remove_service(service["ID"])
-            self._wait_containers_gone(service["ID"])
-            for network in self.api.networks(filters={"label": [f"{LABEL_HOME}={labels[LABEL_HOME]}",
-                                                                f"{LABEL_ROLE}={STORAGE_ROLE}"]}):
-                with contextlib.suppress(NotFound, APIError, AiptrainError):  # still held: the next sweep's
-                    self._remove_network(network["Id"])
-        super().remove_abandoned(active_jobs)
-
-    def remove_installation(self) -> None:
-        """What the installation shares on the swarm (storage endpoint and network), then on this engine."""
-        if self._installation:
-            self._remove_storage()
-        super().remove_installation()
-
     # -- observation ---------------------------------------------------------------------
 
     def _services(self, job_id: str, trial_id: str | None = None) -> list[dict]:
-        return self.api.services(filters={"label": self._job_labels(job_id, trial_id)})
+        return self.api.services(filters={"label": self.engine.job_labels(job_id, trial_id)})
 
     def observe(self, job_id: str) -> list[ReplicaObservation]:
         services = self._services(job_id)
@@ -667,7 +287,7 @@ class SwarmBackend(DockerBackend):
             while not self._task_ended(service_id) and time.monotonic() < deadline:
                 time.sleep(0.2)
 
-        self._each(stop_one, container_ids)
+        each(stop_one, container_ids)
 
     def remove(self, job_id: str, trial_id: str | None = None) -> None:
         """Tasks stopped, services removed, then what this node still keeps of their containers
@@ -689,9 +309,15 @@ class SwarmBackend(DockerBackend):
             except NotFound:
                 pass
 
-        self._each(remove_service, self._services(job_id, trial_id))
-        super().remove(job_id, trial_id)
-        self._each(remove_config, self.api.configs(filters={"label": self._job_labels(job_id, trial_id)}))
+        each(remove_service, self._services(job_id, trial_id))
+        containers = self.engine.leftover_containers(job_id, trial_id)
+        self.engine.remove_replicas(containers, keep_networks={DEFAULT_NETWORK, self.networks.solo_network_name})
+        self.networks.remove_job_networks(job_id, trial_id)
+        each(remove_config, self.api.configs(filters={"label": self.engine.job_labels(job_id, trial_id)}))
+
+    def watch(self, stop: threading.Event, on_change: Callable[[str], None]) -> None:
+        """The engine's container events of this manager's node (aiptrain.backends.engine)."""
+        self.engine.watch(stop, on_change)
 
     # -- logs ----------------------------------------------------------------------------
 
@@ -704,9 +330,9 @@ class SwarmBackend(DockerBackend):
     def _log_frames(self, replica_id: str, since_ns: int | None,
                     follow: bool) -> Iterator[list[tuple[int, bytes]]]:
         if not follow:
-            yield from super()._log_frames(replica_id, since_ns, follow)
+            yield from log_frames(self.api, LOGS_PATH, replica_id, since_ns, follow)
             return
-        response = self._open_logs(replica_id, since_ns, follow=True)
+        response = open_logs(self.api, LOGS_PATH, replica_id, since_ns, follow=True)
         batches: queue.Queue = queue.Queue()
         reader = threading.Thread(target=_pump, args=(response, batches), daemon=True)
         reader.start()
@@ -739,56 +365,7 @@ class SwarmBackend(DockerBackend):
         return replica_status(service, self._latest_task(service_id)) == ReplicaStatus.EXITED
 
 
-def endpoint_current(service: dict, code: str, network: str) -> bool:
-    """Whether the endpoint's service runs this aiptrain's server code on the storage network."""
-    template = service["Spec"]["TaskTemplate"]
-    networks = template.get("Networks") or service["Spec"].get("Networks") or []
-    return (service["Spec"].get("Labels", {}).get(LABEL_CODE) == code
-            and any(n.get("Target") == network for n in networks))
-
-
-def node_capacity(node: dict) -> Node:
-    resources = node["Description"].get("Resources") or {}
-    gpus = sum(_gpu_count(g) for g in resources.get("GenericResources") or [])
-    return Node(resources.get("NanoCPUs", 0), resources.get("MemoryBytes", 0), gpus)
-
-
-def _node_attribute(node: dict, name: str) -> str | None:
-    """A node's value of a placement constraint's left side (Docker's `node.*` and `engine.labels.*`)."""
-    description = node.get("Description") or {}
-    fixed = {
-        "node.id": node.get("ID"),
-        "node.hostname": description.get("Hostname"),
-        "node.role": (node.get("Spec") or {}).get("Role"),
-        "node.platform.os": (description.get("Platform") or {}).get("OS"),
-        "node.platform.arch": (description.get("Platform") or {}).get("Architecture"),
-    }
-    if name in fixed:
-        return fixed[name]
-    if name.startswith("node.labels."):
-        return ((node.get("Spec") or {}).get("Labels") or {}).get(name[len("node.labels."):])
-    if name.startswith("engine.labels."):
-        return ((description.get("Engine") or {}).get("Labels") or {}).get(name[len("engine.labels."):])
-    return None
-
-
-def meets(node: dict, constraint: str) -> bool:
-    """Whether the node meets a placement constraint (`node.role==manager`, `node.labels.gpu!=no`)."""
-    equal = "!=" not in constraint
-    name, _, value = constraint.partition("==" if equal else "!=")
-    actual = _node_attribute(node, name.strip())
-    return (actual is not None and actual.lower() == value.strip().lower()) == equal
-
-
-def _gpu_count(resource: dict) -> int:
-    """A node's generic resource, as GPUs: `NVIDIA-GPU=2` (discrete) or one per named GPU."""
-    discrete = resource.get("DiscreteResourceSpec") or {}
-    if discrete.get("Kind") == GPU_RESOURCE:
-        return int(discrete.get("Value", 0))
-    return 1 if (resource.get("NamedResourceSpec") or {}).get("Kind") == GPU_RESOURCE else 0
-
-
-def _pump(response, batches: queue.Queue) -> None:
+def _pump(response: Any, batches: queue.Queue) -> None:
     """Copy a log stream's batches of frames into a queue (None at its end): the follow can
     then stop waiting for frames that will never come."""
     try:
@@ -799,7 +376,7 @@ def _pump(response, batches: queue.Queue) -> None:
     batches.put(None)
 
 
-def _hang_up(api, response, reader: threading.Thread) -> None:
+def _hang_up(api: EngineApi, response: Any, reader: threading.Thread) -> None:
     """End a streaming response whose reader thread may be blocked reading it: shutting the
     socket down wakes the reader (closing it would wait for the reader's lock)."""
     sock = api._get_raw_response_socket(response)

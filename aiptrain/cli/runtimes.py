@@ -63,7 +63,7 @@ def _built_images() -> tuple[set[str] | None, str | None]:
     from aiptrain.errors import AiptrainError
 
     try:
-        from aiptrain.backends.docker import connect
+        from aiptrain.backends.engine import connect
 
         images = connect(timeout=10).images()
     except AiptrainError as exc:

@@ -30,7 +30,7 @@ import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from aiptrain import commandserver
-from aiptrain.backends import Backend, open_backend
+from aiptrain.backends import Backend, Installation, open_backend
 from aiptrain.jobtable import DamagedRecord
 from aiptrain.lifecycle import SETTLE_LOOKS
 from aiptrain.model import rfc3339, utc_now
@@ -79,6 +79,8 @@ class Controller:
         self.skipped: set[str] = set()  # jobs whose record cannot be read: left as they are
         self.home_gone = False  # the home was deleted: what its jobs shared goes with the controller
         self.backends: dict[str, Backend] = {}
+        # What each backend's jobs share on its engine, and its sweep: the controller's to keep.
+        self.installations: dict[str, Installation] = {}
         # Whether this controller starts the home's command server: a controller process does;
         # one run inside another program (a test) leaves commands to their own processes.
         self.command_server_started = not serves_commands
@@ -261,13 +263,14 @@ class Controller:
     # -- what jobs share ------------------------------------------------------------------------
 
     def backend(self, name: str) -> Backend:
-        """The named backend, opened once, with its engine event watcher."""
+        """The named backend, opened once, with its engine event watcher; its installation kept."""
         if name not in self.backends:
             backend = open_backend(self.settings, name)
             # Connected here, in the main thread, before any other thread imports the engine's SDK:
             # docker-py imported by two threads at once can leave it half-initialized for good.
-            backend.warm_up(launches=True)
+            backend.installation.warm_up(launches=True)
             self.backends[name] = backend
+            self.installations[name] = backend.installation
             threading.Thread(target=backend.watch, args=(self.watchers_stop, self.changed), daemon=True,
                              name=f"watch-{name}").start()
         return self.backends[name]
@@ -276,18 +279,18 @@ class Controller:
         """Take down what the home's jobs share (the storage endpoint) unless a job is active: when
         the controller goes, not when each job ends, so jobs run one after another do not start it
         each time. Each backend asks the store under the lock its launches start it with."""
-        for backend in self.backends.values():
+        for installation in self.installations.values():
             try:
-                backend.release_shared(lambda: bool(self.drivable_job_ids()))
+                installation.release_shared(lambda: bool(self.drivable_job_ids()))
             except Exception as exc:  # noqa: BLE001 - logged; the next controller's exit tries again
                 log.warning("Could not release what the home's jobs share: %s", exc)
 
     def remove_installation(self) -> None:
         """A deleted home's storage endpoint and lone replicas' network would stay on the engine
         for good (the network's subnet with them): nothing else knows they were its."""
-        for backend in self.backends.values():
+        for installation in self.installations.values():
             try:
-                backend.remove_installation()
+                installation.remove_installation()
             except Exception as exc:  # noqa: BLE001 - logged; nothing else will try
                 log.warning("Could not remove what the deleted home's jobs shared: %s", exc)
 
@@ -297,12 +300,12 @@ class Controller:
         from aiptrain import cache
 
         self.pool.submit(cache.prune_if_due, self.settings)
-        for backend in list(self.backends.values()):
-            self.pool.submit(self.remove_abandoned, backend)
+        for installation in list(self.installations.values()):
+            self.pool.submit(self.remove_abandoned, installation)
 
-    def remove_abandoned(self, backend: Backend) -> None:
+    def remove_abandoned(self, installation: Installation) -> None:
         try:
-            backend.remove_abandoned(self.store.active_job_ids)
+            installation.remove_abandoned(self.store.active_job_ids)
         except Exception as exc:  # noqa: BLE001 - the next sweep tries again
             log.warning("Could not remove what deleted homes or ended jobs left on the engine: %s", exc)
 

@@ -104,7 +104,7 @@ def oracle(tmp_path_factory, oracle_images):
     replica slot (AIPTRAIN_MAX_RUNNING_REPLICAS=1) by a job of the test's, so admission queues
     the rest and a submit returns at once."""
     from aiptrain import admission
-    from aiptrain.backends.docker import DockerBackend
+    from aiptrain.backends.engine import Engine
     from aiptrain.client import Client
     from aiptrain.model import Job
 
@@ -119,7 +119,7 @@ def oracle(tmp_path_factory, oracle_images):
             patch.setenv(name, value)
         # What is compared is the record; no job runs. So lines that ask for GPUs are recorded
         # here as on an engine with the NVIDIA runtime, instead of both sides refusing them alike.
-        patch.setattr(DockerBackend, "has_gpu_runtime", lambda self: True)
+        patch.setattr(Engine, "has_gpu_runtime", lambda self: True)
         settings = Settings()
         settings.ensure_dirs()
         lock = JobLock.try_acquire(settings.controller_lock_path)

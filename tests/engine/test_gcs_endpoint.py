@@ -350,7 +350,7 @@ def test_the_endpoint_and_the_lone_network_are_one_per_installation_never_outliv
         result = submit(cli, f"probe{attempt}_{uuid.uuid4().hex[:6]}", trainer, runtime=minimal_runtime)
         assert result.returncode == 0 and "read hello from the host" in result.stderr, result.stderr[-3000:]
         assert released(), shared()
-    DockerBackend(settings.installation_id, client=docker_api).remove_installation()
+    DockerBackend(settings.installation_id, client=docker_api).installation.remove_installation()
     assert endpoints() == []
     assert docker_api.networks(filters={"label": [owner, "aiptrain.role"]}) == []
 
@@ -422,20 +422,20 @@ def test_what_a_deleted_home_shared_goes_at_the_next_sweep_or_when_the_subnet_po
     def homes_with_networks() -> set[str]:
         return {n["Labels"].get("aiptrain.home") for n in docker_api.networks(filters={"label": "aiptrain.home"})}
 
-    backend("gone").solo_network()
+    backend("gone").networks.solo_network()
     kept = backend("kept")
-    kept.solo_network()
+    kept.networks.solo_network()
     shutil.rmtree(tmp_path / "gone")
-    backend("sweeper").remove_abandoned()
+    backend("sweeper").installation.remove_abandoned()
     assert str(tmp_path / "gone") not in homes_with_networks() and str(tmp_path / "kept") in homes_with_networks()
 
-    backend("gone_too", pool).solo_network()
+    backend("gone_too", pool).networks.solo_network()
     shutil.rmtree(tmp_path / "gone_too")
     newcomer = backend("newcomer", pool)
-    newcomer.solo_network()  # the pool's one /22 was the deleted home's
+    newcomer.networks.solo_network()  # the pool's one /22 was the deleted home's
     assert str(tmp_path / "gone_too") not in homes_with_networks() and str(tmp_path / "newcomer") in homes_with_networks()
     for remaining in (kept, newcomer):
-        remaining.remove_installation()
+        remaining.installation.remove_installation()
 
 
 def test_a_deleted_homes_exited_replicas_and_their_network_are_swept_and_running_ones_stay(tmp_path, docker_api):
@@ -458,8 +458,8 @@ def test_a_deleted_homes_exited_replicas_and_their_network_are_swept_and_running
     names = {"done": f"aiptrain-sweep-done-{tmp_path.name}"[:60], "busy": f"aiptrain-sweep-busy-{tmp_path.name}"[:60]}
     networks = {role: f"{name}-net" for role, name in names.items()}
     for role in names:
-        backend._create_network(NetworkSpec(networks[role], {"aiptrain.job-id": role}))
-    labels = {"aiptrain.home": str(home)}  # as DockerBackend._create labels a replica
+        backend.networks.create(NetworkSpec(networks[role], {"aiptrain.job-id": role}))
+    labels = {"aiptrain.home": str(home)}  # as Engine.create labels a replica
     docker_api.start(docker_api.create_container(
         "aiptrain/runtime:minimal", command=["true"], labels=labels, name=names["done"],
         host_config=docker_api.create_host_config(network_mode=networks["done"]))["Id"])
@@ -471,7 +471,7 @@ def test_a_deleted_homes_exited_replicas_and_their_network_are_swept_and_running
         assert {n["Labels"].get("aiptrain.home") for n in docker_api.networks(names=list(networks.values()))} == {
             str(home)}
         shutil.rmtree(home)
-        DockerBackend(client=docker_api).remove_abandoned()
+        DockerBackend(client=docker_api).installation.remove_abandoned()
 
         left = {c["Names"][0].lstrip("/") for c in docker_api.containers(all=True, filters={"label": "aiptrain.home"})}
         assert names["done"] not in left and names["busy"] in left
@@ -508,14 +508,14 @@ def test_the_sweep_removes_the_networks_the_engine_kept_after_this_homes_jobs_en
     prefix = f"aiptrain-kept-{tmp_path.name}"[:50]
     jobs = {"ended": ours, "active": ours, "busy": ours, "theirs": theirs}
     for job_id, owner in jobs.items():
-        owner._create_network(NetworkSpec(f"{prefix}-{job_id}", {"aiptrain.job-id": job_id,
-                                                                  "aiptrain.installation": owner._installation}))
+        owner.networks.create(NetworkSpec(f"{prefix}-{job_id}", {"aiptrain.job-id": job_id,
+                                                                 "aiptrain.installation": owner.engine.installation}))
     busy = docker_api.create_container("aiptrain/runtime:minimal", command=["sleep", "60"],
                                        host_config=docker_api.create_host_config(network_mode=f"{prefix}-busy"))["Id"]
     docker_api.start(busy)
     asked = []
     try:
-        ours.remove_abandoned(lambda: asked.append(True) or {"active"})
+        ours.installation.remove_abandoned(lambda: asked.append(True) or {"active"})
         assert asked == [True]
         left = {n["Name"] for n in docker_api.networks(filters={"label": "aiptrain.job-id"}) if n["Name"].startswith(prefix)}
         assert left == {f"{prefix}-active", f"{prefix}-busy", f"{prefix}-theirs"}

@@ -92,15 +92,12 @@ def test_a_failed_launch_says_its_own_error_when_the_engine_keeps_some_of_it(doc
     error is still why the launch failed; the leftover is a warning in the controller's log."""
     from types import SimpleNamespace
 
-    from aiptrain.backends.docker import DockerBackend
+    from aiptrain.backends.engine import removed_on_failure
     from aiptrain.errors import AiptrainError
-
-    backend = DockerBackend(client=docker_api)
 
     def keeps_the_network(job_id, trial_id=None):
         raise AiptrainError("Docker keeps the job's network 0123456789ab although its replicas are gone")
 
-    monkeypatch.setattr(backend, "remove", keeps_the_network)
     with pytest.raises(AiptrainError, match="^The engine refused to start the replicas"), \
-            backend._removed_on_failure(SimpleNamespace(job_id="launch_fails", trial_id=None)):
+            removed_on_failure(SimpleNamespace(job_id="launch_fails", trial_id=None), keeps_the_network):
         raise AiptrainError("The engine refused to start the replicas.")

@@ -10,7 +10,8 @@ import uuid
 
 from docker.errors import NotFound
 
-from aiptrain.backends.docker import HOLDER_ROLE, DockerBackend
+from aiptrain.backends.docker import DockerBackend
+from aiptrain.backends.networks import HOLDER_ROLE
 from aiptrain.planning import LONE_HOSTNAME
 from aiptrain.settings import Settings
 
@@ -93,7 +94,7 @@ def test_the_sweep_removes_the_homes_holders_no_replica_uses(home, minimal_runti
             "aiptrain/runtime:minimal", command=["sleep", "60"], labels={"aiptrain.installation": settings.installation_id},
             host_config=docker_api.create_host_config(network_mode=f"container:{used}"))["Id"])
         docker_api.start(made[-1])
-        backend.remove_abandoned()
+        backend.installation.remove_abandoned()
         assert {h["Id"] for h in holders(docker_api, settings)} == {used}
     finally:
         for container in reversed(made):

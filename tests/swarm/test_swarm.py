@@ -14,11 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aiptrain.backends.swarm import (
-    CONFIG_MAX_BYTES,
-    STORAGE_ROLE,
-    SwarmBackend,
-)
+from aiptrain.backends.swarm import SwarmBackend
+from aiptrain.backends.swarm_endpoint import STORAGE_ROLE
+from aiptrain.backends.swarm_specs import CONFIG_MAX_BYTES
 from aiptrain.errors import AiptrainError
 from aiptrain.storage.endpoint import TLS_FILES, StorageEndpoint
 
@@ -297,8 +295,8 @@ def test_an_endpoint_that_cannot_start_is_reported_and_remove_installation_takes
     backend = SwarmBackend(installation, client=on_swarm, home=str(tmp_path))
     require_image(on_swarm, runtime_image("minimal"))
     with pytest.raises(AiptrainError, match="The storage endpoint for gs:// did not start"):
-        backend.ensure_storage_endpoint(endpoint)
-    backend.remove_installation()
+        backend.installation.ensure_storage_endpoint(endpoint)
+    backend.installation.remove_installation()
     owner = f"aiptrain.installation={installation}"
     assert on_swarm.services(filters={"label": owner}) == []
     assert on_swarm.networks(filters={"label": owner}) == []
@@ -319,10 +317,10 @@ def test_a_deleted_homes_storage_endpoint_and_network_go_at_the_next_sweep(on_sw
     installation = uuid.uuid4().hex
     endpoint = StorageEndpoint(gcs_root=str(home / "gcs"), tls_dir=str(home / TLS_DIR_NAME), user=replica_user(),
                                installation=installation, images=(runtime_image("minimal"),))
-    SwarmBackend(installation, client=on_swarm, home=str(home)).ensure_storage_endpoint(endpoint)
+    SwarmBackend(installation, client=on_swarm, home=str(home)).installation.ensure_storage_endpoint(endpoint)
     owner = f"aiptrain.installation={installation}"
     assert on_swarm.services(filters={"label": owner}) and on_swarm.networks(filters={"label": owner})
     shutil.rmtree(home)
-    SwarmBackend(client=on_swarm).remove_abandoned()
+    SwarmBackend(client=on_swarm).installation.remove_abandoned()
     assert on_swarm.services(filters={"label": owner}) == []
     assert on_swarm.networks(filters={"label": owner}) == []

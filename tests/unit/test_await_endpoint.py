@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from aiptrain.backends.docker import host_listens, listening_in
+from aiptrain.backends.engine import host_listens, listening_in
 from aiptrain.planning import BOOTSTRAP
 from aiptrain.storage.endpoint import AWAIT_ENDPOINT
 

@@ -16,7 +16,7 @@ from aiptrain.settings import Settings
 from aiptrain.store import JobStore
 
 from conftest import drive_to_end
-from fakes import FakeBackend, plan_of
+from fakes import FakeBackend, FakeInstallation, plan_of
 
 
 def test_open_backend_builds_the_named_one_and_defaults_to_aiptrain_backend(home, monkeypatch):
@@ -119,6 +119,26 @@ def test_every_backend_implements_the_whole_protocol_with_its_signatures(backend
         if callable(getattr(Backend, member, None)):
             expected = list(inspect.signature(getattr(Backend, member)).parameters)
             assert list(inspect.signature(getattr(backend_class, member)).parameters) == expected, member
+
+
+def _installation_class(backend_name: str):
+    if backend_name == "fake":
+        return FakeInstallation
+    return type(_backend_class(backend_name)().installation)
+
+
+@pytest.mark.parametrize("backend_name", [*sorted(aiptrain.backends._BACKEND_CLASSES), "fake"])
+def test_every_installation_implements_the_whole_protocol_with_its_signatures(backend_name):
+    """What the home's jobs share (the controller's, aiptrain.backends.Installation), beside each backend."""
+    import inspect
+
+    from aiptrain.backends import Installation
+
+    installation_class = _installation_class(backend_name)
+    for member in sorted(name for name in vars(Installation) if not name.startswith("_")):
+        assert hasattr(installation_class, member), f"{installation_class.__name__} lacks {member}"
+        expected = list(inspect.signature(getattr(Installation, member)).parameters)
+        assert list(inspect.signature(getattr(installation_class, member)).parameters) == expected, member
 
 
 def test_the_controller_drives_each_job_on_the_backend_it_records(home, monkeypatch):

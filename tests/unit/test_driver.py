@@ -310,11 +310,11 @@ def test_the_controllers_sweep_is_told_the_homes_active_jobs(settings, store):
     backend = FakeBackend()
     controller = controller_module.Controller(settings, JobLock.try_acquire(settings.controller_lock_path))
     try:
-        controller.remove_abandoned(backend)
+        controller.remove_abandoned(backend.installation)
     finally:
         controller.pool.shutdown(wait=True)
         controller.home_lock.release()
-    assert backend.calls == [("remove_abandoned", ["running"])]
+    assert backend.installation.calls == [("remove_abandoned", ["running"])]
 
 
 @pytest.mark.parametrize("gcs_mode, tls, started", [
@@ -338,7 +338,7 @@ def test_a_submit_starts_the_storage_endpoint_beside_its_packaging(settings, sto
                         runtime_version="minimal", job_dir="gs://bucket/out")
     backend = FakeBackend()
     Submitter(settings, store, backend)._get_ready(prepare(flags, settings))
-    calls = [call for call in backend.calls if call[0] == "ensure_storage_endpoint"]
+    calls = backend.installation.calls_to("ensure_storage_endpoint")
     assert len(calls) == (1 if started else 0)
     assert (settings.home / TLS_DIR_NAME / "trust.pem").is_file() is (started or tls)
 
@@ -395,7 +395,8 @@ def test_a_controller_whose_home_was_deleted_removes_what_its_jobs_shared(settin
     store.close()
     shutil.rmtree(settings.home)
     controller.run()  # sees the home gone and stops
-    assert ("remove_installation",) in backend.calls and ("release_shared",) not in backend.calls
+    calls = backend.installation.calls
+    assert ("remove_installation",) in calls and ("release_shared",) not in calls
 
 
 

@@ -8,7 +8,8 @@ import json
 import pytest
 from docker.errors import APIError
 
-from aiptrain.backends.docker import engine_error, pick_subnet, subnet_pool, subnet_prefix
+from aiptrain.backends.engine import engine_error
+from aiptrain.backends.networks import pick_subnet, subnet_pool, subnet_prefix
 from aiptrain.errors import ValidationError
 from aiptrain.model import Job, ScaleTier, TrainingInput
 from aiptrain.planning import HOSTNAME_MAX, PlanInputs, Trial, plan

@@ -109,10 +109,10 @@ def quick_patience(monkeypatch):
     """Patience in tenths of a second (the rule, not the engine's timing, is what is tested)."""
     import time
 
-    from aiptrain.backends import docker
+    from aiptrain.backends import networks
 
-    monkeypatch.setattr(docker, "STALE_COUNT_SECONDS", 0.3)
-    monkeypatch.setattr(docker, "NETWORK_PATIENCE_SECONDS", 60)
+    monkeypatch.setattr(networks, "STALE_COUNT_SECONDS", 0.3)
+    monkeypatch.setattr(networks, "NETWORK_PATIENCE_SECONDS", 60)
     pause = time.sleep
     monkeypatch.setattr(time, "sleep", lambda seconds: pause(0.01))
 
@@ -121,29 +121,32 @@ def test_a_network_refused_with_no_endpoint_listed_is_kept_at_once_as_a_stale_co
     """Docker 20.10 can count endpoints a network no longer has (replicas exiting together), for
     minutes to an hour or until dockerd restarts: the teardown says so within seconds, never
     waiting out its patience for endpoints that are still being released."""
-    from aiptrain.backends.docker import DockerBackend
+    from aiptrain.backends.engine import Engine
+    from aiptrain.backends.networks import Networks
     from aiptrain.errors import AiptrainError
 
     api = NetworkApi(listed=[0])
     with pytest.raises(AiptrainError, match="^Docker keeps the job's network 0123456789ab although nothing is on it any "
                                             r"more \(a stale count of its endpoints, .* restarting dockerd clears\)"):
-        DockerBackend(client=api)._remove_network("0123456789abcdef")
+        Networks(Engine(client=api)).remove("0123456789abcdef")
     assert api.disconnected == []
 
 
 def test_endpoints_still_listed_are_disconnected_and_the_network_removed_once_they_go(quick_patience):
-    from aiptrain.backends.docker import DockerBackend
+    from aiptrain.backends.engine import Engine
+    from aiptrain.backends.networks import Networks
 
     api = NetworkApi(listed=[2, 1, 0], removable_after=3)
-    DockerBackend(client=api)._remove_network("0123456789abcdef")
+    Networks(Engine(client=api)).remove("0123456789abcdef")
     assert api.disconnected == ["ep-0", "ep-1", "ep-0"]
 
 
 def test_a_swarm_network_in_use_by_tasks_elsewhere_is_waited_for_even_when_none_is_listed_here(quick_patience):
     """A swarm's overlay network lists only this node's endpoints: "in use" by tasks on other
     nodes that are shutting down is not a stale count, and is waited for."""
-    from aiptrain.backends.docker import DockerBackend
+    from aiptrain.backends.engine import Engine
+    from aiptrain.backends.networks import Networks
 
     api = NetworkApi(listed=[0], refusal="is in use by task abc", removable_after=20)
-    DockerBackend(client=api)._remove_network("0123456789abcdef")
+    Networks(Engine(client=api)).remove("0123456789abcdef")
     assert api.removals == 21

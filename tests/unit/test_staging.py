@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aiptrain.backends.docker import host_gateway as docker_host_gateway
+from aiptrain.backends.engine import host_gateway as docker_host_gateway
 from aiptrain.errors import ValidationError
 from aiptrain.staging import StagedIndex, combined_sha256, fetch, stage, staging_target
 from aiptrain.storage import open_bucket, split_url

@@ -5,12 +5,12 @@ placement and GPUs, mounts carried to other nodes, the storage endpoint's servic
 import pytest
 
 from aiptrain.backends import ReplicaStatus
-from aiptrain.backends.swarm import (
+from aiptrain.backends.swarm import SwarmBackend
+from aiptrain.backends.swarm_specs import (
     CONFIG_MAX_BYTES,
     NOT_A_MANAGER,
     TASK_STATES,
     Node,
-    SwarmBackend,
     carried_files,
     check_gpus,
     config_reference,

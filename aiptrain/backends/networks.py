@@ -1,0 +1,419 @@
+"""Job networks on one engine: subnets from AIPTRAIN_SUBNET_POOL, their removal (and Docker's
+stale count of endpoints), the installation's network for lone replicas and the holders that
+keep a lone replica's network ready before its job comes.
+
+A job of two or more replicas gets a user-defined network of its own (a bridge on one engine,
+an attachable overlay on a swarm); lone replicas share one network per installation on which
+containers cannot reach each other (inter-container traffic off: planning.own_network), created
+on first need, never removed by a job, and released with the storage endpoint when the home's
+controller goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from aiptrain.backends.engine import Engine, engine_error
+from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
+from aiptrain.planning import LABEL_INSTALLATION, LONE_HOSTNAME, ContainerSpec, NetworkSpec
+from aiptrain.settings import DEFAULT_SUBNET_POOL
+from aiptrain.storage.endpoint import API_HOSTS, LABEL_ROLE
+
+log = logging.getLogger(__name__)
+# Addresses a job's subnet reserves besides its replicas: network, gateway, broadcast.
+RESERVED_ADDRESSES = 3
+SMALLEST_SUBNET = 29  # 8 addresses: 5 replicas
+SUBNET_ATTEMPTS = 8  # a concurrent submit may take the subnet we picked: pick again
+NETWORK_PATIENCE_SECONDS = 120  # a busy Docker 20.10 engine took over a minute to release a PREMIUM_1 network
+# A network refused for "active endpoints" while the engine lists none on it, this long: Docker's
+# count of its endpoints is wrong (replicas that exit while others start or exit can leave it so
+# on 20.10: a PREMIUM_1 job whose trainer exits at once, one in eight), for minutes to an hour or
+# more (seen: over 4 and under 31 minutes in a test of its own, up to about 80 in benchmark runs),
+# or until dockerd restarts. Waiting out NETWORK_PATIENCE_SECONDS then delayed the job's end.
+STALE_COUNT_SECONDS = 5.0
+# The installation's network for lone replicas: inter-container traffic off, so one BASIC job
+# cannot reach another's ports; sized for many lone replicas at once.
+SOLO_NETWORK_ADDRESSES = 1000
+SOLO_OPTIONS = {"com.docker.network.bridge.enable_icc": "false"}
+SOLO_ROLE = "solo-network"
+SOLO_PREFIX = "aiptrain-solo"
+# A lone replica starts inside a network namespace made ready before its job came: a "holder"
+# container asleep on the solo network, whose network the replica joins (network mode
+# container:<holder>). A container's start on a user-defined bridge network costs the engine
+# its network set-up (0.44 s against 0.16 s for one joining a holder, measured here), most of a
+# BASIC job's start. The home's controller keeps one ready; each holder serves one replica and
+# goes with it.
+HOLDER_ROLE = "network-holder"
+HOLDER_MEMORY = 32 * 1024 * 1024  # `sleep` needs under one
+# After a launch the next holder waits a moment, so its start does not compete with the
+# trainer's for the cores; after a teardown it is made at once.
+HOLDER_AFTER_LAUNCH_SECONDS = 1.0
+
+
+def subnet_pool(value: str) -> ipaddress.IPv4Network:
+    try:
+        return ipaddress.IPv4Network(value)
+    except ValueError:
+        raise ValidationError(
+            f"AIPTRAIN_SUBNET_POOL [{value}] is not an IPv4 network: set it to a range such as 198.18.0.0/15."
+        ) from None
+
+
+def subnet_prefix(replicas: int) -> int:
+    """The longest prefix whose subnet holds the replicas, the gateway, network and broadcast."""
+    return min(SMALLEST_SUBNET, 32 - (replicas + RESERVED_ADDRESSES - 1).bit_length())
+
+
+def pick_subnet(pool: ipaddress.IPv4Network, replicas: int, taken: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network],
+                seed: str) -> ipaddress.IPv4Network | None:
+    """A subnet of the pool sized for the replicas and overlapping none taken, or None. The
+    search starts at a place derived from `seed` (the network's name), so concurrent submits
+    rarely pick the same one."""
+    prefix = subnet_prefix(replicas)
+    if prefix < pool.prefixlen:
+        return None
+    count = 1 << (prefix - pool.prefixlen)
+    size = 1 << (32 - prefix)
+    start = zlib.crc32(seed.encode()) % count
+    base = int(pool.network_address)
+    nearby = [t for t in taken if t.version == 4 and t.overlaps(pool)]
+    for step in range(count):
+        candidate = ipaddress.IPv4Network((base + ((start + step) % count) * size, prefix))
+        if not any(candidate.overlaps(t) for t in nearby):
+            return candidate
+    return None
+
+
+class StaleCountWatch:
+    """Tells, from a network's refusals and what the engine lists on it, when Docker's count of
+    its endpoints is stale (STALE_COUNT_SECONDS of "active endpoints" with none listed). A
+    swarm's "in use" is never stale: its tasks elsewhere are not listed on this node."""
+
+    def __init__(self) -> None:
+        self._empty_since: float | None = None
+
+    def stale(self, refusal: str, listed: int, now: float) -> bool:
+        if listed or "active endpoints" not in refusal:
+            self._empty_since = None
+            return False
+        if self._empty_since is None:
+            self._empty_since = now
+        return now - self._empty_since > STALE_COUNT_SECONDS
+
+
+def _network_kept(network_id: str, although: str, cause: str) -> AiptrainError:
+    short = network_id[:12]
+    return AiptrainError(
+        f"Docker keeps the job's network {short} although {although} ({cause}, an engine fault that restarting "
+        f"dockerd clears): the home's controller removes it once Docker lets it go, or remove it with "
+        f"`docker network rm {short}` then."
+    )
+
+
+def holders_used(containers: Iterable[dict]) -> set[str]:
+    """The holders whose network these containers joined (network mode container:<ID>)."""
+    modes = ((c.get("HostConfig") or {}).get("NetworkMode") or "" for c in containers)
+    return {mode.removeprefix("container:") for mode in modes if mode.startswith("container:")}
+
+
+class Networks:
+    """The engine's job networks as one home makes them: `options` say how (a bridge; a swarm's
+    attachable overlay). `free_pool` is what a full pool tries once before it refuses: the
+    owner's sweep of what deleted homes left (set by whoever holds both)."""
+
+    def __init__(self, engine: Engine, subnet_pool: str = DEFAULT_SUBNET_POOL,
+                 options: dict[str, object] | None = None):
+        self.engine = engine
+        self.subnet_pool = subnet_pool
+        self.options = options if options is not None else {"driver": "bridge"}
+        self.free_pool: Callable[[], None] = lambda: None
+
+    def check_pool(self) -> None:
+        subnet_pool(self.subnet_pool)
+
+    def create(self, network: NetworkSpec, options: dict | None = None) -> None:
+        """The job's network on a subnet of its own from the pool, sized to its replicas: the
+        engine's default pools hold only about 30 networks."""
+        from docker.errors import APIError
+        from docker.types import IPAMConfig, IPAMPool
+
+        pool = subnet_pool(self.subnet_pool)
+        refused: list[ipaddress.IPv4Network] = []
+        swept = False
+        for _ in range(SUBNET_ATTEMPTS):
+            subnet = pick_subnet(pool, network.addresses, [*self._subnets_in_use(), *refused], network.name)
+            if subnet is None and not swept:  # deleted homes' networks may hold the pool: free theirs
+                swept = True
+                self.free_pool()
+                subnet = pick_subnet(pool, network.addresses, [*self._subnets_in_use(), *refused], network.name)
+            if subnet is None:
+                break
+            ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=str(subnet))])
+            try:
+                self.engine.api.create_network(network.name, ipam=ipam, labels=self.engine.with_home(network.labels),
+                                               check_duplicate=True, options=options, **self.options)
+                return
+            except APIError as exc:
+                if "overlap" not in engine_error(exc).lower():
+                    raise
+                refused.append(subnet)  # taken meanwhile by a concurrent submit or another tool
+        raise EnvironmentNotReady(
+            f"No free subnet for {network.addresses} replica(s) in AIPTRAIN_SUBNET_POOL ({pool}): too many jobs "
+            "are running; wait for some to end or set a wider pool."
+        )
+
+    def _subnets_in_use(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        subnets: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+        for network in self.engine.api.networks():
+            for config in (network.get("IPAM") or {}).get("Config") or []:
+                try:
+                    subnets.append(ipaddress.ip_network(config.get("Subnet", ""), strict=False))
+                except ValueError:
+                    continue
+        return subnets
+
+    def remove_job_networks(self, job_id: str, trial_id: str | None = None) -> None:
+        for network in self.engine.api.networks(filters={"label": self.engine.job_labels(job_id, trial_id)}):
+            self.remove(network["Id"])
+
+    def remove(self, network_id: str) -> None:
+        """Remove a job's network once its containers are gone. A busy engine can still list
+        endpoints of containers it has just removed ("has active endpoints"; a swarm's tasks
+        that are shutting down: "in use"): those are disconnected by force and the removal
+        tried again, for a while. A network refused while it lists no endpoint at all has a
+        stale count (STALE_COUNT_SECONDS): kept at once, for the sweep to remove later."""
+        from docker.errors import APIError, NotFound
+
+        deadline = time.monotonic() + NETWORK_PATIENCE_SECONDS
+        watch = StaleCountWatch()
+        while True:
+            try:
+                self.engine.api.remove_network(network_id)
+                return
+            except NotFound:
+                return
+            except APIError as exc:
+                refusal = engine_error(exc)
+                if not any(busy in refusal for busy in ("active endpoints", "in use")):
+                    raise
+            if time.monotonic() > deadline:
+                raise _network_kept(network_id, "its replicas are gone",
+                                    f"it still lists endpoints after {NETWORK_PATIENCE_SECONDS} s")
+            if watch.stale(refusal, self._disconnect_all(network_id), time.monotonic()):
+                raise _network_kept(network_id, "nothing is on it any more", "a stale count of its endpoints")
+            time.sleep(0.2)
+
+    def _disconnect_all(self, network_id: str) -> int:
+        """Disconnect by force every endpoint the engine lists on the network; how many it listed."""
+        from docker.errors import APIError, NotFound
+
+        api = self.engine.api
+        try:
+            endpoints = api.inspect_network(network_id).get("Containers") or {}
+        except NotFound:
+            return 0
+        for endpoint in endpoints:
+            try:
+                api.disconnect_container_from_network(endpoint, network_id, force=True)
+            except (APIError, NotFound):
+                pass  # gone meanwhile, or still being released: the next attempt tells
+        return len(endpoints)
+
+    # -- the lone replicas' network, one per installation ----------------------------------------
+
+    @property
+    def solo_network_name(self) -> str:
+        installation = self.engine.installation
+        return f"{SOLO_PREFIX}-{installation[:8]}" if installation else SOLO_PREFIX
+
+    def solo_network(self) -> tuple[str, str]:
+        """(id, gateway address) of the installation's network for lone replicas, created on
+        first need. Creation is serialized by a lock in the home: the engine does not refuse a
+        second network of the same name made at the same moment. Should duplicates exist (homes
+        without a lock file), the oldest is the one, and the others are removed when empty."""
+        with self.engine.home_lock("solo-network"):
+            networks = self.solo_networks()
+            if not networks:
+                self.create(NetworkSpec(self.solo_network_name, self.engine.installation_labels(SOLO_ROLE),
+                                        SOLO_NETWORK_ADDRESSES), options=SOLO_OPTIONS)
+                networks = self.solo_networks()
+        if not networks:
+            raise EnvironmentNotReady(f"Docker did not keep the network {self.solo_network_name}: try again.")
+        keep, *duplicates = networks
+        for duplicate in duplicates:
+            with contextlib.suppress(Exception):
+                self.engine.api.remove_network(duplicate["Id"])
+        config = keep["IPAM"]["Config"][0]
+        gateway = config.get("Gateway") or str(ipaddress.ip_network(config["Subnet"], strict=False)[1])
+        return keep["Id"], gateway.split("/")[0]
+
+    def solo_networks(self) -> list[dict]:
+        found = self.engine.api.networks(names=[self.solo_network_name],
+                                         filters={"label": f"{LABEL_ROLE}={SOLO_ROLE}"})
+        return sorted((n for n in found if n["Name"] == self.solo_network_name), key=lambda n: n["Created"])
+
+
+@dataclass(frozen=True)
+class HolderRecipe:
+    """How to make a lone replica's network holder: what its last lone launch used."""
+
+    images: tuple[str, ...]  # the storage endpoint's: the first one here runs it
+    user: str
+    network: str  # the solo network
+    gateway: str  # where Google's API hosts resolve: the storage endpoint
+
+
+@dataclass(frozen=True)
+class ReadyHolder:
+    container_id: str
+    gateway: str
+
+
+class Holders:
+    """A lone replica's network made ready before its job (HOLDER_ROLE): kept only by the process
+    that launches the installation's jobs (`keep`, from the controller's warm-up)."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self._lock = threading.Lock()  # guards the fields below
+        self._keeps = False
+        self._ready: ReadyHolder | None = None
+        self._recipe: HolderRecipe | None = None  # from the last lone launch
+        self._in_hand: set[str] = set()  # taken by a launch, not yet joined by its replica
+        self._making = False
+        self._timer: tuple[threading.Timer, float] | None = None  # the next make, and when it is due
+
+    def keep(self) -> None:
+        self._keeps = True
+
+    def take(self, gateway: str) -> str | None:
+        """The ready holder's ID, taken for one replica, if its network is the one wanted (the
+        solo network made again since is not: that holder goes)."""
+        with self._lock:
+            holder, self._ready = self._ready, None
+            if holder is not None and holder.gateway == gateway:
+                self._in_hand.add(holder.container_id)
+                return holder.container_id
+        if holder is not None:
+            self.engine.remove_containers([holder.container_id])
+        return None
+
+    def let_go_of(self, holder: str | None) -> None:
+        """The launch is done with the holder it took: its replica uses it, or it is gone."""
+        if holder:
+            with self._lock:
+                self._in_hand.discard(holder)
+
+    def start_in(self, spec: ContainerSpec, env: dict[str, str], holder: str,
+                 serving: Callable[[], object] | None) -> bool:
+        """Start the replica in the holder's network (its hostname is LONE_HOSTNAME), after
+        `serving()` returns when given. False when the holder cannot serve (an engine restart
+        stopped it): what was made goes, and the replica makes its own network."""
+        from docker.errors import APIError
+
+        try:
+            container_id = self.engine.create(spec, env, f"container:{holder}")
+            if serving:
+                serving()
+            self.engine.api.start(container_id)
+            return True
+        except APIError as exc:
+            log.info("A lone replica could not join its ready network (%s): it makes its own.", engine_error(exc))
+        self.engine.remove_containers([spec.name, holder])
+        return False
+
+    def keep_ready(self, recipe: HolderRecipe | None, delay: float) -> None:
+        """Make the next lone replica's holder in the background, after `delay`, unless one is
+        ready, being made, or due sooner (a burst of launches takes the first holder and makes
+        its own networks)."""
+        with self._lock:
+            self._recipe = recipe or self._recipe
+            if not self._keeps or self._recipe is None or self._ready or self._making:
+                return
+            due = time.monotonic() + delay
+            if self._timer is not None:
+                pending, pending_due = self._timer
+                if pending_due <= due:
+                    return
+                pending.cancel()
+            timer = threading.Timer(delay, self._make)
+            timer.daemon = True
+            self._timer = (timer, due)
+        timer.start()
+
+    def _make(self) -> None:
+        with self._lock:
+            if self._making or self._ready:  # a timer cancelled too late
+                return
+            self._making, self._timer = True, None
+            recipe = self._recipe
+        holder = None
+        try:
+            if recipe is not None:
+                holder = ReadyHolder(self._start(recipe), recipe.gateway)
+        except Exception as exc:  # noqa: BLE001 - only a speed-up: a launch without one makes its own network
+            log.info("Could not make a network ready for the next lone replica: %s", exc)
+        with self._lock:
+            self._making = False
+            keep = holder is not None and self._keeps and self._ready is None
+            if keep:
+                self._ready = holder
+        if holder is not None and not keep:  # the controller let go of the engine meanwhile
+            self.engine.remove_containers([holder.container_id])
+
+    def _start(self, recipe: HolderRecipe) -> str:
+        """A holder: asleep on the solo network with the lone replicas' hostname and their extra
+        hosts (Google's API hosts at the storage endpoint), unprivileged like a replica."""
+        api, engine = self.engine.api, self.engine
+        host_config = api.create_host_config(
+            network_mode=recipe.network, extra_hosts=dict.fromkeys(API_HOSTS, recipe.gateway), read_only=True,
+            cap_drop=["ALL"], security_opt=["no-new-privileges"], pids_limit=8, mem_limit=HOLDER_MEMORY,
+        )
+        owner = {LABEL_INSTALLATION: engine.installation} if engine.installation else {}
+        container = api.create_container(  # the base image first: it is aiptrain's, not a job's
+            engine.present_image(tuple(reversed(recipe.images))), command=["sleep", "infinity"], user=recipe.user,
+            hostname=LONE_HOSTNAME, labels=engine.with_home({**owner, LABEL_ROLE: HOLDER_ROLE}),
+            host_config=host_config,
+        )
+        api.start(container["Id"])
+        return container["Id"]
+
+    def replace_later(self, used: set[str]) -> None:
+        """Remove the holders a job's replicas used and make the next one ready: in a thread of
+        its own, as the job's end need not wait for either (a holder left by a controller that
+        died meanwhile is removed by the next one's sweep, `remove_idle`)."""
+        threading.Thread(target=self._replace, args=(used,), daemon=True).start()
+
+    def _replace(self, used: set[str]) -> None:
+        self.engine.remove_containers(used)
+        self.keep_ready(None, 0.0)
+
+    def remove_idle(self) -> None:
+        """This home's holders that no replica uses, but the one kept ready: what a controller
+        that died (or a launch that failed) left."""
+        if not self.engine.installation:
+            return
+        containers = self.engine.api.containers(all=True, filters={"label": self.engine.owner()})
+        used = holders_used(containers)
+        with self._lock:
+            if self._making:  # one being made is not ready yet, nor used: the next sweep looks
+                return
+            used |= {*self._in_hand, *([self._ready.container_id] if self._ready else [])}
+            idle = [c["Id"] for c in containers
+                    if (c.get("Labels") or {}).get(LABEL_ROLE) == HOLDER_ROLE and c["Id"] not in used]
+        self.engine.remove_containers(idle)
+
+    def stop_keeping(self) -> None:
+        """The controller lets go of the engine: no more holders, and the ready one goes."""
+        with self._lock:
+            self._keeps = False
+            ready, self._ready = self._ready, None
+        if ready:
+            self.engine.remove_containers([ready.container_id])
