@@ -283,7 +283,7 @@ def job_resources(api, job_id: str | None = None) -> list[str]:
 def this_installation() -> str:
     """The label that scopes engine objects to the current AIPTRAIN_HOME: a test that acts when a
     job's replica runs must not take another checkout's job of the same name for its own."""
-    from aiptrain.planning import LABEL_INSTALLATION
+    from aiptrain.labels import LABEL_INSTALLATION
     from aiptrain.settings import Settings
 
     return f"{LABEL_INSTALLATION}={Settings().installation_id}"

@@ -39,15 +39,19 @@ from typing import ClassVar
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.backends.engine_logs import body_blocks, frame_blocks, read_log_lines
 from aiptrain.errors import AiptrainError, EnvironmentLacks, EnvironmentNotReady, ValidationError, first_line
-from aiptrain.logs import parse_engine_time
-from aiptrain.planning import (
+from aiptrain.labels import (
+    LABEL_CODE,
     LABEL_INSTALL_FOR,
     LABEL_INSTALLATION,
     LABEL_JOB,
+    LABEL_ROLE,
     LABEL_TASK,
     LABEL_TASK_INDEX,
     LABEL_TASK_TYPE,
     LABEL_TRIAL,
+)
+from aiptrain.logs import parse_engine_time
+from aiptrain.planning import (
     LONE_HOSTNAME,
     ContainerSpec,
     LaunchPlan,
@@ -58,8 +62,6 @@ from aiptrain.storage.endpoint import (
     API_HOSTS,
     AWAIT_ENDPOINT,
     ENDPOINT_PORT,
-    LABEL_CODE,
-    LABEL_ROLE,
     REPLICA_PORT,
     ROLE,
 )

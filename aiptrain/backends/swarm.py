@@ -71,7 +71,6 @@ from typing import ClassVar
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.backends.docker import (
     LABEL_HOME,
-    LABEL_ROLE,
     NETWORK_PATIENCE_SECONDS,
     DockerBackend,
     NoEndpointImage,
@@ -82,16 +81,16 @@ from aiptrain.backends.docker import (
 )
 from aiptrain.backends.engine_logs import body_blocks, frame_blocks, read_log_lines
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
+from aiptrain.labels import LABEL_CODE, LABEL_INSTALLATION, LABEL_ROLE
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import (
-    LABEL_INSTALLATION,
     ContainerSpec,
     LaunchPlan,
     Mount,
     NetworkSpec,
 )
 from aiptrain.settings import DEFAULT_SUBNET_POOL, Settings
-from aiptrain.storage.endpoint import API_HOSTS, LABEL_CODE, REPLICA_PORT, ROLE, StorageEndpoint
+from aiptrain.storage.endpoint import API_HOSTS, REPLICA_PORT, ROLE, StorageEndpoint
 
 log = logging.getLogger(__name__)
 
