@@ -23,13 +23,14 @@ import os
 import resource
 import select
 import signal
+import subprocess
 import sys
 import threading
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
-from aiptrain import commandserver
 from aiptrain.backends import Backend, open_backend
 from aiptrain.jobtable import DamagedRecord
 from aiptrain.lifecycle import SETTLE_LOOKS
@@ -254,7 +255,7 @@ class Controller:
             return
         self.command_server_started = True
         try:
-            commandserver.start(self.settings.home, os.getpid())
+            start_command_server(self.settings.home)
         except OSError as exc:  # commands then run in their own processes, as without it
             log.warning("Could not start the command server: %s", exc)
 
@@ -342,6 +343,14 @@ class Controller:
         for driver in self.drivers.values():
             driver.close()
         self.home_lock.release()
+
+
+def start_command_server(home: Path) -> None:
+    """Start the home's command server beside this controller, writing to its log. The runner
+    names the server's module and never imports it: the server serves the CLI, which the runner
+    must not import (.importlinter); the server itself says no when its environment turns it off."""
+    subprocess.Popen([sys.executable, "-m", "aiptrain.commandserver", str(home), str(os.getpid())],
+                     stdin=subprocess.DEVNULL, cwd="/")  # as the controller: no modules from a working directory
 
 
 def write_state(settings: Settings) -> None:
