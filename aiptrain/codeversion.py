@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 
-from aiptrain import __version__
-
+# The package's version (pyproject.toml says the same): here, so that this module needs nothing of
+# the package above it; aiptrain/__init__.py offers it as aiptrain.__version__.
+__version__ = "0.1.0"
 _code_version: str | None = None
 
 
