@@ -48,6 +48,7 @@ lint: install
 	$(BIN)/ruff check aiptrain tests benchmarks
 	$(BIN)/python scripts/check-types.py
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/import-cycles.py
 
 # The documentation site (mkdocs.yml), strict: a broken link, anchor or page fails the build.
 docs: install
