@@ -47,6 +47,8 @@ images-all: images
 lint: install
 	$(BIN)/ruff check aiptrain tests benchmarks
 	$(BIN)/python scripts/check-types.py
+	$(BIN)/lint-imports
+	$(BIN)/python scripts/import-cycles.py
 
 # The documentation site (mkdocs.yml), strict: a broken link, anchor or page fails the build.
 docs: install

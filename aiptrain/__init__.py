@@ -3,7 +3,8 @@
 `aiptrain.Client` is the Python API (aiptrain/client.py), imported on first use so that
 `import aiptrain` stays light."""
 
-__version__ = "0.1.0"
+from aiptrain.codeversion import __version__ as __version__
+
 __all__ = ["Client"]
 
 

@@ -26,7 +26,9 @@ from aiptrain.config import SubmitFlags
 from aiptrain.errors import EnvironmentNotReady, JobNotFound, ValidationError
 from aiptrain.exports import dry_run_tfjob, tfjob_export
 from aiptrain.model import Job
+from aiptrain.replicas import ReplicaObservation
 from aiptrain.runner import control
+from aiptrain.service import JobService, LabelsUpdate
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore, duplicate_job
 from aiptrain.submission import Submission, Submitter, check_buckets, prepare, recorded_project
@@ -36,18 +38,10 @@ from aiptrain.validation import check_label_count, validate_labels
 SUBMIT_FLAG_NAMES = frozenset(f.name for f in dataclasses.fields(SubmitFlags))
 
 
-@dataclasses.dataclass(frozen=True)
-class LabelsUpdate:
-    """What `update_labels` did: the job after it, and whether its labels changed."""
-
-    job: Job
-    changed: bool
-
-
-def open_client(settings: Settings | None = None, project: str | None = None):
+def open_client(settings: Settings | None = None, project: str | None = None) -> JobService:
     """The façade the settings choose: this installation (`Client`), or in client mode
     (AIPTRAIN_API set) the one behind that `aiptrain serve` (aiptrain.remote.ApiClient, whose
-    jobs live in `project`)."""
+    jobs live in `project`). Both are a JobService (aiptrain.service): mypy checks it here."""
     settings = settings or Settings()
     if settings.api_url:
         from aiptrain.remote import ApiClient
@@ -96,7 +90,7 @@ class Client:
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- submit ----------------------------------------------------------------------------
@@ -242,7 +236,7 @@ class Client:
         for batch in self.log_batches(job_id, task_name, poll_seconds):
             yield from batch
 
-    def replicas(self, job_id: str):
+    def replicas(self, job_id: str) -> builtins.list[ReplicaObservation]:
         """What the engine says about the job's replicas now (backends.ReplicaObservation)."""
         return self.backend_for(job_id).observe(job_id)
 

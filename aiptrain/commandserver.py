@@ -33,7 +33,8 @@ import socket
 import sys
 from pathlib import Path
 
-from aiptrain.launcher import DISABLE_VAR, LENGTH_BYTES, STD_FDS, code_version, peer_uid, socket_name
+from aiptrain.codeversion import code_version
+from aiptrain.launcher import DISABLE_VAR, LENGTH_BYTES, STD_FDS, peer_uid, socket_name
 
 REQUEST_SECONDS = 5.0  # a client has this long to send its request once connected
 PARENT_LOOK_SECONDS = 1.0  # how often the server looks whether its controller still runs
@@ -51,18 +52,6 @@ PRELOADED = (
 
 
 # -- the server ---------------------------------------------------------------------------------
-
-
-def start(home: Path, controller_pid: int) -> None:
-    """Start the home's server beside its controller, writing to the controller's log; none
-    when the controller's environment turns the server off."""
-    import subprocess
-
-    if os.environ.get(DISABLE_VAR) == "0":
-        return
-
-    subprocess.Popen([sys.executable, "-m", "aiptrain.commandserver", str(home), str(controller_pid)],
-                     stdin=subprocess.DEVNULL, cwd="/")  # as the controller: no modules from a working directory
 
 
 class Server:
@@ -290,9 +279,13 @@ def _reopen_std_streams() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m aiptrain.commandserver HOME CONTROLLER_PID`, started by the controller."""
+    """`python -m aiptrain.commandserver HOME CONTROLLER_PID`, started by the controller (which
+    names this module and never imports it); none when the controller's environment turns the
+    server off."""
     import importlib
 
+    if os.environ.get(DISABLE_VAR) == "0":
+        return 0
     home, controller_pid = Path(argv[0]), int(argv[1])
     for module in PRELOADED:
         try:

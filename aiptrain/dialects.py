@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from aiptrain.errors import EnvironmentNotReady
+
 # The advisory lock PostgreSQL writers take (any constant; only aiptrain's writers use it).
 WRITE_LOCK = 0x61697074  # "aipt"
 # Seconds a PostgreSQL server that does not answer gets before the command gives up (exit 3).
@@ -53,6 +55,11 @@ def passwords_in(url: str) -> list[str]:
     except ValueError:
         return []
     return sorted({secret for p in found if p for secret in (p, unquote(p))}, key=len, reverse=True)
+
+
+class StoreUnusable(EnvironmentNotReady):
+    """The job store's file cannot be used: damaged, unreadable, or on a full disk; or its
+    database's driver is missing (raised here, where the dialect is chosen)."""
 
 
 def connect(location: str | Path) -> Dialect:
@@ -163,8 +170,6 @@ END $$""",)
             import psycopg
             from psycopg.conninfo import conninfo_to_dict, make_conninfo
         except ImportError:
-            from aiptrain.jobtable import StoreUnusable
-
             raise StoreUnusable(
                 f"AIPTRAIN_STORE names a PostgreSQL store [{self.where}], but psycopg, its driver, is not "
                 "installed: pip install 'aiptrain[postgresql]' (or unset AIPTRAIN_STORE for the SQLite store)."

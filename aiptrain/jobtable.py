@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from aiptrain import dialects
+from aiptrain.dialects import StoreUnusable
 from aiptrain.errors import EnvironmentNotReady
 from aiptrain.filtering import COLUMNS, Condition, Query, listed_only
 from aiptrain.states import NOT_TERMINAL_NAMES
@@ -65,10 +66,6 @@ ACTIVE = NOT_TERMINAL_NAMES
 # The labels column is a copy of the resource's labels, written again by any change of them.
 LABELS_REWRITTEN = "an `aiptrain jobs update` that changes its labels writes the column again"
 _SQL_OPERATORS = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
-
-
-class StoreUnusable(EnvironmentNotReady):
-    """The job store's file cannot be used: damaged, unreadable, or on a full disk."""
 
 
 class DamagedRecord(EnvironmentNotReady):

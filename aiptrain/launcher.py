@@ -21,6 +21,8 @@ import marshal
 import os
 import sys
 
+from aiptrain.codeversion import code_version
+
 DISABLE_VAR = "AIPTRAIN_COMMAND_SERVER"  # "0": every command runs in its own process
 STD_FDS = (0, 1, 2)
 FORWARDED_SIGNALS = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP)
@@ -95,33 +97,6 @@ def socket_name(home: str) -> bytes:
     and inode, which every spelling of its path shares. OSError when the home does not exist."""
     info = os.stat(home)
     return f"\0aiptrain-commands-{os.getuid()}-{info.st_dev:x}-{info.st_ino:x}".encode()
-
-
-_code_version: str | None = None
-
-
-def code_version() -> str:
-    """aiptrain's version and when its code last changed (an editable install changes without a
-    new version number), taken once per process: the code a process runs is what it imported.
-    A controller or command server of another code version must not serve this one."""
-    global _code_version
-    if _code_version is None:
-        from aiptrain import __version__
-
-        _code_version = f"{__version__}+{_newest_source(os.path.dirname(os.path.realpath(__file__)))}"
-    return _code_version
-
-
-def _newest_source(directory: str) -> int:
-    """The newest modification time (ns) of the `.py` files under `directory`."""
-    newest = 0
-    with os.scandir(directory) as entries:
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                newest = max(newest, _newest_source(entry.path))
-            elif entry.name.endswith(".py"):
-                newest = max(newest, entry.stat(follow_symlinks=False).st_mtime_ns)
-    return newest
 
 
 # -- the client -----------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from aiptrain.backends import ReplicaObservation, ReplicaStatus
 from aiptrain.model import State
+from aiptrain.replicas import ReplicaObservation, ReplicaStatus
 from aiptrain.topology import MASTER_TASK, task_label
 
 RETRYABLE_EXIT_CODES = frozenset({130, 137, 143})

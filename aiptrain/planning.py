@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aiptrain.labels import LABEL_INSTALLATION, LABEL_JOB, LABEL_TASK, LABEL_TASK_INDEX, LABEL_TASK_TYPE, LABEL_TRIAL
 from aiptrain.model import Job, ReplicaConfig, TrainingInput
 from aiptrain.storage.endpoint import (
     AWAIT_ENDPOINT,
@@ -34,14 +35,6 @@ if TYPE_CHECKING:
 
 TF_PORT = 2222
 PACKAGES_DIR = "/opt/aiptrain/packages"  # read-only inside every runtime replica
-LABEL_PREFIX = "aiptrain."
-LABEL_JOB = LABEL_PREFIX + "job-id"
-LABEL_TASK = LABEL_PREFIX + "task-name"
-LABEL_TASK_TYPE = LABEL_PREFIX + "task-type"
-LABEL_TASK_INDEX = LABEL_PREFIX + "task-index"
-LABEL_INSTALLATION = LABEL_PREFIX + "installation"
-LABEL_TRIAL = LABEL_PREFIX + "trial-id"
-LABEL_INSTALL_FOR = LABEL_PREFIX + "install-for"  # the job whose packages an install container installs
 # Where a trial's replicas write their cloudml-hypertune metric files (one per task), read-write.
 HYPERTUNE_DIR = "/opt/aiptrain/hypertune"
 

@@ -1,4 +1,4 @@
-"""Client mode: the `Client` façade over another installation's `aiptrain serve`, chosen when
+"""Client mode: the `Client` façade (a JobService, aiptrain.service) over another installation's `aiptrain serve`, chosen when
 AIPTRAIN_API (or gcloud's api_endpoint_overrides/ml property, through the shim) names one.
 
 Every job verb goes through the ml v1 REST API with the real google-api-python-client and its
@@ -23,10 +23,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from aiptrain import logs
-from aiptrain.client import LabelsUpdate
 from aiptrain.config import SubmitFlags
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, JobExists, JobNotFound, ValidationError
 from aiptrain.model import Job
+from aiptrain.replicas import ReplicaObservation
+from aiptrain.service import LabelsUpdate
 from aiptrain.settings import Settings
 
 TIMEOUT_SECONDS = 60  # per HTTP request
@@ -74,7 +75,7 @@ class ApiClient:
     def __enter__(self) -> ApiClient:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- the REST clients -------------------------------------------------------------------
@@ -364,7 +365,7 @@ class ApiClient:
             if not token:
                 return
 
-    def replicas(self, job_id: str) -> list:
+    def replicas(self, job_id: str) -> list[ReplicaObservation]:
         return []  # the server's engine is not reachable from here
 
     def restart_counts(self, job_id: str) -> dict[str, int]:

@@ -27,12 +27,11 @@ from aiptrain import admission
 from aiptrain.backends import Backend
 from aiptrain.config import SubmitFlags, build_job, config_scale_tier
 from aiptrain.errors import EnvironmentNotReady, ValidationError
+from aiptrain.labels import LABEL_INSTALL_FOR, LABEL_INSTALLATION
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import TERMINAL_STATES, Job, ScaleTier, State
 from aiptrain.ownership import JobLock
 from aiptrain.planning import (
-    LABEL_INSTALL_FOR,
-    LABEL_INSTALLATION,
     NOBODY_ID,
     PACKAGES_DIR,
     LaunchPlan,

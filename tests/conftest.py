@@ -283,7 +283,7 @@ def job_resources(api, job_id: str | None = None) -> list[str]:
 def this_installation() -> str:
     """The label that scopes engine objects to the current AIPTRAIN_HOME: a test that acts when a
     job's replica runs must not take another checkout's job of the same name for its own."""
-    from aiptrain.planning import LABEL_INSTALLATION
+    from aiptrain.labels import LABEL_INSTALLATION
     from aiptrain.settings import Settings
 
     return f"{LABEL_INSTALLATION}={Settings().installation_id}"
@@ -392,12 +392,13 @@ def controller_in_process(monkeypatch):
 def drive_to_end(driver, max_steps: int = 10_000):
     """Step a JobDriver (aiptrain.runner.driver) as the controller would, without its waits,
     until the job ends; the state it ended in."""
-    from aiptrain.runner.driver import DRAIN_LOOK_SECONDS
+    from aiptrain.runner.driver import Phase
+    from aiptrain.runner.groups import DRAIN_LOOK_SECONDS
 
     for _ in range(max_steps):
         if driver.step() is None:
             return driver.final_state
-        if driver.phase == "ending":  # the drain waits on the log followers' threads: let them run
+        if driver.phase is Phase.ENDING:  # the drain waits on the log followers' threads: let them run
             time.sleep(DRAIN_LOOK_SECONDS)
     raise AssertionError(f"job {driver.job_id} did not end in {max_steps} steps (phase {driver.phase})")
 

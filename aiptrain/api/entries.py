@@ -24,7 +24,7 @@ import re
 from datetime import datetime, timezone
 
 from aiptrain import filtering
-from aiptrain.api.app import ApiError, Call
+from aiptrain.api.calls import ApiError, Call
 from aiptrain.settings import Settings
 
 PAGE_SIZE, MOST = 50, 1000  # Logging's default and maximum pageSize

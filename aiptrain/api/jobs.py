@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from aiptrain.api.app import ApiError, Call
+from aiptrain.api.calls import ApiError, Call
 from aiptrain.model import Job
 from aiptrain.settings import Settings
 

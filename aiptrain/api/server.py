@@ -17,7 +17,8 @@ from http.server import ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from aiptrain.api.access import Access, Refused
-from aiptrain.api.app import MAX_BODY_BYTES, App, Request, Response, error_response
+from aiptrain.api.app import App
+from aiptrain.api.calls import MAX_BODY_BYTES, Request, Response, error_response
 from aiptrain.errors import ValidationError
 from aiptrain.storage import endpoint_server
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aiptrain.api.app import ApiError
+from aiptrain.api.calls import ApiError
 
 log = logging.getLogger("aiptrain.api")
 

@@ -10,17 +10,20 @@ controller owns.
 
 from __future__ import annotations
 
-import enum
 import importlib
 import threading
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass
-from datetime import datetime
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from aiptrain.planning import ContainerSpec, LaunchPlan
+from aiptrain.replicas import LogChunk as LogChunk
+from aiptrain.replicas import ReplicaObservation as ReplicaObservation
+from aiptrain.replicas import ReplicaStatus as ReplicaStatus
 from aiptrain.settings import BACKEND_NAMES, Settings
 from aiptrain.storage.endpoint import StorageEndpoint
+
+# The replicas' value types (LogChunk, ReplicaObservation, ReplicaStatus) live in aiptrain.replicas,
+# a leaf module the pure rules read without the backends; imported from here as well.
 
 # name -> (module, class); every class has `from_settings(settings)`.
 _BACKEND_CLASSES = {
@@ -28,37 +31,6 @@ _BACKEND_CLASSES = {
     "swarm": ("aiptrain.backends.swarm", "SwarmBackend"),
 }
 assert set(_BACKEND_CLASSES) <= set(BACKEND_NAMES)
-
-
-class ReplicaStatus(str, enum.Enum):
-    """A replica's state, whatever the engine calls it (each backend maps its own in one table)."""
-
-    CREATED = "created"  # made, not started yet
-    RUNNING = "running"
-    EXITED = "exited"
-    MISSING = "missing"  # the engine no longer has it
-
-
-
-@dataclass(frozen=True)
-class ReplicaObservation:
-    """What the engine says about one replica right now."""
-
-    task_name: str
-    task_type: str
-    task_index: int
-    status: ReplicaStatus
-    exit_code: int | None = None
-    finished_at: datetime | None = None
-    container_id: str | None = None
-    trial_id: str = ""  # the hyperparameter trial the replica belongs to; "" outside tuning jobs
-    error: str = ""  # why the engine ended a replica that never ran (a swarm task rejected on its node)
-
-
-class LogChunk(NamedTuple):  # a tuple: a million lines are a million of these
-    time: str  # RFC 3339 with nanoseconds, as the engine stamps it
-    stream: str  # stdout | stderr
-    text: str  # one line, without its newline
 
 
 class Installation(Protocol):

@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from aiptrain.backends.engine import DEFAULT_NETWORK, TMPFS_OPTIONS, Engine, NoEndpointImage, engine_error
 from aiptrain.backends.networks import Networks
 from aiptrain.errors import AiptrainError, EnvironmentNotReady
-from aiptrain.storage.endpoint import ENDPOINT_PORT, LABEL_CODE, LABEL_ROLE, REPLICA_PORT, ROLE, StorageEndpoint
+from aiptrain.labels import LABEL_CODE, LABEL_ROLE
+from aiptrain.storage.endpoint import ENDPOINT_PORT, REPLICA_PORT, ROLE, StorageEndpoint
 
 log = logging.getLogger(__name__)
 ENDPOINT_READY_SECONDS = 20

@@ -32,18 +32,18 @@ from typing import Any, TypeVar
 
 from aiptrain.backends import ReplicaObservation, ReplicaStatus
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, first_line
-from aiptrain.planning import (
+from aiptrain.labels import (
+    LABEL_HOME,
     LABEL_INSTALL_FOR,
     LABEL_INSTALLATION,
     LABEL_JOB,
+    LABEL_ROLE,
     LABEL_TASK,
     LABEL_TASK_INDEX,
     LABEL_TASK_TYPE,
     LABEL_TRIAL,
-    ContainerSpec,
-    LaunchPlan,
 )
-from aiptrain.storage.endpoint import LABEL_ROLE
+from aiptrain.planning import ContainerSpec, LaunchPlan
 
 log = logging.getLogger(__name__)
 # docker-py's low-level client (docker.APIClient): the SDK has no type information.
@@ -52,7 +52,6 @@ T = TypeVar("T")
 
 TMPFS_OPTIONS = "rw,nosuid,nodev,exec,size=4g"
 DEFAULT_NETWORK = "bridge"  # the engine's own network, never created or removed here
-LABEL_HOME = "aiptrain.home"  # on every container and network made here: the home it belongs to
 
 
 class NoEndpointImage(EnvironmentNotReady):

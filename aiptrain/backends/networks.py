@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 from aiptrain.backends.engine import Engine, engine_error
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
-from aiptrain.planning import LABEL_INSTALLATION, LONE_HOSTNAME, ContainerSpec, NetworkSpec
+from aiptrain.labels import LABEL_INSTALLATION, LABEL_ROLE
+from aiptrain.planning import LONE_HOSTNAME, ContainerSpec, NetworkSpec
 from aiptrain.settings import DEFAULT_SUBNET_POOL
-from aiptrain.storage.endpoint import API_HOSTS, LABEL_ROLE
+from aiptrain.storage.endpoint import API_HOSTS
 
 log = logging.getLogger(__name__)
 # Addresses a job's subnet reserves besides its replicas: network, gateway, broadcast.

@@ -10,13 +10,14 @@ import logging
 import time
 from collections.abc import Callable, Collection
 
-from aiptrain.backends.engine import LABEL_HOME, Engine, NoEndpointImage, engine_error, engine_is_local
+from aiptrain.backends.engine import Engine, NoEndpointImage, engine_error, engine_is_local
 from aiptrain.backends.networks import NETWORK_PATIENCE_SECONDS, Networks
 from aiptrain.backends.swarm_specs import endpoint_current, endpoint_service_spec, latest_task
 from aiptrain.backends.sweep import Sweep
 from aiptrain.errors import AiptrainError, EnvironmentNotReady
+from aiptrain.labels import LABEL_CODE, LABEL_HOME, LABEL_ROLE
 from aiptrain.planning import NetworkSpec
-from aiptrain.storage.endpoint import LABEL_CODE, LABEL_ROLE, ROLE, StorageEndpoint
+from aiptrain.storage.endpoint import ROLE, StorageEndpoint
 
 log = logging.getLogger(__name__)
 STORAGE_ROLE = "storage-network"  # the installation's overlay network its storage endpoint serves on

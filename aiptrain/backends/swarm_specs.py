@@ -13,9 +13,10 @@ from pathlib import Path
 from aiptrain.backends import ReplicaObservation, ReplicaStatus
 from aiptrain.backends.engine import labelled_observation
 from aiptrain.errors import ValidationError
+from aiptrain.labels import LABEL_CODE
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import ContainerSpec, LaunchPlan, Mount
-from aiptrain.storage.endpoint import API_HOSTS, LABEL_CODE, REPLICA_PORT, StorageEndpoint
+from aiptrain.storage.endpoint import API_HOSTS, REPLICA_PORT, StorageEndpoint
 
 # Swarm's task states as replica states (swarmkit's TaskState), in one table; a service whose
 # task the orchestrator has not made yet is CREATED too (see `replica_status`).

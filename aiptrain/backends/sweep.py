@@ -8,10 +8,10 @@ import contextlib
 import logging
 from collections.abc import Callable, Collection
 
-from aiptrain.backends.engine import LABEL_HOME, Engine, engine_error, engine_is_local
+from aiptrain.backends.engine import Engine, engine_error, engine_is_local
 from aiptrain.backends.networks import HOLDER_ROLE, SOLO_ROLE, Holders, Networks, holders_used
-from aiptrain.planning import LABEL_JOB
-from aiptrain.storage.endpoint import LABEL_ROLE, ROLE
+from aiptrain.labels import LABEL_HOME, LABEL_JOB, LABEL_ROLE
+from aiptrain.storage.endpoint import ROLE
 
 log = logging.getLogger(__name__)
 

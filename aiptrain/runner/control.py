@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiptrain.launcher import code_version
+from aiptrain.codeversion import code_version
 from aiptrain.ownership import JobLock
 from aiptrain.settings import Settings
 

@@ -23,20 +23,22 @@ import os
 import resource
 import select
 import signal
+import subprocess
 import sys
 import threading
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, cast
 
-from aiptrain import commandserver
 from aiptrain.backends import Backend, Installation, open_backend
 from aiptrain.jobtable import DamagedRecord
 from aiptrain.lifecycle import SETTLE_LOOKS
 from aiptrain.model import rfc3339, utc_now
 from aiptrain.ownership import JobLock
 from aiptrain.runner import control
-from aiptrain.runner.driver import JobDriver
+from aiptrain.runner.driver import JobDriver, Phase
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
 
@@ -59,7 +61,7 @@ class PerThreadStore:
         self._settings = settings
         self._local = threading.local()
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         store = getattr(self._local, "store", None)
         if store is None:
             store = self._local.store = JobStore(self._settings.store)
@@ -71,7 +73,8 @@ class Controller:
         self.settings = settings
         self.home_lock = lock  # the home's controller lock, held while this process drives its jobs
         self.idle_exit = idle_exit
-        self.store = PerThreadStore(settings)
+        # A JobStore to its callers: every attribute is that of this thread's own store.
+        self.store = cast(JobStore, PerThreadStore(settings))
         self.drivers: dict[str, JobDriver] = {}
         self.due: dict[str, float] = {}  # job -> monotonic time of its next step
         self.quick_looks: dict[str, int] = {}  # job -> looks of SETTLE_LOOKS left after an engine event
@@ -193,7 +196,7 @@ class Controller:
                 driver.close()
                 log.info("Job %s ended: %s", job_id, driver.final_state.value if driver.final_state else "left")
             self.wake_queue_head()  # its replicas' room may let the next job start
-        elif driver.phase == "launch":
+        elif driver.phase is Phase.LAUNCH:
             self.due[job_id] = 0.0
             self.wake_queue_head()  # admitted: the next in line is the head now
         else:
@@ -256,7 +259,7 @@ class Controller:
             return
         self.command_server_started = True
         try:
-            commandserver.start(self.settings.home, os.getpid())
+            start_command_server(self.settings.home)
         except OSError as exc:  # commands then run in their own processes, as without it
             log.warning("Could not start the command server: %s", exc)
 
@@ -347,6 +350,14 @@ class Controller:
         self.home_lock.release()
 
 
+def start_command_server(home: Path) -> None:
+    """Start the home's command server beside this controller, writing to its log. The runner
+    names the server's module and never imports it: the server serves the CLI, which the runner
+    must not import (.importlinter); the server itself says no when its environment turns it off."""
+    subprocess.Popen([sys.executable, "-m", "aiptrain.commandserver", str(home), str(os.getpid())],
+                     stdin=subprocess.DEVNULL, cwd="/")  # as the controller: no modules from a working directory
+
+
 def write_state(settings: Settings) -> None:
     state = {"pid": os.getpid(), "version": control.code_version(), "started": rfc3339(utc_now())}
     temporary = settings.controller_state_path.with_suffix(".tmp")
@@ -390,7 +401,7 @@ def serve(settings: Settings, lock: JobLock, idle_exit: bool) -> None:
     write_state(settings)
     raise_open_files_limit()
     controller = Controller(settings, lock, idle_exit, serves_commands=True)
-    def stop(*_) -> None:
+    def stop(*_: object) -> None:
         controller.stopping.set()
         controller.wake.set()
 

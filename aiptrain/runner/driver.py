@@ -6,8 +6,8 @@
   launch     admitted (PREPARING): launch the replicas from the plan inputs submit left
   running    observe -> lifecycle.decide -> restart replicas killed by a signal, or end the job;
              past maxRunningTime the job is cancelled. A tuning job runs its study (runner.study).
-  ending     the decision is recorded (the verdicts table) first; then its GroupEnding: evaluators'
-             grace, stop what runs, drain the logs, remove containers and network; then the
+  ending     the decision is recorded (the verdicts table) first; then its GroupEnding
+             (runner.groups, what the driver and the study share): evaluators' grace, stop what runs, drain the logs, remove containers and network; then the
              closing lines, and the final state last (readers that see it have every line).
 
 Every step is idempotent given what the store and the engine say, so a controller killed
@@ -17,25 +17,28 @@ verdict is finished as decided, an admitted job whose launch was cut is launched
 
 from __future__ import annotations
 
+import enum
 import logging
 import shutil
 import threading
-import time
+from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-import tenacity
-
 from aiptrain import admission
-from aiptrain.backends import Backend, ReplicaObservation, ReplicaStatus
+from aiptrain.backends import Backend
 from aiptrain.errors import AiptrainError
-from aiptrain.lifecycle import Decision, awaited_at_end, decide, failure_message
+from aiptrain.lifecycle import Decision
 from aiptrain.logs import CLOSING_LINES, SERVICE, JobLogWriter, last_times_by_task, records_of_task
-from aiptrain.model import ACTIVE_STATES, State, utc_now
+from aiptrain.model import ACTIVE_STATES, Job, State, utc_now
 from aiptrain.planning import load_plan_inputs, plan
-from aiptrain.runner.logcopy import Drain, LogFollowers
+from aiptrain.replicas import ReplicaObservation
+from aiptrain.runner.groups import DRAIN_LOOK_SECONDS, GroupEnding, Groups
+from aiptrain.runner.logcopy import LogFollowers
 from aiptrain.settings import Settings
-from aiptrain.topology import replicas_for, task_label
+from aiptrain.store import JobStore
+from aiptrain.topology import replicas_for
 from aiptrain.validation import scheduling_seconds
 
 if TYPE_CHECKING:
@@ -47,74 +50,35 @@ log = logging.getLogger(__name__)
 # them): the steps' lazy imports of big packages go one thread at a time.
 STUDY_IMPORT = threading.Lock()
 
-LOG_TAIL_LINES = 20
-TRACEBACK_LINES = 60
-ENGINE_PATIENCE_SECONDS = 30
 INTERRUPTED = "The job's submission was interrupted before all replicas started."
 QUEUED_LOOK_SECONDS = 5.0  # how often a job behind the head of the queue looks (for maxWaitTime)
-DRAIN_LOOK_SECONDS = 0.02  # how soon a group's end looks again whether its logs are all copied
 LAUNCH_STARTED = "launch-started"  # in the job's work dir: a launch began (a new controller cleans up first)
 
 
-def restart_key(trial_id: str, task: str) -> str:
-    """Restarts are counted per replica: per trial's replica in a tuning job."""
-    return f"{trial_id}/{task}" if trial_id else task
+class Phase(str, enum.Enum):
+    """Where a job's driver stands: each phase is one `_step_<phase>` method."""
 
-
-class GroupEnding:
-    """Ending one group (the job's replicas, or one trial's) in steps: evaluators of a successful
-    master get their grace period to finish on their own; then what still runs is stopped
-    (stopped by us: never a failure), the remaining output copied, containers and network removed."""
-
-    def __init__(self, driver: JobDriver, observations: list[ReplicaObservation], trial_id: str | None = None):
-        self.driver, self.trial_id = driver, trial_id
-        self.observations = observations
-        cancelling = driver.store.get(driver.job_id).state is State.CANCELLING
-        self.awaited = {o.container_id for o in awaited_at_end(observations, cancelling)}
-        self.deadline = 0.0
-        self.drain: Drain | None = None
-        if self.awaited:
-            driver.stop_running([o for o in observations if o.container_id not in self.awaited])
-            grace = driver.settings.evaluator_grace_seconds
-            names = ", ".join(task_label(o.task_name) for o in observations if o.container_id in self.awaited)
-            driver.writer.service(f"The master finished: waiting up to {grace:g} s for {names} to finish on its own.",
-                                  trial=trial_id or "")
-            self.deadline = time.monotonic() + grace
-
-    def step(self) -> bool:
-        """One step further; True once the group is gone."""
-        driver = self.driver
-        if self.awaited:
-            observations = driver.observe(self.trial_id)
-            driver.followers.sync(observations)
-            self.observations = observations
-            still = any(o.container_id in self.awaited and o.status == ReplicaStatus.RUNNING for o in observations)
-            cancelled = driver.store.get(driver.job_id).state is State.CANCELLING
-            if still and not cancelled and time.monotonic() < self.deadline:
-                return False
-            self.awaited = set()
-        if self.drain is None:
-            driver.stop_running(self.observations)
-            driver.followers.sync(driver.observe(self.trial_id))  # output of replicas not followed yet
-            self.drain = Drain(driver.followers, self.trial_id)
-        if not self.drain.done():
-            return False
-        driver.backend.remove(driver.job_id, self.trial_id)
-        return True
+    ADOPT = "adopt"  # the first look, by a new controller or for a new job
+    ADMISSION = "admission"  # QUEUED in the admission queue
+    LAUNCH = "launch"  # admitted (PREPARING): its replicas are launched
+    RUNNING = "running"  # observed and decided on, or its study stepped
+    ENDING = "ending"  # the decision recorded; its GroupEnding tears down
+    DONE = "done"  # the final state recorded
 
 
 class JobDriver:
     """Drives one job, plain or a study, one step at a time."""
 
-    def __init__(self, job_id: str, settings: Settings, store, backend: Backend):
+    def __init__(self, job_id: str, settings: Settings, store: JobStore, backend: Backend):
         self.job_id = job_id
         self.settings = settings
         self.store = store
         self.backend = backend
         self.log_path = settings.job_log_path(job_id)
         self.writer = JobLogWriter(self.log_path, keep_going=True)  # a full disk loses lines, not the job
-        self.followers = LogFollowers(backend, self.writer, last_times_by_task(self.log_path), self.log_path)
-        self.phase = "adopt"
+        followers = LogFollowers(backend, self.writer, last_times_by_task(self.log_path), self.log_path)
+        self.groups = Groups(job_id, settings, store, backend, self.log_path, self.writer, followers)
+        self.phase = Phase.ADOPT
         self.study: Study | None = None  # of a tuning job, once running
         self.said: str | None = None  # the last admission reason logged
         self.ending: GroupEnding | None = None
@@ -124,13 +88,17 @@ class JobDriver:
 
     @property
     def ended(self) -> bool:
-        return self.phase == "done"
+        return self.phase is Phase.DONE
 
     def step(self) -> float | None:
         """Look once, act once; seconds until the next look is due (sooner when the engine reports
         a change), None once the job has ended."""
-        delay = getattr(self, f"_step_{self.phase}")()
-        return None if self.phase == "done" else delay
+        steps: dict[Phase, Callable[[], float]] = {
+            Phase.ADOPT: self._step_adopt, Phase.ADMISSION: self._step_admission, Phase.LAUNCH: self._step_launch,
+            Phase.RUNNING: self._step_running, Phase.ENDING: self._step_ending,
+        }
+        delay = steps[self.phase]() if self.phase is not Phase.DONE else 0
+        return None if self.phase is Phase.DONE else delay
 
     def close(self) -> None:
         self.writer.close()
@@ -141,39 +109,42 @@ class JobDriver:
         """The first look, by a new controller or for a new job: where does the job stand?"""
         job = self.store.get(self.job_id)
         if job is None or job.state not in ACTIVE_STATES:
-            self.phase = "done"
+            self.phase = Phase.DONE
             return 0
         verdict = self.store.verdict(self.job_id)
         if verdict is not None:  # decided, then the controller died tearing down: finish that ending
             failed_trial = verdict.pop("failed_trial", "")
-            self.begin_end(Decision(State(verdict.pop("state")), **verdict), self.observe(), failed_trial)
+            self.begin_end(Decision(State(verdict.pop("state")), **verdict), self.groups.observe(), failed_trial)
         elif job.state is State.QUEUED and self.store.is_enqueued(self.job_id):
             queued = self.store.queue_position(self.job_id)
             self.said = queued[1] if queued else None  # submit logged the first reason
-            self.phase = "admission"
+            self.phase = Phase.ADMISSION
         elif job.state is State.PREPARING and self.store.is_enqueued(self.job_id):
-            self.phase = "launch"
+            self.phase = Phase.LAUNCH
         elif job.state in (State.QUEUED, State.PREPARING):  # recorded, never queued: its submit died
             self.writer.service(INTERRUPTED, "ERROR")
             self.begin_end(Decision(State.FAILED, INTERRUPTED), [])
         else:
-            self.phase = "running"
+            self.phase = Phase.RUNNING
         return 0
 
     def _step_admission(self) -> float:
         """Only the head of the queue may start (aiptrain.admission): it asks, under the store's
         write lock, each look; the others only watch for a cancel and for maxWaitTime, and look
         less often (the controller wakes the head when room appears, a cancel wakes its job)."""
-        job = self.store.get(self.job_id)
+        job = self.store.require(self.job_id)
         if job.state is State.CANCELLING:
             self.begin_end(Decision(State.CANCELLED), [])
             return 0
         if job.state is not State.QUEUED:
-            self.phase = "adopt"
+            self.phase = Phase.ADOPT
             return 0
-        if admission.waited_too_long(job.create_time, utc_now(), scheduling_seconds(job, "max_wait_time")):
+        waited = job.create_time and admission.waited_too_long(job.create_time, utc_now(),
+                                                               scheduling_seconds(job, "max_wait_time"))
+        if waited:
+            scheduling = job.training_input.scheduling
             message = (f"Job cancelled: it waited longer than scheduling.maxWaitTime "
-                       f"({job.training_input.scheduling.max_wait_time}) to start. {self.said or ''}").strip()
+                       f"({scheduling.max_wait_time if scheduling else None}) to start. {self.said or ''}").strip()
             self.writer.service(message, "WARNING")
             self.store.transition(self.job_id, State.CANCELLING, [State.QUEUED], error_message=message)
             return 0
@@ -182,7 +153,7 @@ class JobDriver:
             return QUEUED_LOOK_SECONDS
         verdict = admission.request(self.store, job, self.settings.max_running_replicas)
         if verdict.admitted:
-            self.phase = "launch"
+            self.phase = Phase.LAUNCH
             return 0
         if verdict.reason and verdict.reason != self.said:
             self.said = verdict.reason
@@ -192,12 +163,12 @@ class JobDriver:
     def _step_launch(self) -> float:
         """Launch an admitted job's replicas from the plan inputs its submit left (a study's trials
         are launched by the study). Whatever a cut launch left is removed first."""
-        job = self.store.get(self.job_id)
+        job = self.store.require(self.job_id)
         if job.state is State.CANCELLING:
-            self.begin_end(Decision(State.CANCELLED), self.observe())
+            self.begin_end(Decision(State.CANCELLED), self.groups.observe())
             return 0
         if job.state is not State.PREPARING:
-            self.phase = "adopt"
+            self.phase = Phase.ADOPT
             return 0
         self.writer.service("Waiting for job to be provisioned.")
         if not job.training_input.hyperparameters:
@@ -212,16 +183,16 @@ class JobDriver:
                 self.writer.service(str(exc), "ERROR")
                 self.begin_end(Decision(State.FAILED, str(exc)), [])
                 return 0
-        started = self.store.transition(self.job_id, State.RUNNING, [State.PREPARING]) is not None
-        if started and not job.training_input.hyperparameters:  # a study says so of each trial
+        now_running = self.store.transition(self.job_id, State.RUNNING, [State.PREPARING]) is not None
+        if now_running and not job.training_input.hyperparameters:  # a study says so of each trial
             self.writer.service("Waiting for training program to start.")
-        self.phase = "running"
+        self.phase = Phase.RUNNING
         return 0
 
     def _step_running(self) -> float:
-        job = self.store.get(self.job_id)
+        job = self.store.require(self.job_id)
         if job.state in (State.QUEUED, State.PREPARING):
-            self.phase = "adopt"
+            self.phase = Phase.ADOPT
             return 0
         if self.ran_too_long(job):
             return 0
@@ -229,10 +200,15 @@ class JobDriver:
             if self.study is None:
                 with STUDY_IMPORT:  # optuna, for studies only, imported by one thread at a time
                     from aiptrain.runner.study import Study
-                self.study = Study(self)
-            return self.study.step(job)
-        observations = self.observe()
-        decision = self.step_group([r.task_name for r in replicas_for(job.training_input)], observations, job.state)
+                self.study = Study(self.groups)
+            outcome = self.study.step(job)
+            if isinstance(outcome, Decision):  # every trial is gone: the job ends as the study says
+                self.begin_end(outcome, [])
+                return 0
+            return outcome
+        observations = self.groups.observe()
+        expected = [r.task_name for r in replicas_for(job.training_input)]
+        decision = self.groups.step_group(expected, observations, job.state)
         if decision.state is not None:
             self.begin_end(decision, observations)
             return 0
@@ -246,73 +222,29 @@ class JobDriver:
         except AiptrainError as exc:  # e.g. a network the engine keeps: the job ended as decided all the same
             self.writer.service(f"Tearing down left something behind: {exc}", "WARNING")
         self.final_state = self.close_job(self.decision, self.failed_trial)
-        self.phase = "done"
+        self.phase = Phase.DONE
         return 0
 
-    # -- steps shared with the study ------------------------------------------------------------
+    # -- the job's own ------------------------------------------------------------------------
 
     @property
-    def work_dir(self):
+    def work_dir(self) -> Path:
         return self.settings.job_work_dir(self.job_id)
 
-    def step_group(self, expected: list[str], observations: list[ReplicaObservation], state_seen: State,
-                   trial_id: str = "") -> Decision:
-        """Follow the group's logs, apply lifecycle.decide and restart what it says to.
-        A decision to end the group comes back to the caller."""
-        self.followers.sync(observations)
-        restarts = self.store.restarts(self.job_id)
-        decision = decide(
-            expected,
-            observations,
-            {task: restarts.get(restart_key(trial_id, task), 0) for task in expected},
-            self.settings.max_restarts,
-            cancel_requested=state_seen is State.CANCELLING,
-        )
-        if (decision.state or decision.restart) and self.cancel_arrived(state_seen):
-            return Decision(State.CANCELLED)  # `jobs cancel` stops replicas: not failures
-        for task in decision.restart:
-            self.restart(task, observations, trial_id)
-        return Decision(state=decision.state, error_message=decision.error_message,
-                        failed_task=decision.failed_task)
-
-    def cancel_arrived(self, state_seen: State) -> bool:
-        return state_seen is not State.CANCELLING and self.store.get(self.job_id).state is State.CANCELLING
-
-    def ran_too_long(self, job) -> bool:
+    def ran_too_long(self, job: Job) -> bool:
         """Past scheduling.maxRunningTime the job is cancelled, as the service does."""
         max_running = scheduling_seconds(job, "max_running_time")
         if job.state is not State.RUNNING or not max_running or not job.start_time:
             return False
         if utc_now() - job.start_time <= timedelta(seconds=max_running):
             return False
-        limit = job.training_input.scheduling.max_running_time
+        scheduling = job.training_input.scheduling
+        limit = scheduling.max_running_time if scheduling else None
         self.store.transition(
             self.job_id, State.CANCELLING, [State.RUNNING],
             error_message=f"Job cancelled: it ran longer than scheduling.maxRunningTime ({limit}).",
         )
         return True
-
-    def observe(self, trial_id: str | None = None) -> list[ReplicaObservation]:
-        """The replicas' states (of one trial, when given)."""
-        observations = patiently(self.backend.observe, self.job_id)
-        return observations if trial_id is None else [o for o in observations if o.trial_id == trial_id]
-
-    def restart(self, task: str, observations: list[ReplicaObservation], trial_id: str = "") -> None:
-        obs = next(o for o in observations if o.task_name == task and o.container_id)
-        count = self.store.count_restart(self.job_id, restart_key(trial_id, task))
-        self.writer.service(
-            f"{failure_message(task, obs.exit_code)} Restarting it in place "
-            f"(restart {count} of {self.settings.max_restarts}).",
-            "WARNING",
-            trial_id,
-        )
-        self.followers.restarted(trial_id, task)
-        patiently(self.backend.restart, obs.container_id or "")  # an engine going down kills replicas too
-
-    def stop_running(self, observations: list[ReplicaObservation]) -> None:
-        running = [o.container_id for o in observations if o.status == ReplicaStatus.RUNNING and o.container_id]
-        if running:
-            self.backend.stop(running, self.settings.stop_grace_seconds)
 
     # -- the end --------------------------------------------------------------------------------
 
@@ -325,12 +257,12 @@ class JobDriver:
             "failed_task": decision.failed_task, "failed_trial": failed_trial,
         })
         self.decision, self.failed_trial = decision, failed_trial
-        self.ending = GroupEnding(self, observations)
-        self.phase = "ending"
+        self.ending = GroupEnding(self.groups, observations)
+        self.phase = Phase.ENDING
 
     def close_job(self, decision: Decision, failed_trial: str = "") -> State:
         """Say how the job ended (once), then record the final state."""
-        error = self.error_message(decision, failed_trial)
+        error = self.groups.error_message(decision, failed_trial)
         if self.writer.lost:
             self.writer.service(f"{self.writer.lost} line(s) of this job's log were lost: the disk of "
                                 f"[{self.log_path.parent}] was full.", "WARNING")
@@ -353,23 +285,6 @@ class JobDriver:
         service = [r for r in records_of_task(self.log_path, SERVICE) if not r.trial]
         return bool(service) and service[-1].message in CLOSING_LINES
 
-    def error_message(self, decision: Decision, failed_trial: str = "") -> str | None:
-        if decision.state is State.CANCELLED:
-            job = self.store.get(self.job_id)
-            return job.error_message or "Job cancelled by the user."
-        if decision.state is not State.FAILED:
-            return None
-        message = decision.error_message or "The job failed."
-        if decision.failed_task:
-            records = records_of_task(self.log_path, decision.failed_task)
-            tail = log_tail([r.message for r in records if r.trial == failed_trial])
-            if tail:
-                message += "\n" + "\n".join(tail)
-        return (
-            f"{message}\n\nTo find out more about why your job exited please check the logs: "
-            f"aiptrain jobs stream-logs {self.job_id}"
-        )
-
     def fail(self, reason: str) -> None:
         """The last resort when a step raised something unexpected: never leave the job in limbo;
         tear down and record why. Each part is tried even when another fails."""
@@ -382,25 +297,5 @@ class JobDriver:
                 part()
             except Exception as exc:  # noqa: BLE001 - the others still run
                 log.warning("Failing job %s left something: %s", self.job_id, exc)
-        self.phase = "done"
-
-
-def patiently(call, *args):
-    """`call(*args)`, riding out a Docker engine that is briefly unreachable (restarting,
-    overloaded) instead of failing a healthy job: tried again for up to ENGINE_PATIENCE_SECONDS."""
-    retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_delay(ENGINE_PATIENCE_SECONDS),
-        wait=tenacity.wait_exponential(multiplier=0.1, max=2),
-        reraise=True,
-    )
-    return retrying(call, *args)
-
-
-def log_tail(lines: list[str]) -> list[str]:
-    """The end of a failed replica's output for its error message: from the last traceback
-    on when there is one (as AI Platform shows it), else the last lines."""
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
-    if starts and len(lines) - starts[-1] <= TRACEBACK_LINES:
-        return lines[starts[-1]:]
-    return lines[-LOG_TAIL_LINES:]
+        self.phase = Phase.DONE
 

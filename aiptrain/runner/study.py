@@ -21,12 +21,12 @@ from pathlib import Path
 
 from aiptrain import safe_files
 from aiptrain.admission import trials_at_once, trials_held
-from aiptrain.backends import ReplicaStatus
 from aiptrain.errors import AiptrainError, ValidationError
 from aiptrain.lifecycle import Decision
-from aiptrain.model import HyperparameterOutput, HyperparameterSpec, Metric, State, TrainingOutput, utc_now
+from aiptrain.model import HyperparameterOutput, HyperparameterSpec, Job, Metric, State, TrainingOutput, utc_now
 from aiptrain.planning import PlanInputs, Trial, load_plan_inputs, plan
-from aiptrain.runner.driver import DRAIN_LOOK_SECONDS, GroupEnding, JobDriver
+from aiptrain.replicas import ReplicaObservation, ReplicaStatus
+from aiptrain.runner.groups import DRAIN_LOOK_SECONDS, GroupEnding, Groups
 from aiptrain.topology import MASTER_TASK, replicas_for
 from aiptrain.tuning import LAUNCHED_DIR, StudyCounts, StudyStep, sampler_seed, schedule, stop_now
 
@@ -58,19 +58,21 @@ def _job_dir_on_host(job_dir: str | None, inputs: PlanInputs) -> Path | None:
 
 
 class Study:
-    """Runs a tuning job's trials with its driver's machinery."""
+    """Runs a tuning job's trials on the job's replica groups (the machinery its driver uses for
+    a plain job's replicas); `step` hands the study's end back to the driver as a Decision."""
 
-    def __init__(self, driver: JobDriver):
+    def __init__(self, groups: Groups):
         from aiptrain.search import Search
 
-        self.driver = driver
-        self.store = driver.store
-        self.job_id = driver.job_id
-        job = self.store.get(self.job_id)
+        self.groups = groups
+        self.store = groups.store
+        self.job_id = groups.job_id
+        job = self.store.require(self.job_id)
+        assert job.training_input.hyperparameters is not None  # a study runs tuning jobs only
         self.spec: HyperparameterSpec = job.training_input.hyperparameters
         self.replicas = replicas_for(job.training_input)
         self.expected = [r.task_name for r in self.replicas]
-        self.work_dir = driver.settings.job_work_dir(self.job_id)
+        self.work_dir = groups.settings.job_work_dir(self.job_id)
         self.inputs = load_plan_inputs(self.work_dir)
         self.job_dir_on_host = _job_dir_on_host(job.training_input.job_dir, self.inputs)
         self.output = job.training_output or TrainingOutput()
@@ -94,7 +96,7 @@ class Study:
         asked = min(self.spec.parallel_limit, self.spec.trials_limit)
         held = self.store.held_replicas(self.job_id)
         if held is None:  # not counted by admission (it always is once admitted): this machine's bound
-            settings = self.driver.settings
+            settings = self.groups.settings
             return trials_at_once(self.spec, len(self.replicas), os.cpu_count() or 1,
                                   settings.max_running_replicas).trials
         return trials_held(held, len(self.replicas), asked)
@@ -137,15 +139,15 @@ class Study:
 
     # -- the loop -------------------------------------------------------------------------
 
-    def step(self, job) -> float:
+    def step(self, job: Job) -> float | Decision:
         """One look at every trial: step those running or ending, then start or end per
-        tuning.schedule. Seconds until the next look."""
+        tuning.schedule. Seconds until the next look, or, once every trial is gone, the job's
+        end for its driver to carry out."""
         if self.closing is not None:
             return self.step_closing()
         if job.state is State.CANCELLING:
-            self.close(Decision(State.CANCELLED), State.CANCELLED)
-            return 0
-        observations = self.driver.observe()
+            return self.close(Decision(State.CANCELLED), State.CANCELLED) or 0
+        observations = self.groups.observe()
         for trial_id in list(self.running):
             group = [o for o in observations if o.trial_id == trial_id]
             if trial_id in self.endings:
@@ -154,12 +156,11 @@ class Study:
                 self.finish_launch(self.running[trial_id], group)
             else:
                 self.step_trial(self.running[trial_id], group, job.state)
-        if self.store.get(self.job_id).state is State.CANCELLING:
+        if self.groups.cancelling():
             return 0  # a cancel came while trials were being looked at
         step = schedule(self.counts(), self.at_once, self.spec.max_failed_trials)
         if step.end is not None:
-            self.close(Decision(step.end, self.failure(step)), step.end)
-            return 0
+            return self.close(Decision(step.end, self.failure(step)), step.end) or 0
         for _ in range(step.start):
             if not self.start_trial():
                 break
@@ -168,7 +169,7 @@ class Study:
     def next_look(self) -> float:
         """Soon while a trial's logs drain; at the poll otherwise (engine events wake us sooner)."""
         draining = any(not ending.awaited for ending, _ in self.endings.values())
-        return DRAIN_LOOK_SECONDS if draining else self.driver.settings.poll_seconds
+        return DRAIN_LOOK_SECONDS if draining else self.groups.settings.poll_seconds
 
     def failure(self, step: StudyStep) -> str | None:
         if step.end is not State.FAILED:
@@ -192,7 +193,7 @@ class Study:
         running = RunningTrial(record, self._metrics_dir(trial_id), launched=False)
         self.running[trial_id] = running
         shown = " ".join(f"--{k}={v}" for k, v in values.items())
-        self.driver.writer.service(f"Starting trial {trial_id}: {shown}", trial=trial_id)
+        self.groups.writer.service(f"Starting trial {trial_id}: {shown}", trial=trial_id)
         self.launch(running)
         return True
 
@@ -202,11 +203,11 @@ class Study:
         trial_id = running.record.trial_id
         try:
             self._prepare_dirs(running)
-            job = self.store.get(self.job_id)
+            job = self.store.require(self.job_id)
             trial = Trial(trial_id, running.record.hyperparameters, str(running.metrics_dir))
-            self.driver.backend.launch(plan(job, self.replicas, self.inputs, trial))
+            self.groups.backend.launch(plan(job, self.replicas, self.inputs, trial))
         except AiptrainError as exc:
-            self.driver.writer.service(f"Trial {trial_id} could not start: {exc}", "ERROR", trial_id)
+            self.groups.writer.service(f"Trial {trial_id} could not start: {exc}", "ERROR", trial_id)
             self.end_trial(running, State.FAILED)
             return
         safe_files.make_dirs(self.work_dir, LAUNCHED_DIR)
@@ -216,7 +217,7 @@ class Study:
     def _launch_recorded(self, trial_id: str) -> bool:
         return (self.work_dir / LAUNCHED_DIR / trial_id).is_file()
 
-    def finish_launch(self, running: RunningTrial, group: list) -> None:
+    def finish_launch(self, running: RunningTrial, group: list[ReplicaObservation]) -> None:
         """A trial a killed controller recorded but did not finish launching. Replicas created
         but never started (Docker's `Created`) are not running, so they are started. They are
         never replaced while every replica exists: a start the killed controller sent may reach
@@ -226,15 +227,15 @@ class Study:
         trial_id = running.record.trial_id
         started = [o for o in group if o.status is not ReplicaStatus.CREATED]
         if not started:
-            self.driver.writer.service(f"Trial {trial_id} was not started when its controller stopped: starting it.",
+            self.groups.writer.service(f"Trial {trial_id} was not started when its controller stopped: starting it.",
                                        trial=trial_id)
             if not set(self.expected) <= {o.task_name for o in group}:
-                self.driver.backend.remove(self.job_id, trial_id)
+                self.groups.backend.remove(self.job_id, trial_id)
                 self.launch(running)
                 return
         for observation in group:
             if observation.status is ReplicaStatus.CREATED:
-                self.driver.backend.restart(observation.container_id)
+                self.groups.backend.restart(observation.container_id or "")
         safe_files.make_dirs(self.work_dir, LAUNCHED_DIR)
         (self.work_dir / LAUNCHED_DIR / trial_id).touch()
         running.launched = True
@@ -252,19 +253,19 @@ class Study:
         if self.inputs.job_dir_mount:
             safe_files.make_dirs(Path(self.inputs.job_dir_mount), running.record.trial_id, owner)
 
-    def step_trial(self, running: RunningTrial, group: list, state_seen: State) -> None:
+    def step_trial(self, running: RunningTrial, group: list[ReplicaObservation], state_seen: State | None) -> None:
         trial_id = running.record.trial_id
-        decision = self.driver.step_group(self.expected, group, state_seen, trial_id)
+        decision = self.groups.step_group(self.expected, group, state_seen, trial_id)
         if decision.state is State.CANCELLED:
             return  # the study loop sees the cancel and ends every trial
         if decision.state is None and self.spec.early_stopping and self.should_stop_early(running):
-            self.driver.writer.service(f"Trial {trial_id} stopped early: its metric trails the other trials.",
+            self.groups.writer.service(f"Trial {trial_id} stopped early: its metric trails the other trials.",
                                     trial=trial_id)
             running.stopped_early = True
             decision = Decision(State.SUCCEEDED)
         if decision.state is None:
             return
-        self.endings[trial_id] = (GroupEnding(self.driver, group, trial_id), decision)
+        self.endings[trial_id] = (GroupEnding(self.groups, group, trial_id), decision)
         self.step_ending(trial_id)
 
     def step_ending(self, trial_id: str) -> None:
@@ -274,8 +275,8 @@ class Study:
             return
         del self.endings[trial_id]
         if decision.state is State.FAILED:
-            message = self.driver.error_message(decision, trial_id)
-            self.driver.writer.service(f"Trial {trial_id} failed. {message}", "ERROR", trial_id)
+            message = self.groups.error_message(decision, trial_id)
+            self.groups.writer.service(f"Trial {trial_id} failed. {message}", "ERROR", trial_id)
         self.end_trial(self.running[trial_id], decision.state or State.FAILED)
 
     def should_stop_early(self, running: RunningTrial) -> bool:
@@ -300,7 +301,7 @@ class Study:
             reports = read_hypertune(running.metrics_dir, Trial.metric_file(MASTER_TASK), tag)
         except (safe_files.UnsafePath, OSError) as exc:
             if not running.warned:
-                self.driver.writer.service(f"Trial {trial_id}'s metric file is not read: {exc}", "WARNING", trial_id)
+                self.groups.writer.service(f"Trial {trial_id}'s metric file is not read: {exc}", "WARNING", trial_id)
                 running.warned = True
             reports = []
         if not reports and self.job_dir_on_host:
@@ -315,7 +316,7 @@ class Study:
             step, value = reports[-1]
             record.final_metric = Metric(training_step=step, objective_value=value)
         elif state is State.SUCCEEDED:
-            self.driver.writer.service(
+            self.groups.writer.service(
                 f"Trial {record.trial_id} reported no metric under [{self.spec.metric_tag}]: report it with "
                 "cloudml-hypertune's report_hyperparameter_tuning_metric, or as a TensorFlow summary scalar "
                 "in its job dir.", "WARNING", record.trial_id
@@ -326,7 +327,7 @@ class Study:
             record.is_trial_stopped_early = True
         if record.final_metric:
             metric = record.final_metric
-            self.driver.writer.service(
+            self.groups.writer.service(
                 f"Trial {record.trial_id} finished: {self.spec.metric_tag} = {metric.objective_value} "
                 f"at step {metric.training_step}.", trial=record.trial_id,
             )
@@ -335,18 +336,19 @@ class Study:
         self.running.pop(record.trial_id, None)
         self.save()
 
-    def close(self, decision: Decision, trials_end_as: State) -> None:
+    def close(self, decision: Decision, trials_end_as: State) -> Decision | None:
         """The study is over: every trial still running ends (CANCELLED, or as the study when it
-        failed), then the job ends through its driver."""
+        failed); the job's end once they all are gone (now, or at a later step_closing)."""
         self.closing = (decision, State.CANCELLED if trials_end_as is not State.SUCCEEDED else trials_end_as)
-        observations = self.driver.observe()
+        observations = self.groups.observe()
         for trial_id in self.running:
             if trial_id not in self.endings:
                 group = [o for o in observations if o.trial_id == trial_id]
-                self.endings[trial_id] = (GroupEnding(self.driver, group, trial_id), Decision(self.closing[1]))
-        self.step_closing()
+                self.endings[trial_id] = (GroupEnding(self.groups, group, trial_id), Decision(self.closing[1]))
+        ended = self.step_closing()
+        return ended if isinstance(ended, Decision) else None
 
-    def step_closing(self) -> float:
+    def step_closing(self) -> float | Decision:
         assert self.closing is not None  # set by close()
         for trial_id in list(self.endings):
             self.step_ending(trial_id)
@@ -354,5 +356,4 @@ class Study:
             return self.next_look()
         self.save()
         shutil.rmtree(self.work_dir / "trials", ignore_errors=True)
-        self.driver.begin_end(self.closing[0], [])
-        return 0
+        return self.closing[0]

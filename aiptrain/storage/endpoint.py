@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from aiptrain.labels import LABEL_CODE, LABEL_INSTALLATION, LABEL_ROLE
+
 # What clients hard-code: the JSON and XML APIs, and where google-auth refreshes a replica's credential.
 API_HOSTS = ("www.googleapis.com", "storage.googleapis.com", "oauth2.googleapis.com")
 ENDPOINT_PORT = 8443  # inside the endpoint container; replicas reach it on 443
@@ -32,9 +34,7 @@ REPLICA_CREDENTIALS = "/opt/aiptrain/storage/credentials.json"  # the job's proj
 REPLICA_TOOLS = "/opt/aiptrain/bin"
 REPLICA_PATH = f"{REPLICA_TOOLS}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-LABEL_ROLE = "aiptrain.role"
 ROLE = "storage-endpoint"
-LABEL_CODE = "aiptrain.endpoint-code"  # the server code's digest: a changed aiptrain replaces the endpoint
 
 CERT_DAYS = 3650
 TLS_FILES = ("trust.pem", "server.pem", "server.key")
@@ -67,8 +67,6 @@ class StorageEndpoint:
 
     @property
     def labels(self) -> dict[str, str]:
-        from aiptrain.planning import LABEL_INSTALLATION
-
         owner = {LABEL_INSTALLATION: self.installation} if self.installation else {}
         return {**owner, LABEL_ROLE: ROLE, LABEL_CODE: code_digest()}
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from aiptrain.errors import ValidationError, first_line
 from aiptrain.safe_files import partial_name
-from aiptrain.storage import bucket_name, emulator_host, object_name
+from aiptrain.storage.urls import bucket_name, emulator_host, object_name
 
 # Files above this size are sent as resumable uploads, in chunks of this size
 # (a multiple of 256 KiB, as the API requires); a failed chunk is resent, not the file.

@@ -12,7 +12,7 @@ from pathlib import Path
 from aiptrain import safe_files
 from aiptrain.errors import ValidationError
 from aiptrain.safe_files import partial_name
-from aiptrain.storage import bucket_name, check_gcs_uri, object_name
+from aiptrain.storage.urls import bucket_name, check_gcs_uri, object_name
 
 
 def feed_file(digest, path: Path):

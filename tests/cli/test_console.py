@@ -14,7 +14,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from aiptrain.api.access import load_tokens
-from aiptrain.api.app import App, Request
+from aiptrain.api.app import App
+from aiptrain.api.calls import Request
 from aiptrain.api.server import make_server
 from aiptrain.client import Client
 from aiptrain.model import Job, TrainingInput

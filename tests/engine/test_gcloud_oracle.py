@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aiptrain.launcher import code_version
+from aiptrain.codeversion import code_version
 from aiptrain.ownership import JobLock
 from aiptrain.settings import Settings
 

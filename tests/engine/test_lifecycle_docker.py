@@ -176,7 +176,8 @@ def test_through_the_api_it_is_a_failed_precondition_not_a_retryable_503(docker_
     """Clients retry a 503 for half a minute (gcloud does); no retry gives this engine a GPU runtime."""
     import json
 
-    from aiptrain.api.app import App, Request
+    from aiptrain.api.app import App
+    from aiptrain.api.calls import Request
 
     if "nvidia" in docker_api.info().get("Runtimes", {}):
         pytest.skip("this engine has a GPU runtime")

@@ -10,9 +10,10 @@ import sys
 import pytest
 
 import aiptrain
-from aiptrain.client import Client, LabelsUpdate
+from aiptrain.client import Client
 from aiptrain.errors import JobNotFound, ValidationError
 from aiptrain.model import Job
+from aiptrain.service import LabelsUpdate
 
 from conftest import SAMPLE_TRAINER
 

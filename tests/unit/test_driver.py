@@ -15,7 +15,8 @@ from aiptrain.errors import EnvironmentNotReady
 from aiptrain.logs import read_records
 from aiptrain.model import Job, ReplicaConfig, Scheduling, State, TrainingInput, utc_now
 from aiptrain.planning import PlanInputs, save_plan_inputs
-from aiptrain.runner.driver import DRAIN_LOOK_SECONDS, INTERRUPTED, LAUNCH_STARTED, JobDriver
+from aiptrain.runner.driver import INTERRUPTED, LAUNCH_STARTED, JobDriver, Phase
+from aiptrain.runner.groups import DRAIN_LOOK_SECONDS
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
 from aiptrain.tuning import LAUNCHED_DIR
@@ -57,7 +58,7 @@ def drive(driver: JobDriver, backend: FakeBackend, between=None, max_steps: int 
     for n in range(max_steps):
         if driver.step() is None:
             return driver.final_state
-        if driver.phase == "ending":  # the drain waits on the log followers' threads: let them run
+        if driver.phase is Phase.ENDING:  # the drain waits on the log followers' threads: let them run
             time.sleep(DRAIN_LOOK_SECONDS)
         backend.advance()
         if between:
@@ -109,7 +110,7 @@ def test_evaluators_get_their_grace_after_the_master_succeeds(settings, store):
     for _ in range(5):
         driver.step()
         backend.advance()
-    assert driver.phase == "ending" and backend.replica("job", "evaluator-replica-0").status.value == "running"
+    assert driver.phase is Phase.ENDING and backend.replica("job", "evaluator-replica-0").status.value == "running"
     assert backend.replica("job", "worker-replica-0").status.value == "exited"  # stopped at once
     backend.exit("job", "evaluator-replica-0", 0)  # it scored the last checkpoint
     assert drive(driver, backend) is State.SUCCEEDED
@@ -135,7 +136,7 @@ def test_a_queued_job_waits_for_room_then_starts(settings, store):
     ahead, behind = (JobDriver(job_id, settings, store, backend) for job_id in ("ahead", "behind"))
     for _ in range(3):
         behind.step()
-    assert behind.phase == "admission" and store.get("behind").state is State.QUEUED
+    assert behind.phase is Phase.ADMISSION and store.get("behind").state is State.QUEUED
     assert store.queue_position("behind")[1].startswith("Waiting for capacity")
     assert drive(ahead, backend) is State.SUCCEEDED
     assert drive(behind, backend) is State.SUCCEEDED

@@ -81,7 +81,7 @@ def test_decide(observations, restarts, cancel, expected):
 
 
 def test_error_log_tail_starts_at_the_last_traceback():
-    from aiptrain.runner.driver import log_tail
+    from aiptrain.runner.groups import log_tail
 
     lines = [f"noise {i}" for i in range(50)] + ["Traceback (most recent call last):", "  File x", "    ^^^^", "ValueError: bad"]
     assert log_tail(lines) == lines[-4:]

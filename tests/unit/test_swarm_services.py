@@ -24,8 +24,9 @@ from aiptrain.backends.swarm_specs import (
     unshared_dirs,
 )
 from aiptrain.errors import EnvironmentNotReady, ValidationError
+from aiptrain.labels import LABEL_CODE
 from aiptrain.planning import ContainerSpec, LaunchPlan, Mount, NetworkSpec
-from aiptrain.storage.endpoint import LABEL_CODE, SERVER_CODE, StorageEndpoint, code_digest
+from aiptrain.storage.endpoint import SERVER_CODE, StorageEndpoint, code_digest
 
 LABELS = {"aiptrain.job-id": "j", "aiptrain.task-name": "worker-replica-1", "aiptrain.task-type": "worker",
           "aiptrain.task-index": "1"}
