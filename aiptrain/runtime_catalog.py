@@ -273,6 +273,8 @@ def _service_runtime(version: str) -> Runtime:
     installs = _installs(wanted, base.python)
     compat = _compat(service, installs)
     constraints = _CONSTRAINTS[version.split(".")[0]] + _VERSION_CONSTRAINTS.get(version, ())
+    if _release(installs.get("scikit-learn", "1")) < (1,):
+        constraints += _SCIKIT_LEARN_0_CONSTRAINTS
     requires = tuple(dict.fromkeys(r for surface in compat for r in surface.requires))
     return Runtime(version, base, installs, service,
                    extra=(*constraints, HYPERTUNE, *GOOGLE_LIBRARIES, *requires), compat=compat)
@@ -282,6 +284,9 @@ def _service_runtime(version: str) -> Runtime:
 # np.object/np.bool, protobuf 4 breaks TensorFlow's generated code. The 1.x images keep the
 # numpy of runtime 2.1's (1.19), under which its scikit-learn, XGBoost and pandas already run.
 _CONSTRAINTS = {"2": ("numpy<1.24", "protobuf<3.20"), "1": ("numpy<1.20", "protobuf<3.20")}
+# scikit-learn 0.24 imports scipy.linalg.pinv2, which scipy 1.9 removed (sklearn.cross_decomposition
+# and everything importing it fail); 1.7 is the release of its day.
+_SCIKIT_LEARN_0_CONSTRAINTS = ("scipy<1.8",)
 # TensorFlow 2.6.0 asked for keras~=2.6, which newer Keras releases satisfy and break.
 _VERSION_CONSTRAINTS = {"2.6": ("keras<2.7", "tensorflow-estimator<2.7")}
 
