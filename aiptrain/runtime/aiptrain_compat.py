@@ -90,11 +90,11 @@ def _keras_attributes(where: str, names: dict[str, str]) -> Callable[[ModuleType
     """Set `names` (name -> 'module:attribute', where TensorFlow 2.5 still defines it) on tf.keras's
     `where` module under both of its names: `tf.keras.utils` once tensorflow has imported, and
     `tensorflow.keras.utils` (the import path) when a trainer imports that."""
-    def patch(_: ModuleType) -> None:
+    def patch(imported: ModuleType) -> None:
         keras = getattr(sys.modules.get("tensorflow"), "keras", None)
         targets = [getattr(keras, where, None), sys.modules.get(f"tensorflow.keras.{where}")]
         for name, source in names.items():
-            module, _, attribute = source.partition(":")
+            module, _colon, attribute = source.partition(":")
             value = getattr(importlib.import_module(module), attribute)
             for target in targets:
                 if target is not None and not hasattr(target, name):
