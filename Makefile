@@ -7,7 +7,7 @@ EXTRAS := test,postgresql
 RUNTIMES ?= 2.11 minimal
 # Every 2.x runtime version (`make images-all`), and the ones `make test-runtimes` needs.
 ALL_RUNTIMES := 2.11 2.10 2.9 2.8 2.7 2.6 2.5 2.4 2.3 2.2 2.1 minimal
-TEST_RUNTIMES ?= 2.1 2.3 2.5
+TEST_RUNTIMES ?= 2.1 2.3 2.5 1.15 1.14
 
 .PHONY: install images images-all lint docs browser postgresql test test-slow test-multinode test-runtimes unit chaos bench bench-install clean
 
@@ -70,7 +70,7 @@ test: images lint docs browser postgresql
 test-slow: images
 	$(BIN)/pytest -q -m slow
 
-# Trainers of older runtimes (an Estimator on STANDARD_1 on 2.3, Keras on 2.1): their images
+# Trainers of older runtimes (an Estimator on STANDARD_1 on 2.3, Keras on 2.1, scikit-learn on 1.15): their images
 # first (minutes each the first time). CI runs this after the rest when time allows (.ci/run).
 test-runtimes: images
 	$(BIN)/aiptrain runtimes build $(TEST_RUNTIMES)

@@ -7,8 +7,11 @@ Ours install those exact releases wherever the base image's Python has wheels fo
   - 2.5-2.11 on Debian bullseye (Python 3.9): the real versions.
   - 2.1-2.4 on bullseye: TensorFlow 2.1-2.4 have no Python 3.9 wheels, so the nearest
     releases that do (TensorFlow 2.5.3 ...), said in one line at submit (`Runtime.note`).
-  - 1.x on the official `python:3.7-slim` image (no Debian reachable here ships 3.7): it is
-    pulled from a registry, so these build only on a machine where one answers.
+  - 1.x on bullseye too, without TensorFlow: TensorFlow 1.x needs Python 3.7, which no Debian
+    reachable here ships. scikit-learn, XGBoost and pandas trainers (what most 1.x samples are)
+    run on the nearest releases; `import tensorflow` ends in one line naming a 2.x runtime.
+  - Where those releases removed names the service's had (`sklearn.externals.joblib`), the
+    image gets them back (COMPAT, installed by aiptrain/runtime/aiptrain_compat.py).
   - minimal: Debian bookworm's Python 3.11 and pip, nothing else.
 """
 
@@ -34,7 +37,7 @@ _MODULES = {"tensorflow": "tensorflow", "scikit-learn": "sklearn", "xgboost": "x
 GOOGLE_MODULES = ("hypertune", "google.cloud.storage", "googleapiclient", "google.auth", "gcsfs")
 @dataclass(frozen=True)
 class Base:
-    name: str  # bookworm, bullseye, python3.7
+    name: str  # bookworm, bullseye
     python: str  # major.minor of its Python: the replicas' Python
     description: str
     registry_image: str | None = None  # pulled as is; None: built by scripts/build-base-image.sh
@@ -55,9 +58,34 @@ BASES = {
     for b in (
         Base("bookworm", "3.11", "Debian bookworm"),
         Base("bullseye", "3.9", "Debian bullseye"),
-        Base("python3.7", "3.7", "official Python 3.7 image", registry_image="python:3.7-slim"),
     )
 }
+
+
+@dataclass(frozen=True)
+class Surface:
+    """Names a framework release removed that trainers of older runtimes imported: given back
+    (aiptrain_compat.SURFACES[name]) where the service ran a release before `removed_in` and
+    the image runs one from it on."""
+
+    name: str
+    framework: str
+    removed_in: str
+    names: str  # what the NOTE and docs list
+    requires: tuple[str, ...] = ()  # distributions the names come from that the image may lack
+
+
+COMPAT = (
+    Surface("sklearn-externals", "scikit-learn", "0.23", "sklearn.externals.joblib and .six", ("six",)),
+    Surface("sklearn-paths", "scikit-learn", "0.24",
+            "scikit-learn's module paths before 0.24 (sklearn.ensemble.forest, sklearn.metrics.scorer, ...)"),
+    Surface("pandas-1.0", "pandas", "1.0", "as_matrix, get_value and set_value of DataFrame and Series"),
+    Surface("keras-2.4", "tensorflow", "2.4", "tf.keras.utils.multi_gpu_model"),
+    Surface("keras-2.5", "tensorflow", "2.5", "tf.keras.experimental.LinearCosineDecay and NoisyLinearCosineDecay"),
+)
+# What a TensorFlow 1.x trainer is pointed to where its runtime has no TensorFlow: the oldest 2.x
+# (its TensorFlow runs 1.x code through tf.compat.v1).
+TENSORFLOW_2_FOR_1X = "2.1"
 
 
 @dataclass(frozen=True)
@@ -68,6 +96,7 @@ class Runtime:
     service: dict[str, str] = field(default_factory=dict)  # framework -> what AI Platform pinned
     extra: tuple[str, ...] = ()  # further pip requirements (constraints, cloudml-hypertune)
     mapped_image: str | None = None  # `aiptrain runtimes add`: a team's own image
+    compat: tuple[Surface, ...] = ()  # names given back to its trainers (COMPAT)
 
     @property
     def python(self) -> str:
@@ -103,18 +132,53 @@ class Runtime:
         return tuple(p for p in self.packages if _is_constraint(p))
 
     @property
+    def lacks_tensorflow(self) -> bool:
+        """The service's runtime had TensorFlow; ours cannot (1.x: no Python 3.7 here)."""
+        return "tensorflow" in self.service and "tensorflow" not in self.installs
+
+    @property
     def note(self) -> str | None:
-        """One line for submit when the image runs other releases than AI Platform did."""
-        differs = [fw for fw in FRAMEWORKS if fw in self.service and self.installs.get(fw) != self.service[fw]]
-        if not differs:
+        """One line for submit when the image runs other releases than AI Platform did, and what
+        it gives back to the trainers of that version."""
+        differs = [fw for fw in FRAMEWORKS if fw in self.installs and self.installs[fw] != self.service.get(fw)]
+        if not differs and not self.lacks_tensorflow:
             return None
-        ours = ", ".join(f"{_TITLE[fw]} {self.installs[fw]}" for fw in differs)
-        theirs = ", ".join(f"{_TITLE[fw]} {self.service[fw]}" for fw in differs)
-        plural = "s" if len(differs) > 1 else ""
+        runs = ", ".join(f"{_TITLE[fw]} {self.installs[fw]}" for fw in differs)
+        if differs:
+            runs += f", the nearest release{'s' if len(differs) > 1 else ''} for Python {self.python}"
+        if self.lacks_tensorflow:
+            runs = f"{runs}, and no TensorFlow" if differs else "no TensorFlow"
+        theirs = ", ".join(f"{_TITLE[fw]} {self.service[fw]}" for fw in FRAMEWORKS
+                           if fw in self.service and self.installs.get(fw) != self.service[fw])
+        line = f"NOTE: runtime {self.version} runs {runs} (AI Platform ran {theirs})"
+        if self.lacks_tensorflow:
+            line += f"; a trainer that imports tensorflow fails: try --runtime-version {TENSORFLOW_2_FOR_1X}"
+        if self.compat:
+            line += "; given back for its trainers: " + "; ".join(surface.names for surface in self.compat)
+        return line + "."
+
+    @property
+    def without_tensorflow(self) -> str:
+        """The one line an uncaught `import tensorflow` ends with in an image that lacks it."""
+        if not self.lacks_tensorflow:
+            return ""
         return (
-            f"NOTE: runtime {self.version} runs {ours}, the nearest release{plural} for Python {self.python} "
-            f"(AI Platform ran {theirs})."
+            f"ERROR: runtime {self.version} has no TensorFlow here: TensorFlow {self.service['tensorflow']} has no "
+            f"build for Python {self.python}, and no older Python is to be had. Try --runtime-version "
+            f"{TENSORFLOW_2_FOR_1X} (TensorFlow "
+            f"2 runs 1.x code through tf.compat.v1), or map a TensorFlow 1.x image with "
+            f"`aiptrain runtimes add {self.version} --image IMAGE`."
         )
+
+    @property
+    def compat_line(self) -> str | None:
+        """The image's aiptrain-compat.pth line (Python runs it at every start); None: nothing to give back."""
+        if not self.compat and not self.lacks_tensorflow:
+            return None
+        arguments = [repr(surface.name) for surface in self.compat]
+        if self.lacks_tensorflow:
+            arguments.append(f"without_tensorflow={self.without_tensorflow!r}")
+        return f"import aiptrain_compat; aiptrain_compat.install({', '.join(arguments)})"
 
 
 _TITLE = {"tensorflow": "TensorFlow", "scikit-learn": "scikit-learn", "xgboost": "XGBoost", "pandas": "pandas"}
@@ -176,10 +240,6 @@ _NEAREST = {
         "tensorflow": ("2.5.0", "2.5.3"), "scikit-learn": ("0.24.0", "0.24.2"),
         "xgboost": ("0.80", "0.90"), "pandas": ("1.1.3", "1.1.5"),
     },
-    "3.7": {
-        "tensorflow": ("1.13.1", "1.13.2"), "scikit-learn": ("0.19.2", "0.19.2"),
-        "xgboost": ("0.80", "0.80"), "pandas": ("0.23.2", "0.23.4"),
-    },
 }
 
 
@@ -196,22 +256,43 @@ def _installs(service: dict[str, str], python: str) -> dict[str, str]:
     return installs
 
 
-def _tensorflow_runtime(version: str) -> Runtime:
+def _compat(service: dict[str, str], installs: dict[str, str]) -> tuple[Surface, ...]:
+    """The surfaces whose names the service's releases had and ours removed."""
+    return tuple(
+        surface for surface in COMPAT
+        if surface.framework in service and surface.framework in installs
+        and _release(service[surface.framework]) < _release(surface.removed_in) <= _release(installs[surface.framework])
+    )
+
+
+def _service_runtime(version: str) -> Runtime:
     service = {fw: v for fw, v in zip(FRAMEWORKS, SERVICE_PINS[version], strict=False) if v}
-    base = BASES["bullseye"] if version.startswith("2.") else BASES["python3.7"]
-    constraints = _CONSTRAINTS[base.python] + _VERSION_CONSTRAINTS.get(version, ())
-    return Runtime(version, base, _installs(service, base.python), service, extra=(*constraints, HYPERTUNE, *GOOGLE_LIBRARIES))
+    base = BASES["bullseye"]
+    # TensorFlow 1.x has no wheels for the base's Python: the 1.x images hold the rest.
+    wanted = {fw: v for fw, v in service.items() if version.startswith("2.") or fw != "tensorflow"}
+    installs = _installs(wanted, base.python)
+    compat = _compat(service, installs)
+    constraints = _CONSTRAINTS[version.split(".")[0]] + _VERSION_CONSTRAINTS.get(version, ())
+    if _release(installs.get("scikit-learn", "1")) < (1,):
+        constraints += _SCIKIT_LEARN_0_CONSTRAINTS
+    requires = tuple(dict.fromkeys(r for surface in compat for r in surface.requires))
+    return Runtime(version, base, installs, service,
+                   extra=(*constraints, HYPERTUNE, *GOOGLE_LIBRARIES, *requires), compat=compat)
 
 
 # Upper bounds the frameworks of that era did not declare but need: numpy 1.24 dropped
-# np.object/np.bool, protobuf 4 breaks TensorFlow's generated code, TF 1.x predates numpy 1.19.
-_CONSTRAINTS = {"3.9": ("numpy<1.24", "protobuf<3.20"), "3.7": ("numpy<1.19", "protobuf<3.20")}
+# np.object/np.bool, protobuf 4 breaks TensorFlow's generated code. The 1.x images keep the
+# numpy of runtime 2.1's (1.19), under which its scikit-learn, XGBoost and pandas already run.
+_CONSTRAINTS = {"2": ("numpy<1.24", "protobuf<3.20"), "1": ("numpy<1.20", "protobuf<3.20")}
+# scikit-learn 0.24 imports scipy.linalg.pinv2, which scipy 1.9 removed (sklearn.cross_decomposition
+# and everything importing it fail); 1.7 is the release of its day.
+_SCIKIT_LEARN_0_CONSTRAINTS = ("scipy<1.8",)
 # TensorFlow 2.6.0 asked for keras~=2.6, which newer Keras releases satisfy and break.
 _VERSION_CONSTRAINTS = {"2.6": ("keras<2.7", "tensorflow-estimator<2.7")}
 
 
 RUNTIMES: dict[str, Runtime] = {
-    **{v: _tensorflow_runtime(v) for v in SERVICE_PINS},
+    **{v: _service_runtime(v) for v in SERVICE_PINS},
     "minimal": Runtime("minimal", BASES["bookworm"], {}),
 }
 

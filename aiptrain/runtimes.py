@@ -131,10 +131,18 @@ def _image_labels(image: str) -> dict[str, str] | None:
         return None
 
 
+COMPAT_MODULE = "aiptrain_compat.py"
+COMPAT_PTH = "aiptrain-compat.pth"
+
+
+def _shipped(name: str) -> str:
+    return resources.files("aiptrain.runtime").joinpath(name).read_text()
+
+
 def recipe(rt: Runtime) -> str:
     """A digest of what the runtime's image is built from."""
-    dockerfile = resources.files("aiptrain.runtime").joinpath("runtime.Dockerfile").read_text()
-    text = json.dumps([dockerfile, list(rt.packages), rt.base.name, rt.python])
+    compat = [_shipped(COMPAT_MODULE), rt.compat_line] if rt.compat_line else []
+    text = json.dumps([_shipped("runtime.Dockerfile"), list(rt.packages), rt.base.name, rt.python, *compat])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -293,6 +301,15 @@ def _ensure_base(api, rt: Runtime, given_as: str, progress: Callable[[str], None
     return base
 
 
+def _write_compat(rt: Runtime, folder: Path) -> None:
+    """What goes into the image's site-packages beside the frameworks: aiptrain_compat and the .pth
+    line that installs the runtime's surfaces at every Python start (empty where there are none)."""
+    folder.mkdir()
+    if rt.compat_line:
+        (folder / COMPAT_MODULE).write_text(_shipped(COMPAT_MODULE))
+        (folder / COMPAT_PTH).write_text(rt.compat_line + "\n")
+
+
 def build_image(
     rt: Runtime,
     cache_dir: Path,
@@ -322,9 +339,9 @@ def build_image(
 
     with tempfile.TemporaryDirectory(prefix="aiptrain-runtime-") as context:
         installed = wheelhouse.lock_of(wheels)
-        dockerfile = resources.files("aiptrain.runtime").joinpath("runtime.Dockerfile").read_text()
-        (Path(context) / "Dockerfile").write_text(dockerfile)
+        (Path(context) / "Dockerfile").write_text(_shipped("runtime.Dockerfile"))
         shutil.copytree(wheels, Path(context) / "wheelhouse")
+        _write_compat(rt, Path(context) / "compat")
         progress(f"Building {rt.image} from {base_image}")
         stream = api.build(
             path=context,
@@ -332,6 +349,7 @@ def build_image(
             buildargs={
                 "BASE_IMAGE": base_image, "PYTHON_SITE": site, "RUNTIME_VERSION": rt.version,
                 "BASE_NAME": rt.base.name, "PYTHON_VERSION": python_version, "IMPORTS": ", ".join(rt.imports),
+                "COMPAT": " ".join(surface.name for surface in rt.compat),
             },
             labels={INSTALLED_LABEL: " ".join(installed), RECIPE_LABEL: recipe(rt)},
             rm=True,

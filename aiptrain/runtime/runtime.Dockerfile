@@ -12,6 +12,8 @@ RUN if [ -s /wheelhouse/requirements.txt ]; then \
         --no-cache-dir --disable-pip-version-check --no-warn-script-location \
         -r /wheelhouse/requirements.txt || exit 1; \
     fi; mkdir -p /install/bin
+# aiptrain_compat and its .pth line where the runtime gives names back to its trainers; else empty.
+COPY compat /install/
 
 FROM ${BASE_IMAGE}
 ARG PYTHON_SITE
@@ -29,5 +31,8 @@ ENV PATH=/usr/local/bin:${PYTHON_SITE}/bin:/usr/bin:/bin \
 # libgomp for XGBoost fails the build, not a job); -B writes no bytecode into the image.
 ARG IMPORTS
 RUN if [ -n "$IMPORTS" ]; then python3 -B -c "import $IMPORTS" || exit 1; fi
+# Every name aiptrain_compat gives back resolves in the releases installed.
+ARG COMPAT
+RUN if [ -n "$COMPAT" ]; then python3 -B -m aiptrain_compat $COMPAT || exit 1; fi
 # What the image runs: submit resolves the trainer's dependencies for this Python.
 LABEL aiptrain.runtime-version=${RUNTIME_VERSION} aiptrain.base=${BASE_NAME} aiptrain.python=${PYTHON_VERSION}

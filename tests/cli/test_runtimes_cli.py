@@ -76,7 +76,7 @@ def test_the_spinner_prints_steps_and_stops_even_when_the_build_fails():
     assert written.endswith("\x1b[2K")
 
 
-def test_dry_run_of_a_1x_runtime_plans_its_image_and_says_what_it_runs(cli, tmp_path):
+def test_dry_run_of_a_1x_runtime_plans_its_image_and_says_what_it_runs_and_gives_back(cli, tmp_path):
     result = cli(
         "jobs", "submit", "training", "old_tf", "--package-path", str(SAMPLE_TRAINER), "--module-name",
         "trainer.task", "--job-dir", str(tmp_path / "o"), "--runtime-version", "1.4", "--region", "us-central1",
@@ -84,8 +84,11 @@ def test_dry_run_of_a_1x_runtime_plans_its_image_and_says_what_it_runs(cli, tmp_
     )
     assert f"image: {runtime_image('1.4')}" in result.stdout
     assert result.stderr == (
-        "NOTE: runtime 1.4 runs TensorFlow 1.13.2, scikit-learn 0.19.2, XGBoost 0.80, pandas 0.23.4, the nearest "
-        "releases for Python 3.7 (AI Platform ran TensorFlow 1.4.0, scikit-learn 0.19.1, XGBoost 0.72, pandas 0.22.0).\n"
+        "NOTE: runtime 1.4 runs scikit-learn 0.24.2, XGBoost 0.90, pandas 1.1.5, the nearest releases for Python 3.9, "
+        "and no TensorFlow (AI Platform ran TensorFlow 1.4.0, scikit-learn 0.19.1, XGBoost 0.72, pandas 0.22.0); a "
+        "trainer that imports tensorflow fails: try --runtime-version 2.1; given back for its trainers: "
+        "sklearn.externals.joblib and .six; scikit-learn's module paths before 0.24 (sklearn.ensemble.forest, "
+        "sklearn.metrics.scorer, ...); as_matrix, get_value and set_value of DataFrame and Series.\n"
     )
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from conftest import SAMPLE_TRAINER, runtime_image
 from test_runtimes_cli import table_rows
 
@@ -29,54 +27,6 @@ def test_a_missing_base_image_is_exit_3_naming_it(cli, docker_api, monkeypatch):
     assert result.returncode == 3
     errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR")]
     assert len(errors) == 1 and "Base image [aiptrain/base:no-such-tag] is missing" in errors[0]
-
-
-NO_PYTHON37 = "python:3.7-slim"
-
-
-def _without_python37(docker_api) -> None:
-    """The 1.x runtimes' base comes from a registry; none answers here. Where one does, these
-    tests would pull it: they are about the machine without one."""
-    import docker.errors
-
-    try:
-        docker_api.inspect_image(NO_PYTHON37)
-        pytest.skip(f"{NO_PYTHON37} is on this engine")
-    except docker.errors.ImageNotFound:
-        pass
-
-
-def test_building_a_1x_runtime_without_its_base_is_exit_3_naming_what_serves(cli, docker_api):
-    _without_python37(docker_api)
-    result = cli("runtimes", "build", "1.15", timeout=120)
-    assert result.returncode == 3
-    errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR")]
-    assert errors == [
-        "ERROR: Runtime 1.15 needs Python 3.7 from [python:3.7-slim], which this engine does not have and cannot "
-        "pull: use --runtime-version 2.x, a custom container (--master-image-uri), or map an image you have with "
-        "`aiptrain runtimes add 1.15 --image IMAGE`."
-    ]
-
-
-@pytest.mark.parametrize("from_config", [False, True])
-def test_submitting_a_1x_runtime_without_its_base_is_exit_3_with_nothing_created(
-    cli, home, tmp_path, docker_api, from_config
-):
-    _without_python37(docker_api)
-    args = ["--package-path", str(SAMPLE_TRAINER), "--module-name", "trainer.task", "--job-dir", str(tmp_path / "o")]
-    if from_config:
-        config = tmp_path / "config.yaml"
-        config.write_text("trainingInput:\n  runtimeVersion: '1.15'\n")
-        args += ["--config", str(config)]
-    else:
-        args += ["--runtime-version", "1.15"]
-    result = cli("jobs", "submit", "training", "old_tf", *args)
-    assert result.returncode == 3, result.stderr
-    assert result.stderr.count("\n") == 1
-    which = "runtimeVersion in the config file" if from_config else "--runtime-version"
-    assert f"use {which} 2.x, a custom container" in result.stderr
-    assert cli("jobs", "list").stderr.strip() == "Listed 0 items."
-    assert not (tmp_path / "o").exists()
 
 
 def test_add_maps_a_version_to_an_image_that_submit_then_runs(cli, home, tmp_path, minimal_runtime):

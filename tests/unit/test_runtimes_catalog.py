@@ -22,13 +22,15 @@ EXPECTED = {
     "2.3": ("bullseye", "3.9", "tensorflow-cpu==2.5.3", "scikit-learn==0.24.2", "xgboost==1.2.0", "pandas==1.1.5"),
     "2.2": ("bullseye", "3.9", "tensorflow-cpu==2.5.3", "scikit-learn==0.24.2", "xgboost==1.1.1", "pandas==1.1.5"),
     "2.1": ("bullseye", "3.9", "tensorflow-cpu==2.5.3", "scikit-learn==0.24.2", "xgboost==0.90", "pandas==1.1.5"),
-    "1.15": ("python3.7", "3.7", "tensorflow-cpu==1.15.0", "scikit-learn==0.20.4", "xgboost==0.90", "pandas==0.24.2"),
-    "1.14": ("python3.7", "3.7", "tensorflow==1.14.0", "scikit-learn==0.20.2", "xgboost==0.82", "pandas==0.24.2"),
-    "1.13": ("python3.7", "3.7", "tensorflow==1.13.1", "scikit-learn==0.20.2", "xgboost==0.81", "pandas==0.24.0"),
-    "1.12": ("python3.7", "3.7", "tensorflow==1.13.2", "scikit-learn==0.20.0", "xgboost==0.80", "pandas==0.23.4"),
-    **dict.fromkeys(("1.11", "1.10", "1.9", "1.8", "1.7", "1.6", "1.5", "1.4"), ("python3.7", "3.7", "tensorflow==1.13.2", "scikit-learn==0.19.2", "xgboost==0.80", "pandas==0.23.4")),
-    "1.2": ("python3.7", "3.7", "tensorflow==1.13.2"),
-    "1.0": ("python3.7", "3.7", "tensorflow==1.13.2"),
+    # 1.x: no TensorFlow (none for Python 3.9), the nearest scikit-learn, XGBoost and pandas.
+    "1.15": ("bullseye", "3.9", "scikit-learn==0.24.2", "xgboost==0.90", "pandas==1.1.5"),
+    "1.14": ("bullseye", "3.9", "scikit-learn==0.24.2", "xgboost==0.82", "pandas==1.1.5"),
+    "1.13": ("bullseye", "3.9", "scikit-learn==0.24.2", "xgboost==0.81", "pandas==1.1.5"),
+    "1.12": ("bullseye", "3.9", "scikit-learn==0.24.2", "xgboost==0.80", "pandas==1.1.5"),
+    **dict.fromkeys(("1.11", "1.10", "1.9", "1.8", "1.7", "1.6", "1.5", "1.4"),
+                    ("bullseye", "3.9", "scikit-learn==0.24.2", "xgboost==0.90", "pandas==1.1.5")),
+    "1.2": ("bullseye", "3.9", "numpy<1.20"),
+    "1.0": ("bullseye", "3.9", "numpy<1.20"),
 }
 
 
@@ -57,13 +59,24 @@ def test_each_version_resolves_to_its_recipe_and_pinned_frameworks(version):
     [
         ("2.11", None),
         ("2.5", None),
-        ("1.15", None),
         ("2.4", "NOTE: runtime 2.4 runs TensorFlow 2.5.3, the nearest release for Python 3.9 "
-                "(AI Platform ran TensorFlow 2.4.0)."),
+                "(AI Platform ran TensorFlow 2.4.0); given back for its trainers: "
+                "tf.keras.experimental.LinearCosineDecay and NoisyLinearCosineDecay."),
         ("2.1", "NOTE: runtime 2.1 runs TensorFlow 2.5.3, scikit-learn 0.24.2, pandas 1.1.5, the nearest releases "
-                "for Python 3.9 (AI Platform ran TensorFlow 2.1.0, scikit-learn 0.22.1, pandas 0.25.3)."),
-        ("1.0", "NOTE: runtime 1.0 runs TensorFlow 1.13.2, the nearest release for Python 3.7 "
-                "(AI Platform ran TensorFlow 1.0.1)."),
+                "for Python 3.9 (AI Platform ran TensorFlow 2.1.0, scikit-learn 0.22.1, pandas 0.25.3); given back "
+                "for its trainers: sklearn.externals.joblib and .six; scikit-learn's module paths before 0.24 "
+                "(sklearn.ensemble.forest, sklearn.metrics.scorer, ...); as_matrix, get_value and set_value of "
+                "DataFrame and Series; tf.keras.utils.multi_gpu_model; tf.keras.experimental.LinearCosineDecay and "
+                "NoisyLinearCosineDecay."),
+        ("1.15", "NOTE: runtime 1.15 runs scikit-learn 0.24.2, pandas 1.1.5, the nearest releases for Python 3.9, "
+                 "and no TensorFlow (AI Platform ran TensorFlow 1.15.0, scikit-learn 0.20.4, pandas 0.24.2); a "
+                 "trainer that imports tensorflow fails: try --runtime-version 2.1; given back for its trainers: "
+                 "sklearn.externals.joblib and .six; scikit-learn's module paths before 0.24 "
+                 "(sklearn.ensemble.forest, sklearn.metrics.scorer, ...); as_matrix, get_value and set_value of "
+                 "DataFrame and Series."),
+        ("2.5", None),
+        ("1.0", "NOTE: runtime 1.0 runs no TensorFlow (AI Platform ran TensorFlow 1.0.1); a trainer that imports "
+                "tensorflow fails: try --runtime-version 2.1."),
         ("minimal", None),
     ],
 )
@@ -83,8 +96,8 @@ def test_frameworks_are_provided_but_constraints_are_not():
     assert runtime("2.11").bounds == ("numpy<1.24", "protobuf<3.20")
 
 
-@pytest.mark.parametrize("version", [v for v in EXPECTED if v.startswith("2.")])
-def test_every_2x_runtime_holds_the_google_libraries_trainers_imported_undeclared(version):
+@pytest.mark.parametrize("version", EXPECTED)
+def test_every_runtime_holds_the_google_libraries_trainers_imported_undeclared(version):
     packages = runtime(version).packages
     assert {"google-cloud-storage", "google-api-python-client", "google-auth", "gcsfs"} <= set(packages)
 
@@ -94,7 +107,7 @@ def test_base_and_image_repositories_follow_the_environment(monkeypatch):
     monkeypatch.setenv("AIPTRAIN_BASE_REPOSITORY", "aiptrain-dev/base")
     assert runtime("2.11").image == "aiptrain-dev/runtime:2.11"
     assert runtime("2.11").base.image == "aiptrain-dev/base:bullseye"
-    assert runtime("1.15").base.image == "python:3.7-slim"  # pulled as is
+    assert runtime("1.15").base.image == "aiptrain-dev/base:bullseye"
     assert runtime("minimal").base.image == "aiptrain-dev/base:bookworm" == Settings().base_image
     monkeypatch.setenv("AIPTRAIN_BASE_IMAGE", "team/base:bookworm")
     assert runtime("minimal").base.image == "team/base:bookworm" == Settings().base_image  # one answer, not two
@@ -114,3 +127,46 @@ def test_an_unknown_version_names_where_it_came_from(given_as):
     message = str(caught.value)
     assert message.startswith(f"Unknown {given_as} [3.0]: choose one of 2.11, 2.10,")
     assert message.endswith(", 1.0, minimal (`aiptrain runtimes list`).") and "\n" not in message
+
+
+# version: the surfaces given back (aiptrain_compat.SURFACES), from the service's releases and ours.
+COMPAT = {
+    **dict.fromkeys(("2.11", "2.10", "2.9", "2.8", "2.7", "2.6", "2.5"), ()),
+    "2.4": ("keras-2.5",),
+    "2.3": ("sklearn-paths", "keras-2.4", "keras-2.5"),
+    "2.2": ("sklearn-externals", "sklearn-paths", "keras-2.4", "keras-2.5"),
+    "2.1": ("sklearn-externals", "sklearn-paths", "pandas-1.0", "keras-2.4", "keras-2.5"),
+    **dict.fromkeys(("1.15", "1.14", "1.13", "1.12", "1.11", "1.10", "1.9", "1.8", "1.7", "1.6", "1.5", "1.4"),
+                    ("sklearn-externals", "sklearn-paths", "pandas-1.0")),
+    "1.2": (),
+    "1.0": (),
+}
+
+
+@pytest.mark.parametrize("version", EXPECTED)
+def test_each_runtime_gives_back_what_its_releases_removed(version):
+    rt = runtime(version)
+    assert tuple(surface.name for surface in rt.compat) == COMPAT[version]
+    assert rt.lacks_tensorflow == version.startswith("1.")
+    assert ("six" in rt.packages) == ("sklearn-externals" in COMPAT[version])  # TensorFlow brings it to 2.x only
+    if rt.compat or rt.lacks_tensorflow:
+        assert rt.compat_line.startswith("import aiptrain_compat; aiptrain_compat.install(")
+    else:
+        assert rt.compat_line is None
+
+
+def test_the_surfaces_the_catalog_names_are_the_modules():
+    from aiptrain.runtime import aiptrain_compat
+    from aiptrain.runtime_catalog import COMPAT as SURFACES
+
+    assert [surface.name for surface in SURFACES] == list(aiptrain_compat.SURFACES)
+
+
+def test_a_1x_runtime_installs_no_tensorflow_and_names_runtime_2_1_in_one_line():
+    rt = runtime("1.15")
+    assert not any(p.startswith("tensorflow") for p in rt.packages) and "tensorflow" not in rt.imports
+    line = rt.without_tensorflow
+    assert "\n" not in line and line.startswith("ERROR: runtime 1.15 has no TensorFlow here: TensorFlow 1.15.0 has ")
+    assert "--runtime-version 2.1" in line and "aiptrain runtimes add 1.15 --image IMAGE" in line
+    assert f"without_tensorflow={line!r}" in rt.compat_line
+    assert runtime("2.1").without_tensorflow == ""
