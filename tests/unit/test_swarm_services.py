@@ -166,8 +166,8 @@ def test_the_storage_endpoint_is_one_unprivileged_task_on_the_manager_under_goog
     container = template["ContainerSpec"]
     assert built["name"] == "aiptrain-storage-abcdef01" and built["mode"] == {"replicated": {"Replicas": 1}}
     assert template["Placement"] == {"Constraints": ["node.id==node1"]}  # where the gcs tree is
-    assert template["Networks"] == [{"Target": "gcs-net", "Aliases": ["www.googleapis.com", "storage.googleapis.com"],
-                                     "DriverOpts": None}]
+    assert template["Networks"] == [{"Target": "gcs-net", "DriverOpts": None, "Aliases": [
+        "www.googleapis.com", "storage.googleapis.com", "oauth2.googleapis.com"]}]
     assert container["Command"][container["Command"].index("--port") + 1] == "443"  # replicas reach its own address
     assert container["Sysctls"] == {"net.ipv4.ip_unprivileged_port_start": "443"}  # no capability to bind it
     assert (container["User"], container["ReadOnly"], container["CapabilityDrop"], container["Init"]) == (
