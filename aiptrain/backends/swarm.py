@@ -23,17 +23,17 @@ not share this host's disk:
   AIPTRAIN_SWARM_SHARED_DIRS, else the submit is refused. gs:// job dirs just work.
 
 gs:// kept on this machine reaches replicas as on the docker backend (aiptrain.storage.endpoint),
-through the installation's storage endpoint run here as a service of one task, placed on this
-manager node (where $AIPTRAIN_HOME/gcs is, bind-mounted into it) and attached to one attachable
-overlay network per installation under Google's API host names as network aliases. Every
-replica of a job that uses it joins that network too, so those names resolve to the endpoint
-on any node; its CA bundle and gsutil/gcloud travel as configs like the packages. Started by
-the first launch that needs it, removed with its network when the installation's last active
-job ends (`release_shared`). Not one endpoint attached to each job's own network: adding a
-network to a service replaces its task (every running job would lose gs:// for a moment), and
-Docker 20.10 refuses to connect a task's container to another overlay ("network not found").
-The cost: replicas of different jobs share that network, so one could reach another's ports by
-address, which the docker backend's lone replicas cannot.
+through a storage endpoint of the job's own: a service of one task, placed on this manager node
+(where $AIPTRAIN_HOME/gcs is, bind-mounted into it), on the job's network under Google's API host
+names as network aliases, so those names resolve to it on any node; a lone replica that reaches
+gs:// gets a network of its own for it. Its CA bundle and gsutil/gcloud travel as configs like
+the packages. Started by the job's launch before its replicas, it carries the job's labels and
+goes with the job's services. Not one endpoint for every job (as releases before had it): its
+network joined the replicas of every job, so one could reach another's ports. Not that one
+endpoint attached to each job's network either: adding a network to a service replaces its task
+(every running job would lose gs:// for a moment), and Docker 20.10 refuses to connect a task's
+container to another overlay ("network not found"). The cost: a service more per job (a second
+or two of its launch, started while the replicas' configs are made).
 
 Machine types are not reserved: while replicas were job-mode services, Docker 20.10's swarm kept
 the last task of every removed one and counted its reservation, so after a few jobs every task
