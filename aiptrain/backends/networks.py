@@ -202,7 +202,11 @@ class Networks:
                 return
             except APIError as exc:
                 refusal = engine_error(exc)
-                if not any(busy in refusal for busy in ("active endpoints", "in use")):
+                # A swarm's overlay answers 500 "not found" while this node releases its copy of it:
+                # gone when no longer listed, else tried again like a busy one.
+                if "not found" in refusal and not self._listed(network_id):
+                    return
+                if not any(busy in refusal for busy in ("active endpoints", "in use", "not found")):
                     raise
             if time.monotonic() > deadline:
                 raise _network_kept(network_id, "its replicas are gone",
@@ -210,6 +214,9 @@ class Networks:
             if watch.stale(refusal, self._disconnect_all(network_id), time.monotonic()):
                 raise _network_kept(network_id, "nothing is on it any more", "a stale count of its endpoints")
             time.sleep(0.2)
+
+    def _listed(self, network_id: str) -> bool:
+        return any(n["Id"] == network_id for n in self.engine.api.networks(filters={"id": network_id}))
 
     def _disconnect_all(self, network_id: str) -> int:
         """Disconnect by force every endpoint the engine lists on the network; how many it listed."""
@@ -220,6 +227,10 @@ class Networks:
             endpoints = api.inspect_network(network_id).get("Containers") or {}
         except NotFound:
             return 0
+        except APIError as exc:  # 500 "network ... not found": a swarm node's copy, gone meanwhile
+            if "not found" in engine_error(exc):
+                return 0
+            raise
         for endpoint in endpoints:
             try:
                 api.disconnect_container_from_network(endpoint, network_id, force=True)

@@ -66,7 +66,7 @@ from typing import Any
 from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.backends.engine import DEFAULT_NETWORK, Engine, EngineApi, each, removed_on_failure
 from aiptrain.backends.engine_logs import body_blocks, frame_blocks, log_frames, open_logs, read_log_lines
-from aiptrain.backends.networks import Holders, Networks
+from aiptrain.backends.networks import NETWORK_PATIENCE_SECONDS, Holders, Networks
 from aiptrain.backends.swarm_endpoint import SwarmInstallation, SwarmStorage
 from aiptrain.backends.swarm_specs import (
     CONFIG_NAME_MAX,
@@ -318,7 +318,19 @@ class SwarmBackend:
         containers = self.engine.leftover_containers(job_id, trial_id)
         self.engine.remove_replicas(containers, keep_networks={DEFAULT_NETWORK, self.networks.solo_network_name})
         self.networks.remove_job_networks(job_id, trial_id)
+        self._wait_networks_gone(job_id, trial_id)
         each(remove_config, self.api.configs(filters={"label": self.engine.job_labels(job_id, trial_id)}))
+
+    def _wait_networks_gone(self, job_id: str, trial_id: str | None) -> None:
+        """Until the swarm no longer lists the job's removed networks: it removes an overlay once
+        the tasks on it (its storage endpoint's, say) have shut down, a moment after the removal
+        was accepted; a job is torn down when nothing of it is left."""
+        deadline = time.monotonic() + NETWORK_PATIENCE_SECONDS
+        while self.api.networks(filters={"label": self.engine.job_labels(job_id, trial_id)}):
+            if time.monotonic() > deadline:
+                raise AiptrainError(f"The swarm keeps the networks of job [{job_id}] after their removal: see "
+                                    "`docker network ls`; the sweep removes them later.")
+            time.sleep(0.2)
 
     def watch(self, stop: threading.Event, on_change: Callable[[str], None]) -> None:
         """The engine's container events of this manager's node (aiptrain.backends.engine)."""
