@@ -31,7 +31,9 @@ fi
 # A dockerd killed with its session leaves its pid file behind; a reused PID would block the start.
 rm -f /var/run/docker.pid
 echo "Starting dockerd in the background (log: /var/log/aiptrain-dockerd.log) ..." >&2
-nohup dockerd >/var/log/aiptrain-dockerd.log 2>&1 &
+# A session of its own: a dockerd started by a test (or a shell job) does not die with its caller's
+# process group. Not a process group leader here, so setsid runs dockerd itself and $! is its PID.
+setsid nohup dockerd >/var/log/aiptrain-dockerd.log 2>&1 &
 echo $! >"$MARKER"
 for _ in $(seq 1 60); do
   docker info >/dev/null 2>&1 && exit 0
