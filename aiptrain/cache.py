@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiptrain.settings import Settings
+from aiptrain.store import JobStore
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,6 @@ def prune(settings: Settings, max_age_days: float | None = None, max_size_mb: fl
 def _jobs_active(settings: Settings) -> bool:
     if not settings.store_url and not settings.store_path.exists():
         return False
-    from aiptrain.store import JobStore
 
     store = JobStore(settings.store)
     try:

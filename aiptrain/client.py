@@ -26,6 +26,7 @@ from aiptrain.config import SubmitFlags
 from aiptrain.errors import EnvironmentNotReady, JobNotFound, ValidationError
 from aiptrain.exports import dry_run_tfjob, tfjob_export
 from aiptrain.model import Job
+from aiptrain.remote import ApiClient
 from aiptrain.replicas import ReplicaObservation
 from aiptrain.runner import control
 from aiptrain.service import JobService, LabelsUpdate
@@ -44,8 +45,6 @@ def open_client(settings: Settings | None = None, project: str | None = None) ->
     jobs live in `project`). Both are a JobService (aiptrain.service): mypy checks it here."""
     settings = settings or Settings()
     if settings.api_url:
-        from aiptrain.remote import ApiClient
-
         return ApiClient(settings, project)
     return Client(settings=settings)
 

@@ -26,13 +26,19 @@ start-up path and imports only what the interpreter has built in; it says what g
 
 from __future__ import annotations
 
+import importlib
+import io
 import marshal
 import os
+import selectors
 import signal
 import socket
 import sys
+import time
+import traceback
 from pathlib import Path
 
+from aiptrain import cli, settings
 from aiptrain.codeversion import code_version
 from aiptrain.launcher import DISABLE_VAR, LENGTH_BYTES, STD_FDS, peer_uid, socket_name
 
@@ -58,10 +64,6 @@ class Server:
     """One process, one thread: accept, fork, report exits. Never runs a command itself."""
 
     def __init__(self, home: Path, controller_pid: int, version: str):
-        import selectors
-
-        from aiptrain import settings
-
         self.home, self.controller_pid, self.version = home, controller_pid, version
         self.selector = selectors.DefaultSelector()
         self.children: dict[int, socket.socket] = {}  # child pid -> its client's connection
@@ -70,8 +72,6 @@ class Server:
         self.debug = settings.debug()  # says each command it forks, in its log
 
     def bind(self) -> bool:
-        import time
-
         deadline = time.monotonic() + BIND_PATIENCE_SECONDS
         while True:
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -88,8 +88,6 @@ class Server:
             return True
 
     def run(self) -> None:
-        import selectors
-
         os.set_blocking(self.signals_w, False)
         signal.set_wakeup_fd(self.signals_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the selector through the pipe
@@ -155,7 +153,6 @@ class Server:
             for fd in fds:
                 os.close(fd)
         self.children[pid] = conn
-        import selectors
 
         self.selector.register(conn, selectors.EVENT_READ, pid)
 
@@ -181,17 +178,14 @@ class Server:
             os.environ.update(request["env"])
             _reopen_std_streams()
             sys.argv = ["aiptrain", *request["argv"]]
-            from aiptrain.cli import main
-
             try:
-                main(request["argv"])
+                cli.main(request["argv"])
                 status = 0
             except SystemExit as exc:
                 status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         except KeyboardInterrupt:
             status = 130
         except BaseException:  # noqa: BLE001 - said on the client's stderr, never back in the server loop
-            import traceback
 
             traceback.print_exc()
         finally:
@@ -261,8 +255,6 @@ def _read_exactly(conn: socket.socket, size: int) -> bytes:
 def _reopen_std_streams() -> None:
     """sys.stdin/stdout/stderr as Python would have opened them for the client's descriptors:
     line-buffered on a terminal, write-through with PYTHONUNBUFFERED."""
-    import io
-
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
     encoding = os.environ.get("PYTHONIOENCODING", "").split(":")[0] or "utf-8"
 
@@ -282,8 +274,6 @@ def main(argv: list[str]) -> int:
     """`python -m aiptrain.commandserver HOME CONTROLLER_PID`, started by the controller (which
     names this module and never imports it); none when the controller's environment turns the
     server off."""
-    import importlib
-
     if os.environ.get(DISABLE_VAR) == "0":
         return 0
     home, controller_pid = Path(argv[0]), int(argv[1])

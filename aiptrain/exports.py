@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from aiptrain.model import Job
+from aiptrain.packaging import build_sdist
 from aiptrain.planning import LaunchPlan, plan
 from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings
@@ -17,7 +18,9 @@ from aiptrain.storage.endpoint import ProjectCredential
 from aiptrain.submission import Submission, plan_inputs, storage_endpoint
 from aiptrain.tfjob import Export, build_tfjob, with_note, with_warning
 from aiptrain.topology import replicas_for
+from aiptrain.tuning import first_trial
 from aiptrain.validation import scheduling_seconds
+from aiptrain.wheelhouse import requirements_for
 
 
 def dry_run_packages(submission: Submission) -> tuple[list[str], list[str], bool]:
@@ -30,9 +33,6 @@ def dry_run_packages(submission: Submission) -> tuple[list[str], list[str], bool
         remote = list(submission.job.training_input.package_uris or [])
     wheelhouse = False
     if submission.package_path:
-        from aiptrain.packaging import build_sdist
-        from aiptrain.wheelhouse import requirements_for
-
         with tempfile.TemporaryDirectory() as tmp:
             sdist = build_sdist(submission.package_path, Path(tmp)).path
             staged.append(sdist.name)
@@ -54,8 +54,6 @@ def dry_run_plan(submission: Submission) -> LaunchPlan:
                          storage_credential=credential)
     trial = None
     if submission.job.training_input.hyperparameters:
-        from aiptrain.tuning import first_trial
-
         trial = first_trial(submission.job.training_input.hyperparameters, "<job work dir>/trials/1")
     return plan(submission.job, submission.replicas, inputs, trial)
 

@@ -21,7 +21,9 @@ import hashlib
 import os
 import shutil
 import tempfile
+import zipfile
 from dataclasses import dataclass
+from email.parser import HeaderParser
 from pathlib import Path
 
 from aiptrain.backends import Backend
@@ -100,8 +102,6 @@ class PureTrainer:
 def unpacks_on_host(wheel: Path) -> bool:
     """A wheel whose files land the same for any Python 3 and need nothing run: pure
     (`py3-none-any`), no `.data` directory (scripts, headers, data files) and no entry points."""
-    import zipfile
-
     from packaging.utils import parse_wheel_filename
 
     try:
@@ -119,8 +119,6 @@ def unpacks_on_host(wheel: Path) -> bool:
 def _unpack(pure: PureTrainer, target: Path, image: str) -> None:
     """The wheel into `target` laid out as pip's user scheme in the image lays it out (what
     PYTHONUSERBASE points the replicas at). Its Requires-Python is checked as pip would."""
-    from email.parser import HeaderParser
-
     from installer import install
     from installer.destinations import SchemeDictionaryDestination
     from installer.sources import WheelFile

@@ -10,6 +10,7 @@ group is stopped (SIGTERM, then SIGKILL), so nothing is left running.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -199,8 +200,6 @@ class _Prefixer:
 def _die_with_parent() -> None:
     """In the child before exec (Linux): SIGKILL it if aiptrain itself is killed outright."""
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass

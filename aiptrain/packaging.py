@@ -38,6 +38,7 @@ import tempfile
 import zipfile
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from aiptrain.cache import touch
@@ -331,8 +332,6 @@ def source_tree_hash(package_path: Path, leave_out: Collection[Path] = ()) -> st
     """A digest of what an sdist of `package_path` is built from: every file's path, executable
     bit and content (symlinks by target), skipping what the build skips; plus the builder
     (generated setup.py or not, setuptools and Python versions)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     directory, names = _build_input(package_path)
     digest = hashlib.sha256()
 

@@ -15,6 +15,7 @@ The CLI prints what it gets the way it prints local jobs (aiptrain.cli.formats, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -22,13 +23,19 @@ from functools import cached_property
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from aiptrain import logs
+from aiptrain import filtering, logs, staging
 from aiptrain.config import SubmitFlags
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, JobExists, JobNotFound, ValidationError
+from aiptrain.exports import dry_run_tfjob
 from aiptrain.model import Job
+from aiptrain.packaging import cached_sdist
 from aiptrain.replicas import ReplicaObservation
 from aiptrain.service import LabelsUpdate
 from aiptrain.settings import Settings
+from aiptrain.storage import is_gcs
+from aiptrain.storage.gcs import _retry
+from aiptrain.submission import prepare
+from aiptrain.validation import check_label_count, validate_labels
 
 TIMEOUT_SECONDS = 60  # per HTTP request
 LOG_PAGE_SIZE = 1000  # Cloud Logging's most per page
@@ -158,10 +165,6 @@ class ApiClient:
     def prepare(self, flags: SubmitFlags, base: Job | None = None):
         """The same checks as local mode, without side effects; gs:// paths and how many of a
         study's trials run at once are the server's business, so this machine is not asked."""
-        import dataclasses
-
-        from aiptrain.submission import prepare
-
         flags.project = flags.project or self.project
         return prepare(flags, dataclasses.replace(self.settings, gcs_mode="remote"), base, self._job_or_none,
                        runs_here=False)
@@ -183,8 +186,6 @@ class ApiClient:
         ti = job.training_input
         files = list(submission.local_packages)
         if submission.package_path:
-            from aiptrain.packaging import cached_sdist
-
             report(f"Packaging {submission.package_path}")
             files.append(cached_sdist(submission.package_path, self.settings.cache_dir, (self.settings.home,)).path)
         if files or submission.remote_packages:  # packageUris of a --config count only without package flags
@@ -214,8 +215,6 @@ class ApiClient:
         content is not sent again."""
         if not files:
             return []
-        from aiptrain import staging
-        from aiptrain.storage import is_gcs
 
         ti = submission.job.training_input
         gcs_job_dir = ti.job_dir if ti.job_dir and is_gcs(ti.job_dir) else None
@@ -249,8 +248,6 @@ class ApiClient:
         from google.api_core import exceptions
         from google.auth.exceptions import GoogleAuthError
 
-        from aiptrain.storage.gcs import _retry  # bounded, and never for a server that is not there
-
         try:
             return method(*args, timeout=TIMEOUT_SECONDS, retry=_retry())
         except exceptions.GoogleAPICallError as exc:
@@ -273,8 +270,6 @@ class ApiClient:
                        limit: int | None = None, fields: Iterable[str] | None = None) -> list[dict]:
         """The jobs `jobs list` selects: the server filters (gcloud's syntax), every page is read,
         and --sort-by and --limit apply here, as local mode applies them."""
-        from aiptrain import filtering
-
         found, token = [], None
         while True:
             page = self._call(self._jobs.list(parent=f"projects/{self.project}", filter=filter or None,
@@ -386,8 +381,6 @@ class ApiClient:
                       remove: Iterable[str] = (), clear: bool = False) -> LabelsUpdate:
         """`jobs update` as a patch of the labels with the etag read: if someone changed them
         meanwhile (409 ABORTED), read again and redo the change."""
-        from aiptrain.validation import check_label_count, validate_labels
-
         if update:
             validate_labels(update)
         remove = list(remove)
@@ -419,8 +412,6 @@ class ApiClient:
     # -- not served over the API -----------------------------------------------------------
 
     def dry_run_tfjob(self, submission):
-        from aiptrain.exports import dry_run_tfjob
-
         return dry_run_tfjob(submission, self.settings)
 
     def export_tfjob(self, job_id: str):

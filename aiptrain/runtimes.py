@@ -9,16 +9,20 @@ with aiptrain installs from it.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import re
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
 from aiptrain import wheelhouse
+from aiptrain.backends.engine import connect, inspect_image
 from aiptrain.dependencies import Image, canonical_name
 from aiptrain.errors import EnvironmentLacks, EnvironmentNotReady, ValidationError
 from aiptrain.runtime_catalog import RUNTIMES, SOURCE_URL, Runtime, image_repository, runtime
@@ -79,8 +83,6 @@ def _write_mappings(home: Path, entries: dict) -> None:
 
 def _python_of(image: str) -> str:
     """major.minor of an image's Python: its aiptrain.python label, else asked."""
-    from aiptrain.backends.engine import connect
-
     api = connect()
     labels = api.inspect_image(image).get("Config", {}).get("Labels") or {}
     return labels.get("aiptrain.python") or image_python(api, image)[0]
@@ -93,8 +95,6 @@ def image_contents(rt: Runtime) -> Image:
     """What a trainer's requirements resolve against (aiptrain.dependencies): what the image's
     label records it installed."""
     from docker.errors import ImageNotFound
-
-    from aiptrain.backends.engine import connect, inspect_image
 
     try:
         labels = inspect_image(connect(), rt.image).get("Config", {}).get("Labels") or {}
@@ -122,8 +122,6 @@ def image_exists(image: str) -> bool:
 def _image_labels(image: str) -> dict[str, str] | None:
     """The image's labels; None when the engine does not have it."""
     from docker.errors import ImageNotFound
-
-    from aiptrain.backends.engine import connect
 
     try:
         return connect().inspect_image(image).get("Config", {}).get("Labels") or {}
@@ -203,7 +201,6 @@ def ensure_image(rt: Runtime, cache_dir: Path, progress: Callable[[str], None], 
     if rt.mapped_image or image_is_current(rt):
         return False
     check_available(rt, given_as)
-    import fcntl
 
     cache_dir.mkdir(parents=True, exist_ok=True)
     with open(cache_dir / "image-build.lock", "w") as lock:
@@ -221,9 +218,6 @@ def ensure_image(rt: Runtime, cache_dir: Path, progress: Callable[[str], None], 
 def build_base_image(rt: Runtime, progress: Callable[[str], None]) -> None:
     """The base image through scripts/build-base-image.sh (debootstrap needs root); elsewhere an
     EnvironmentNotReady that names the command to run."""
-    import os
-    import subprocess
-
     command = f"sudo {BASE_IMAGE_SCRIPT} {rt.base.name}"
     if not BASE_IMAGE_SCRIPT.is_file() or os.getuid() != 0:
         where = command if BASE_IMAGE_SCRIPT.is_file() else f"scripts/build-base-image.sh {rt.base.name} from aiptrain's source"
@@ -317,8 +311,6 @@ def build_image(
     given_as: str = "runtime version",
 ) -> str:
     """Build (or rebuild) the runtime's image; return its name."""
-    from aiptrain.backends.engine import connect
-
     if rt.mapped_image:
         raise ValidationError(
             f"Runtime {rt.version} is mapped to [{rt.mapped_image}]: there is nothing to build "

@@ -23,14 +23,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiptrain import admission
+from aiptrain import admission, safe_files, staging, wheelhouse
 from aiptrain.backends import Backend
-from aiptrain.config import SubmitFlags, build_job, config_scale_tier
+from aiptrain.backends.engine import inspections_shared
+from aiptrain.config import SubmitFlags, build_job, config_scale_tier, pydantic_error_line
 from aiptrain.errors import EnvironmentNotReady, ValidationError
+from aiptrain.installs import PureTrainer, ensure_installed
 from aiptrain.labels import LABEL_INSTALL_FOR, LABEL_INSTALLATION
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import TERMINAL_STATES, Job, ScaleTier, State
 from aiptrain.ownership import JobLock
+from aiptrain.packaging import cached_sdist
 from aiptrain.planning import (
     NOBODY_ID,
     PACKAGES_DIR,
@@ -49,8 +52,10 @@ from aiptrain.runtimes import check_available, image_contents
 from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings, gcloud_property
 from aiptrain.staging import WHEELHOUSE
-from aiptrain.storage import check_gcs_uri, emulator_host, gcs_root_for, is_gcs, local_path
+from aiptrain.storage import check_gcs_uri, emulator_host, gcs_root_for, is_gcs, local_path, projects
 from aiptrain.storage.endpoint import TLS_DIR_NAME, ProjectCredential, StorageEndpoint
+from aiptrain.storage.gcs import replica_access
+from aiptrain.storage.projects import make_buckets, project_credential
 from aiptrain.store import JobStore, duplicate_job
 from aiptrain.topology import Replica, normalize_scale_tier, replicas_for
 from aiptrain.validation import (
@@ -246,8 +251,6 @@ def resume_study(job: Job, previous_job: PreviousJob) -> Job | None:
     two specs do not fit together."""
     from pydantic import ValidationError as PydanticError
 
-    from aiptrain.config import pydantic_error_line
-
     spec = job.training_input.hyperparameters
     previous_id = spec.resume_previous_job_id if spec else None
     if spec is None or not previous_id:
@@ -318,7 +321,6 @@ def plan_inputs(
     extra_mounts: tuple[Mount, ...] = ()
     if submission.remote_job_dir:
         # Replicas get the gs:// job dir unchanged, and what they need to reach that storage.
-        from aiptrain.storage.gcs import replica_access
 
         extra_env, files = replica_access(host_gateway)
         extra_mounts = tuple(Mount(source, target, read_only=True) for source, target in files)
@@ -365,8 +367,6 @@ def check_buckets(submission: Submission, settings: Settings) -> None:
     """A job names only buckets its project may use (those kept on this machine: Cloud Storage's
     are Google's to judge); ValidationError (exit 2, API 400) naming the first other one."""
     if submission.gcs_root is not None:
-        from aiptrain.storage import projects
-
         projects.check_buckets(submission.gcs_root, submission.project or settings.default_project,
                                gcs_places(submission), dict(submission.shared_buckets))
 
@@ -401,8 +401,6 @@ class Submitter:
         self._report(text)
 
     def submit(self, submission: Submission) -> Job:
-        from aiptrain.backends.engine import inspections_shared
-
         with inspections_shared():
             return self._submit(submission)
 
@@ -470,7 +468,6 @@ class Submitter:
         job dir's, the staging bucket) made for that project."""
         if submission.gcs_root is None or not submission.serves_gcs:
             return None
-        from aiptrain.storage.projects import make_buckets, project_credential
 
         project = submission.project or self.settings.default_project
         make_buckets(submission.gcs_root, gcs_places(submission), project)
@@ -508,8 +505,6 @@ class Submitter:
         """Package, resolve dependencies, stage, fetch and plan; on any error leave no trace
         of the job. What can be refused (the build, a missing gs:// package, a dependency with
         no wheel) is refused before anything is written to the bucket."""
-        from aiptrain import staging
-
         work_dir = self.settings.job_work_dir(job.job_id)
         package_dir = work_dir / "packages"
         with contextlib.ExitStack() as undo:  # a refused submission: its steps undone in reverse
@@ -526,8 +521,6 @@ class Submitter:
             files = list(submission.local_packages)
             trainer_wheel = None
             if submission.package_path:
-                from aiptrain.packaging import cached_sdist
-
                 self._step(f"Packaging {submission.package_path}")
                 built = cached_sdist(submission.package_path, self.settings.cache_dir, (self.settings.home,))
                 files.append(built.path)
@@ -539,8 +532,6 @@ class Submitter:
             remote_files = staging.fetch(remote, package_dir, submission.gcs_root)
             wheels = []
             if submission.runtime:
-                from aiptrain import wheelhouse
-
                 fetched = [package_dir / name for name in remote_files]
                 self._step("Resolving the packages' dependencies into a wheelhouse")
                 rt = submission.runtime
@@ -574,8 +565,6 @@ class Submitter:
 
     def _install_once(self, submission: Submission, inputs: PlanInputs, trainer_wheel: Path | None) -> str:
         """The packages installed for the runtime image once, for every replica (aiptrain.installs)."""
-        from aiptrain.installs import PureTrainer, ensure_installed
-
         assert submission.runtime_image and inputs.package_dir  # a runtime job with packages (the caller's check)
         self._step("Installing the packages once for every replica")
         owner = {LABEL_INSTALLATION: submission.installation} if submission.installation else {}
@@ -602,8 +591,6 @@ class Submitter:
         as root, replicas run as nobody: a job dir created here is handed to nobody. Below the
         gcs root (a bucket earlier jobs wrote), and below the deepest directory that exists,
         links are refused, never followed (aiptrain.safe_files)."""
-        from aiptrain import safe_files
-
         owner = (NOBODY_ID, NOBODY_ID) if os.getuid() == 0 else None
         if gcs_root is not None and path.is_relative_to(gcs_root):
             base = gcs_root

@@ -17,9 +17,12 @@ The tokens file (YAML or JSON):
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from aiptrain.errors import ValidationError
 from aiptrain.storage import validate_bucket_name
@@ -128,15 +131,11 @@ def _digest(token: str) -> str:
 
 
 def _policy_etag(text: str) -> str:
-    import base64
-
     return base64.b64encode(hashlib.sha256(text.encode()).digest()[:8]).decode()
 
 
 def load_tokens(path: str | Path) -> Access:
     """The tokens file as an Access; ValidationError (exit 2) naming the entry that is wrong."""
-    import yaml
-
     where = f"--tokens file [{path}]"
     try:
         entries = yaml.safe_load(Path(path).expanduser().read_text())

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from urllib.parse import parse_qs, unquote
 
+from aiptrain import console
 from aiptrain.api import entries, jobs
 from aiptrain.api.access import Access, Refused
 from aiptrain.api.calls import MAX_BODY_BYTES, ApiError, Call, Request, Response, error_response
@@ -24,6 +25,7 @@ from aiptrain.errors import (
     ValidationError,
 )
 from aiptrain.settings import Settings
+from aiptrain.validation import JOB_ID_PATTERN
 
 log = logging.getLogger("aiptrain.api")
 
@@ -82,8 +84,6 @@ class App:
     def _console(self, path: str) -> Response:
         """A file of the browser console: no data of any job, so no token (the console sends the
         caller's token with each API request it makes)."""
-        from aiptrain import console
-
         found = console.asset(path, self.settings.default_project)
         if found is None:
             raise ApiError(404, f"Not found: the console has no file [{path}].")
@@ -149,8 +149,6 @@ def _project(project: str) -> str:
 
 
 def _job_id(job_id: str) -> str:
-    from aiptrain.validation import JOB_ID_PATTERN
-
     if not JOB_ID_PATTERN.fullmatch(job_id):
         raise ApiError(400, f"Invalid job name [{job_id}]: a job ID starts with a letter and holds letters, "
                        "digits and underscores (at most 128).")

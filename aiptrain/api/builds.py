@@ -9,6 +9,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from aiptrain.runtimes import image_is_current
+
 log = logging.getLogger("aiptrain.api")
 
 
@@ -18,8 +20,6 @@ class RuntimeBuilds:
 
     def __init__(self, build: Callable, current: Callable | None = None):
         if current is None:
-            from aiptrain.runtimes import image_is_current
-
             current = image_is_current
         self._build, self._current = build, current
         self._lock = threading.Lock()

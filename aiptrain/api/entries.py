@@ -25,7 +25,9 @@ from datetime import datetime, timezone
 
 from aiptrain import filtering
 from aiptrain.api.calls import ApiError, Call
+from aiptrain.client import Client
 from aiptrain.settings import Settings
+from aiptrain.validation import JOB_ID_PATTERN
 
 PAGE_SIZE, MOST = 50, 1000  # Logging's default and maximum pageSize
 MAX_LINE_BYTES = 4 << 20
@@ -52,11 +54,8 @@ class EntryMethods:
         descending = _order(body.get("orderBy"))
         page_size = _page_size(body.get("pageSize"))
         start = _decode_token(body.get("pageToken"))
-        from aiptrain.client import Client
 
         with Client(settings=self.settings) as client:
-            from aiptrain.validation import JOB_ID_PATTERN
-
             if not JOB_ID_PATTERN.fullmatch(job_id) or not client.store.exists(job_id):
                 return {}
             project = client.recorded_project(job_id) or self.settings.default_project

@@ -17,15 +17,23 @@ import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
+from pydantic import ValidationError as PydanticError
+
+from aiptrain import listing, runtimes
+from aiptrain.api import tensorboards
+from aiptrain.api.builds import RuntimeBuilds
 from aiptrain.api.calls import ApiError, Call
+from aiptrain.api.tensorboards import TensorBoards
+from aiptrain.client import Client
+from aiptrain.config import SubmitFlags, pydantic_error_line
+from aiptrain.errors import JobNotFound
 from aiptrain.model import Job
+from aiptrain.runtimes import check_available
 from aiptrain.settings import Settings
-
-if TYPE_CHECKING:  # imported where they are first used, for the server's start-up time
-    from aiptrain.api.tensorboards import TensorBoards
-    from aiptrain.client import Client
+from aiptrain.storage import gcs_root_for, is_gcs
+from aiptrain.store import duplicate_job
+from aiptrain.validation import validate_labels
 
 log = logging.getLogger("aiptrain.api")
 LIST_PAGE_SIZE, LIST_MOST = 20, 100  # the discovery document's default and maximum
@@ -48,28 +56,20 @@ class StaleEtag(Exception):
 
 class JobMethods:
     def __init__(self, settings: Settings):
-        from aiptrain.api.builds import RuntimeBuilds
-
         self.settings = settings
         self._builds = RuntimeBuilds(self._build_runtime)
         self._tensorboards: TensorBoards | None = None  # made at the first request
 
     def _build_runtime(self, runtime) -> None:
-        from aiptrain import runtimes
-
         runtimes.ensure_image(runtime, self.settings.cache_dir, log.info, "runtimeVersion")
 
     @contextmanager
     def _client(self) -> Iterator[Client]:
-        from aiptrain.client import Client
-
         with Client(settings=self.settings) as client:
             yield client
 
     def _visible(self, client: Client, project: str, job_id: str) -> Job:
         """The job, if it lives in `project`; JobNotFound (404) otherwise, as if it did not exist."""
-        from aiptrain.errors import JobNotFound
-
         job = client.get(job_id)
         if self._project_of(client, job_id) != project:
             raise JobNotFound(job_id)
@@ -92,8 +92,6 @@ class JobMethods:
         if not job.job_id:
             raise ApiError(400, "Field jobId is required: name the job in the request body.")
         self._check_host_paths(call, job)
-        from aiptrain.config import SubmitFlags
-        from aiptrain.store import duplicate_job
 
         with self._client() as client:
             if client.store.exists(job.job_id):
@@ -108,7 +106,6 @@ class JobMethods:
         """503 while the runtime's image is missing: it is built in the background, not in this request."""
         if not (submission.runtime and self.settings.auto_build):
             return  # without auto-build, submit itself refuses a missing image (exit 3: 503)
-        from aiptrain.runtimes import check_available
 
         check_available(submission.runtime, submission.runtime_given_as)  # one that cannot be built: 503 now
         waiting = self._builds.ready(submission.runtime)
@@ -118,8 +115,6 @@ class JobMethods:
     def _check_host_paths(self, call: Call, job: Job) -> None:
         """Paths on this machine (packageUris to read, a jobDir to mount read-write) are taken
         only from a server without tokens: a remote caller must not pick the server's files."""
-        from aiptrain.storage import is_gcs
-
         if call.access.open:
             return
         ti = job.training_input
@@ -142,7 +137,6 @@ class JobMethods:
         call.authorize(project, write=False)
         page_size = call.int_param("pageSize", LIST_PAGE_SIZE, LIST_MOST)
         after = _decode_token(call.params.get("pageToken") or "")
-        from aiptrain import listing
 
         with self._client() as client:
             found = listing.list_resources(self.settings, call.params.get("filter") or None,
@@ -176,7 +170,6 @@ class JobMethods:
                            "(with `etag`) can be updated.")
         body = _job_body(call.json_body(), strip_output=False)
         labels = dict(body.labels or {})
-        from aiptrain.validation import validate_labels
 
         validate_labels(labels)
         with self._client() as client:
@@ -193,7 +186,6 @@ class JobMethods:
                 raise ApiError(409, f"The etag of job [{job_id}] does not match: its labels changed since it was "
                                "read; get it again and retry.", "ABORTED") from None
             if job is None:  # deleted since the check above
-                from aiptrain.errors import JobNotFound
 
                 raise JobNotFound(job_id)
             return resource(job)
@@ -212,9 +204,6 @@ class JobMethods:
 
     def tensorboard(self, call: Call, project: str, job_id: str) -> dict:
         """aiptrain's own method: TensorBoard on the job's output, for the console's button."""
-        from aiptrain.api import tensorboards
-        from aiptrain.storage import gcs_root_for
-
         call.accept()
         call.authorize(project, write=False)
         call.json_body()
@@ -266,10 +255,6 @@ class JobMethods:
 def _job_body(body: dict, strip_output: bool = True) -> Job:
     """The body as a Job; ApiError(400) naming the first problem (unknown fields included).
     Output-only fields are ignored on create, as the service ignores them."""
-    from pydantic import ValidationError as PydanticError
-
-    from aiptrain.config import pydantic_error_line
-
     if strip_output:
         body = {key: value for key, value in body.items() if key not in OUTPUT_ONLY}
     try:

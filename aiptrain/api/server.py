@@ -21,6 +21,7 @@ from aiptrain.api.app import App
 from aiptrain.api.calls import MAX_BODY_BYTES, Request, Response, error_response
 from aiptrain.errors import ValidationError
 from aiptrain.storage import endpoint_server
+from aiptrain.storage.local import REPLICA_IDS
 
 log = logging.getLogger("aiptrain.api")
 
@@ -155,8 +156,6 @@ def replica_owner() -> tuple[int, int] | None:
     """Who what the server writes in the gcs tree belongs to: the replicas' user when it runs as
     root (as every host-side writer of the tree does, aiptrain.storage.local.give_to_replicas),
     so the endpoint in the replicas' container may write beside it."""
-    from aiptrain.storage.local import REPLICA_IDS
-
     return REPLICA_IDS if os.geteuid() == 0 else None
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiptrain.api.calls import ApiError
+from aiptrain.storage import local_gcs_path
 
 log = logging.getLogger("aiptrain.api")
 
@@ -139,7 +140,6 @@ def logdir_of(job_dir: str | None, gcs_root: Path | None) -> Path:
         if gcs_root is None:
             raise ApiError(400, f"The job's jobDir [{job_dir}] is on Cloud Storage: run `tensorboard --logdir "
                            f"{job_dir}` where Google credentials are set.", "FAILED_PRECONDITION")
-        from aiptrain.storage import local_gcs_path
 
         return local_gcs_path(gcs_root, job_dir)
     return Path(job_dir)

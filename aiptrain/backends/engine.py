@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import fcntl
 import ipaddress
 import logging
 import os
@@ -256,7 +257,6 @@ class Engine:
         if not self.home or not os.path.isdir(self.home):
             yield
             return
-        import fcntl
 
         with open(os.path.join(self.home, f".{what}.lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)

@@ -1,7 +1,8 @@
 """The home's controller: one long-lived process drives every job of an aiptrain home.
 
 Each wake (a command's byte on the FIFO, an engine event, a step that finished, a due time):
-adopt the active jobs nobody drives yet, then hand every due job's `JobDriver.step()` to a small
+run the chores that are due (aiptrain.runner.events: adopt the active jobs nobody drives yet, the
+cache's pruning and the engine's sweep), hand every due job's `JobDriver.step()` to a small
 pool of threads (a step may wait on the engine: a launch, a `docker stop`), one step in flight
 per job. A step's failure stays with its job (it fails that job, as the service would, and is
 logged with its traceback); the loop never stops for it. The state of every job is in the store
@@ -10,8 +11,11 @@ followed by one whose first steps pick up where each job stood.
 
 It owns what the jobs of the home share: one engine event stream per backend, admission (the
 drivers ask aiptrain.admission in turn), the cache's pruning, and the storage endpoint, released
-when the controller goes with no job active. It exits after `controller_idle_seconds` with nothing active
-(started detached), or runs until stopped (`aiptrain controller run`).
+when the controller goes with no job active. Then come the chores that look at what is in hand:
+start the command server once the first job is out of hand, and exit after
+`controller_idle_seconds` with nothing active (started detached), or run until stopped
+(`aiptrain controller run`). Each chore is a periodic event on the controller's clock
+(`time.monotonic`, a fake one in tests), and keeps its failures to itself.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
+from aiptrain import cache
 from aiptrain.backends import Backend, Installation, open_backend
 from aiptrain.jobtable import DamagedRecord
 from aiptrain.lifecycle import SETTLE_LOOKS
@@ -39,6 +45,7 @@ from aiptrain.model import rfc3339, utc_now
 from aiptrain.ownership import JobLock
 from aiptrain.runner import control
 from aiptrain.runner.driver import JobDriver, Phase
+from aiptrain.runner.events import PeriodicEvent, run_all, seconds_to_next
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
 
@@ -69,10 +76,11 @@ class PerThreadStore:
 
 
 class Controller:
-    def __init__(self, settings: Settings, lock: JobLock, idle_exit: bool = True, serves_commands: bool = False):
+    def __init__(self, settings: Settings, lock: JobLock, idle_exit: bool = True, serves_commands: bool = False,
+                 clock: Callable[[], float] = time.monotonic):
         self.settings = settings
+        self.clock = clock  # monotonic seconds: every due time of the loop and its chores
         self.home_lock = lock  # the home's controller lock, held while this process drives its jobs
-        self.idle_exit = idle_exit
         # A JobStore to its callers: every attribute is that of this thread's own store.
         self.store = cast(JobStore, PerThreadStore(settings))
         self.drivers: dict[str, JobDriver] = {}
@@ -84,10 +92,9 @@ class Controller:
         self.backends: dict[str, Backend] = {}
         # What each backend's jobs share on its engine, and its sweep: the controller's to keep.
         self.installations: dict[str, Installation] = {}
-        # Whether this controller starts the home's command server: a controller process does;
-        # one run inside another program (a test) leaves commands to their own processes.
-        self.command_server_started = not serves_commands
-        self.last_busy = time.monotonic()  # a step in flight or a submit staging, last seen
+        self.submits_waiting = False  # a submit still stages a job (adoption leaves it alone)
+        self.quiet_since = clock()  # no job in hand since then (the idle exit)
+        self.last_busy = clock()  # a step in flight or a submit staging, last seen (the command server)
         self.had_work = False  # a job was in hand since this controller started
         self.wake = threading.Event()
         self.news = threading.Event()  # a command wrote to the FIFO: look for new jobs now
@@ -95,39 +102,41 @@ class Controller:
         self.watchers_stop = threading.Event()
         self.lock = threading.Lock()  # guards due / quick_looks against the watcher threads
         self.pool = ThreadPoolExecutor(max_workers=STEP_WORKERS, thread_name_prefix="step")
+        # The chores, as skylet's events: those that feed the steps run before them...
+        self.adoption = PeriodicEvent("adoption", ADOPT_EVERY_SECONDS, self.adopt_due, asked=self.news.is_set)
+        self.pruning = PeriodicEvent("pruning and sweep", PRUNE_EVERY_SECONDS, self.prune_cache)
+        self.before_steps = [self.adoption, self.pruning]
+        # ... and those that look at what is in hand after them. A controller run inside another
+        # program (a test) leaves commands to their own processes; `controller run` never exits idle.
+        self.command_server = PeriodicEvent("command server", 0, self.start_command_server)
+        self.idle = PeriodicEvent("idle exit", 0, self.exit_if_idle)
+        self.after_steps = [event for event, wanted in ((self.command_server, serves_commands),
+                                                        (self.idle, idle_exit)) if wanted]
 
     # -- the loop -------------------------------------------------------------------------------
 
     def run(self) -> None:
-        last_adopt = last_prune = float("-inf")
-        quiet_since = time.monotonic()
-        waiting = False
         while not self.stopping.is_set():
-            now = time.monotonic()
+            now = self.clock()
             if not self.settings.home.exists():  # the home was deleted under us: nothing to drive
                 log.warning("The home %s is gone: stopping.", self.settings.home)
                 self.home_gone = True
                 break
-            if self.news.is_set() or now - last_adopt >= ADOPT_EVERY_SECONDS:
-                self.news.clear()
-                waiting = self.adopt()
-                last_adopt = now
-                if self.drivers or waiting:
-                    quiet_since = now
-            if now - last_prune >= PRUNE_EVERY_SECONDS:
-                self.prune_cache()
-                last_prune = now
+            run_all(self.before_steps, now)
             self.dispatch(now)
-            self.start_command_server(waiting)
-            if self.drivers or self.in_flight:
-                quiet_since = now
-            elif self.idle_exit and now - quiet_since >= self.settings.controller_idle_seconds:
-                if self.still_idle_after_letting_go():
-                    break
-                quiet_since = time.monotonic()
+            run_all(self.after_steps, now)
+            if self.stopping.is_set():
+                break
             self.wake.wait(self.seconds_to_next(now))
             self.wake.clear()
         self.shut_down()
+
+    def adopt_due(self, now: float) -> None:
+        """The adoption chore: at every command's wake, and every ADOPT_EVERY_SECONDS."""
+        self.news.clear()
+        self.submits_waiting = self.adopt()
+        if self.drivers or self.submits_waiting:
+            self.quiet_since = now
 
     def adopt(self) -> bool:
         """Drive every active job nobody drives yet. A job whose submit still holds its lock is
@@ -205,7 +214,7 @@ class Controller:
                 if looks:
                     self.quick_looks[job_id] = looks - 1
                     delay = min(delay, SETTLE_LOOKS[-looks])
-                self.due[job_id] = time.monotonic() + delay
+                self.due[job_id] = self.clock() + delay
         self.wake.set()
 
     def wake_queue_head(self) -> None:
@@ -237,31 +246,36 @@ class Controller:
         self.wake.set()
 
     def seconds_to_next(self, now: float) -> float:
-        waiting = [due for job_id, due in self.due.items() if job_id not in self.in_flight]
-        if not waiting:
-            return ADOPT_EVERY_SECONDS
-        return min(ADOPT_EVERY_SECONDS, max(0.0, min(waiting) - now))
+        """Until the next due step or chore (adoption's interval at most: a second)."""
+        waiting = [due - now for job_id, due in self.due.items() if job_id not in self.in_flight]
+        chores = seconds_to_next(self.before_steps + self.after_steps, now)
+        return max(0.0, min([ADOPT_EVERY_SECONDS, chores, *waiting]))
 
-    def start_command_server(self, submits_waiting: bool) -> None:
+    def start_command_server(self, now: float) -> None:
         """The home's command server (aiptrain.commandserver), once, when nothing is in hand: as
         soon as the first job's step is done (the describe, cancel or resubmit that follows a
         submit then finds it), or after a second with nothing in hand for a controller started
         early by a submit, whose job shows up a moment after the controller does: its imports
-        never compete with that submit and launch for the cores. It goes when the controller goes."""
-        now = time.monotonic()
-        if submits_waiting or self.in_flight:
+        never compete with that submit and launch for the cores. It goes when the controller goes;
+        one that fails to start is not tried again: commands then run in their own processes."""
+        if self.submits_waiting or self.in_flight:
             self.last_busy = now
             self.had_work = True
             return
-        if self.command_server_started or (
-            not self.had_work and now - self.last_busy < COMMAND_SERVER_QUIET_SECONDS
-        ):
+        if not self.had_work and now - self.last_busy < COMMAND_SERVER_QUIET_SECONDS:
             return
-        self.command_server_started = True
-        try:
-            start_command_server(self.settings.home)
-        except OSError as exc:  # commands then run in their own processes, as without it
-            log.warning("Could not start the command server: %s", exc)
+        self.command_server.retire()
+        start_command_server(self.settings.home)
+
+    def exit_if_idle(self, now: float) -> None:
+        """The idle exit: nothing active for `controller_idle_seconds`, let go of the home (and stop)."""
+        if self.drivers or self.in_flight:
+            self.quiet_since = now
+        elif now - self.quiet_since >= self.settings.controller_idle_seconds:
+            if self.still_idle_after_letting_go():
+                self.stopping.set()
+            else:
+                self.quiet_since = self.clock()
 
     # -- what jobs share ------------------------------------------------------------------------
 
@@ -297,14 +311,18 @@ class Controller:
             except Exception as exc:  # noqa: BLE001 - logged; nothing else will try
                 log.warning("Could not remove what the deleted home's jobs shared: %s", exc)
 
-    def prune_cache(self) -> None:
+    def prune_cache(self, now: float) -> None:
         """The cache's pruning, and what deleted homes and this home's ended jobs left on the
         engine: at the controller's start and hourly, in the pool."""
-        from aiptrain import cache
-
-        self.pool.submit(cache.prune_if_due, self.settings)
+        self.pool.submit(self.prune_cache_files)
         for installation in list(self.installations.values()):
             self.pool.submit(self.remove_abandoned, installation)
+
+    def prune_cache_files(self) -> None:
+        try:
+            cache.prune_if_due(self.settings)
+        except Exception as exc:  # noqa: BLE001 - in the pool, where nobody reads its future: the next prune tries again
+            log.warning("Could not prune the cache: %s", exc)
 
     def remove_abandoned(self, installation: Installation) -> None:
         try:
@@ -323,7 +341,11 @@ class Controller:
         ours to drive (take the lock back, unless a new controller has it); one recorded after
         it is woken for by its command, which then finds the lock free and starts a controller."""
         self.home_lock.release()
-        if not self.drivable_job_ids():
+        try:
+            if not self.drivable_job_ids():
+                return True
+        except Exception as exc:  # noqa: BLE001 - the home is no longer ours: never drive on without its lock
+            log.warning("Could not look for jobs after letting go of the home (stopping): %s", exc)
             return True
         lock = None
         for _ in range(RETAKE_TRIES):  # a command looking whether a controller runs holds it for an instant

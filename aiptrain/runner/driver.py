@@ -24,7 +24,6 @@ import threading
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from aiptrain import admission
 from aiptrain.backends import Backend
@@ -36,13 +35,11 @@ from aiptrain.planning import load_plan_inputs, plan
 from aiptrain.replicas import ReplicaObservation
 from aiptrain.runner.groups import DRAIN_LOOK_SECONDS, GroupEnding, Groups
 from aiptrain.runner.logcopy import LogFollowers
+from aiptrain.runner.study import Study
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
 from aiptrain.topology import replicas_for
 from aiptrain.validation import scheduling_seconds
-
-if TYPE_CHECKING:
-    from aiptrain.runner.study import Study
 
 log = logging.getLogger(__name__)
 
@@ -199,8 +196,7 @@ class JobDriver:
         if job.training_input.hyperparameters:
             if self.study is None:
                 with STUDY_IMPORT:  # optuna, for studies only, imported by one thread at a time
-                    from aiptrain.runner.study import Study
-                self.study = Study(self.groups)
+                    self.study = Study(self.groups)
             outcome = self.study.step(job)
             if isinstance(outcome, Decision):  # every trial is gone: the job ends as the study says
                 self.begin_end(outcome, [])

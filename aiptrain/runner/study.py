@@ -27,7 +27,9 @@ from aiptrain.model import HyperparameterOutput, HyperparameterSpec, Job, Metric
 from aiptrain.planning import PlanInputs, Trial, load_plan_inputs, plan
 from aiptrain.replicas import ReplicaObservation, ReplicaStatus
 from aiptrain.runner.groups import DRAIN_LOOK_SECONDS, GroupEnding, Groups
+from aiptrain.storage import local_gcs_path
 from aiptrain.topology import MASTER_TASK, replicas_for
+from aiptrain.trial_metrics import read_hypertune, read_summary_events
 from aiptrain.tuning import LAUNCHED_DIR, StudyCounts, StudyStep, sampler_seed, schedule, stop_now
 
 
@@ -48,8 +50,6 @@ def _job_dir_on_host(job_dir: str | None, inputs: PlanInputs) -> Path | None:
     if inputs.job_dir_mount:
         return Path(inputs.job_dir_mount)
     if job_dir and inputs.gcs_root and inputs.gcs_endpoint and job_dir.startswith("gs://"):
-        from aiptrain.storage import local_gcs_path
-
         try:
             return local_gcs_path(Path(inputs.gcs_root), job_dir)
         except ValidationError:
@@ -62,7 +62,8 @@ class Study:
     a plain job's replicas); `step` hands the study's end back to the driver as a Decision."""
 
     def __init__(self, groups: Groups):
-        from aiptrain.search import Search
+        # optuna (0.6 s here) for tuning jobs only; imported under the driver's STUDY_IMPORT lock.
+        from aiptrain.search import Search  # noqa: PLC0415
 
         self.groups = groups
         self.store = groups.store
@@ -293,8 +294,6 @@ class Study:
     def reports(self, running: RunningTrial) -> list[tuple[int, float]]:
         """The trial's reports under the metric tag: its primary replica's cloudml-hypertune
         file, else the TensorFlow summary events under its job dir (`<jobDir>/<trialId>`)."""
-        from aiptrain.trial_metrics import read_hypertune, read_summary_events
-
         trial_id, tag = running.record.trial_id, self.spec.metric_tag
         try:
             # The master's reports are the trial's metric, as on the service.

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Protocol
 
 from aiptrain.errors import ValidationError
+from aiptrain.storage.gcs import GcsBucket, credentials_file
+from aiptrain.storage.local import LocalBucket, LocalGcsBucket
 from aiptrain.storage.urls import bucket_name as bucket_name
 from aiptrain.storage.urls import check_gcs_uri as check_gcs_uri
 from aiptrain.storage.urls import emulator_host as emulator_host
@@ -57,13 +59,9 @@ def open_bucket(url: str, gcs_root: Path | None = None) -> Bucket:
     if is_gcs(url):
         bucket_url, prefix = split_url(url)
         if gcs_root is not None:
-            from aiptrain.storage.local import LocalGcsBucket
-
             return LocalGcsBucket(gcs_root, bucket_url, prefix)
-        from aiptrain.storage.gcs import GcsBucket
 
         return GcsBucket(bucket_url, prefix)
-    from aiptrain.storage.local import LocalBucket
 
     return LocalBucket(Path(local_path(url)))
 
@@ -72,8 +70,6 @@ def open_bucket(url: str, gcs_root: Path | None = None) -> Bucket:
 
 def local_gcs_path(gcs_root: Path, uri: str) -> Path:
     """Where `gs://BUCKET/PATH` is kept on this machine: `<gcs_root>/BUCKET/PATH`."""
-    from aiptrain.storage.local import LocalGcsBucket
-
     bucket_url, path = split_url(uri)
     return LocalGcsBucket(gcs_root, bucket_url).object_file(path)
 
@@ -117,8 +113,6 @@ def has_google_credentials() -> bool:
     (GOOGLE_APPLICATION_CREDENTIALS, gcloud's ADC file), a metadata server named by
     GCE_METADATA_HOST, or a Compute Engine VM (its DMI product name, google-auth's own offline
     check; NO_GCE_CHECK=true rules it out, as it does for google-auth)."""
-    from aiptrain.storage.gcs import credentials_file
-
     if credentials_file() is not None or os.environ.get("GCE_METADATA_HOST"):
         return True
     if os.environ.get("NO_GCE_CHECK") == "true":

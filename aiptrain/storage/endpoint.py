@@ -10,12 +10,15 @@ read-only mounts, host names). Backends turn them into containers (docs/design/s
 
 from __future__ import annotations
 
+import datetime
+import fcntl
 import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiptrain.labels import LABEL_CODE, LABEL_INSTALLATION, LABEL_ROLE
+from aiptrain.storage.local import REPLICA_IDS, give_to_replicas
 
 # What clients hard-code: the JSON and XML APIs, and where google-auth refreshes a replica's credential.
 API_HOSTS = ("www.googleapis.com", "storage.googleapis.com", "oauth2.googleapis.com")
@@ -164,11 +167,8 @@ def prepare_files(tls_dir: Path, gcs_root: Path) -> None:
     and what the host wrote in the tree before becomes theirs to write beside, before the TLS
     files that say it is done are written. Submit's staging and the backend starting the
     endpoint both call it, whichever comes first: one makes the files, the other waits for them."""
-    from aiptrain.storage.local import REPLICA_IDS, give_to_replicas
-
     if _tls_current(tls_dir):
         return
-    import fcntl
 
     gcs_root.mkdir(parents=True, exist_ok=True)
     tls_dir.mkdir(parents=True, exist_ok=True)
@@ -190,8 +190,6 @@ def _tls_current(tls_dir: Path) -> bool:
 
 
 def _write_tls(tls_dir: Path, owner: tuple[int, int] | None) -> None:
-    import datetime
-
     import certifi
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization

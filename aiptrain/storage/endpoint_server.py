@@ -85,6 +85,11 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+try:  # C code where the image has it (every runtime image with google-cloud-storage), else a table
+    import google_crc32c
+except ImportError:
+    google_crc32c = None  # type: ignore[assignment]  # the table then
+
 BLOCK = 1 << 20
 MAX_METADATA_BYTES = 1 << 20  # JSON bodies (metadata, rewrite requests): never more than this in memory
 PAGE_SIZE = 1000
@@ -201,19 +206,16 @@ def _crc32c_table() -> list[int]:
 def _crc32c_of(fd: int) -> int:
     """CRC32C (Castagnoli) of a file: google-crc32c's C code where the image has it (every
     runtime image with google-cloud-storage), else a table in Python (slower, same answer)."""
-    try:
-        import google_crc32c
-
+    if google_crc32c is not None:
         checksum = google_crc32c.Checksum()
         for block in iter(lambda: os.read(fd, BLOCK), b""):
             checksum.update(block)
         return int.from_bytes(checksum.digest(), "big")
-    except ImportError:
-        table, crc = _CRC32C_TABLE, 0xFFFFFFFF
-        for block in iter(lambda: os.read(fd, BLOCK), b""):
-            for byte in block:
-                crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-        return crc ^ 0xFFFFFFFF
+    table, crc = _CRC32C_TABLE, 0xFFFFFFFF
+    for block in iter(lambda: os.read(fd, BLOCK), b""):
+        for byte in block:
+            crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
 
 
 _CRC32C_TABLE = _crc32c_table()
@@ -221,8 +223,6 @@ _CRC32C_TABLE = _crc32c_table()
 
 def checksums(path: str) -> dict[str, str]:
     """md5Hash and crc32c (base64, as the JSON API gives them) of a stored file."""
-    import hashlib
-
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         md5 = hashlib.md5()

@@ -17,9 +17,11 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from aiptrain.errors import ValidationError, first_line
 from aiptrain.safe_files import partial_name
+from aiptrain.settings import gcloud_property
 from aiptrain.storage.urls import bucket_name, emulator_host, object_name
 
 # Files above this size are sent as resumable uploads, in chunks of this size
@@ -269,7 +271,6 @@ def replica_access(host_gateway: str | None) -> tuple[dict[str, str], list[tuple
     for name in ("GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT"):
         if os.environ.get(name):
             env[name] = os.environ[name]
-    from aiptrain.settings import gcloud_property
 
     project = gcloud_property("core/project")  # its variable, or `gcloud config set project` through the shim
     if project:
@@ -297,8 +298,6 @@ def reachable_from_containers(address: str, host_gateway: str | None) -> str:
     """An emulator address as a container sees it. `localhost` inside a replica is the replica
     itself; the host is reached at its address on Docker's bridge (the emulator must listen
     there too: bind it to 0.0.0.0). Other addresses are left as they are."""
-    from urllib.parse import urlsplit, urlunsplit
-
     has_scheme = "://" in address
     parts = urlsplit(address if has_scheme else f"//{address}")
     host = parts.hostname or ""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import errno
+import hashlib
 import os
 import shutil
 import stat
@@ -42,9 +44,6 @@ def _open_regular(path: Path, dir_fd: int | None = None) -> int:
 
 def md5_base64(path: Path) -> str:
     """A file's MD5 in the form Cloud Storage reports it (base64 of the digest)."""
-    import base64
-    import hashlib
-
     return base64.b64encode(feed_file(hashlib.md5(usedforsecurity=False), path).digest()).decode()
 
 
@@ -173,9 +172,6 @@ class LocalBucket:
         return self.uri(path)
 
     def _md5(self, target: Path) -> str | None:
-        import base64
-        import hashlib
-
         digest = hashlib.md5(usedforsecurity=False)
         try:
             with self._parent(target) as (fd, name):

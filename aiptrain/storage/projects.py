@@ -25,6 +25,7 @@ from aiptrain.errors import ValidationError
 from aiptrain.storage import bucket_name, is_gcs, split_url
 from aiptrain.storage.endpoint import ProjectCredential
 from aiptrain.storage.endpoint_server import SCOPES, ApiError, Tree
+from aiptrain.storage.local import REPLICA_IDS
 
 SECRET_FILE = "project-credentials.key"  # in the endpoint's TLS dir: what each project's token derives from
 CREDENTIALS_DIR = "credentials"  # in the TLS dir: one credentials file per project, mounted into its replicas
@@ -34,8 +35,6 @@ TOKEN_URI = "https://oauth2.googleapis.com/token"  # where google-auth refreshes
 def tree(gcs_root: Path, make: bool = True) -> Tree:
     """The gcs tree, what it makes handed to the replicas' user as every writer of it does
     (`make`: False for a look that leaves nothing behind)."""
-    from aiptrain.storage.local import REPLICA_IDS
-
     return Tree(str(gcs_root), REPLICA_IDS if os.geteuid() == 0 else None, make)
 
 
@@ -72,8 +71,6 @@ def _secret(tls_dir: Path) -> bytes:
 
 def _write_private(path: Path, content: str) -> None:
     """A credentials file only the replicas' user reads (nobody's, when aiptrain runs as root)."""
-    from aiptrain.storage.local import REPLICA_IDS
-
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o400)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import warnings
 
 EXIT_FAILED = 1
 
@@ -40,8 +41,6 @@ class Storage:
     """gs:// through google-cloud-storage, with gsutil's meaning of each command."""
 
     def __init__(self, quiet: bool = False):
-        import warnings
-
         # The image's Python may be older than the client libraries like: their notice is not ours.
         warnings.filterwarnings("ignore", category=FutureWarning)
         from google.cloud import storage
