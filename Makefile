@@ -84,8 +84,9 @@ test-multinode: images
 
 # The layers without an engine (tests/unit: pure rules; tests/cli: commands): no container starts,
 # since tests/conftest.py points DOCKER_HOST at no engine there. The TensorFlow one (a local
-# train in a virtual environment with TensorFlow) and the `network` one (a plain pip install of
-# this checkout from PyPI, for client mode) are left to `make test`.
+# train in a virtual environment with TensorFlow), the `network` one (a plain pip install of
+# this checkout from PyPI, for client mode) and tests/network (the runtimes' requirements resolved
+# from the package index) are left to `make test`.
 unit: install
 	$(BIN)/pytest -q -m "not tensorflow and not network" tests/unit tests/cli
 

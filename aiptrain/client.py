@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from functools import cached_property
 from pathlib import Path
 
-from aiptrain import jobs, listing, logs, runtimes
+from aiptrain import jobs, listing, logs
 from aiptrain.backends import Backend, open_backend
 from aiptrain.config import SubmitFlags
 from aiptrain.errors import EnvironmentNotReady, JobNotFound, ValidationError
@@ -28,10 +28,9 @@ from aiptrain.exports import dry_run_tfjob, tfjob_export
 from aiptrain.model import Job
 from aiptrain.remote import ApiClient
 from aiptrain.replicas import ReplicaObservation
-from aiptrain.runner import control
 from aiptrain.service import JobService, LabelsUpdate
 from aiptrain.settings import Settings
-from aiptrain.store import JobStore, duplicate_job
+from aiptrain.store import JobStore
 from aiptrain.submission import Submission, Submitter, check_buckets, prepare, recorded_project
 from aiptrain.tfjob import Export
 from aiptrain.validation import check_label_count, validate_labels
@@ -115,15 +114,9 @@ class Client:
         full = self.settings.out_of_space()
         if full:  # refused before the store, the log or the bucket is touched
             raise EnvironmentNotReady(full)
-        if self.store.exists(submission.job.job_id):
-            raise duplicate_job(submission.job.job_id)
-        # What could be checked without side effects passed: the controller starts now, so its
-        # start-up overlaps the engine's connection, the image check and the packaging.
-        control.ensure_running(self.settings)
-        if submission.runtime and self.settings.auto_build:
-            runtimes.ensure_image(submission.runtime, self.settings.cache_dir,
-                                  build_progress or report or (lambda line: None), submission.runtime_given_as)
-        return Submitter(self.settings, self.store, self.backend_named(submission.backend), report).submit(submission)
+        build_progress = (build_progress or report or (lambda line: None)) if self.settings.auto_build else None
+        return Submitter(self.settings, self.store, self.backend_named(submission.backend), report,
+                         build_progress).submit(submission)
 
     def submit_training(
         self,

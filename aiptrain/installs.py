@@ -49,6 +49,7 @@ def install_key(image_id: str, package_dir: Path, package_files: list[str], whee
 def ensure_installed(
     backend: Backend,
     image: str,
+    image_id: str,
     package_dir: Path,
     package_files: list[str],
     wheelhouse: str | None,
@@ -58,11 +59,12 @@ def ensure_installed(
     pure: PureTrainer | None = None,
 ) -> tuple[Path, bool]:
     """(the installed user base for these packages on this image, whether it was installed now).
+    `image_id`: the image's content ID, as the submit's one inspection of it found it.
     A failed install is the package's fault: one line, exit 2, nothing left behind. The install
     container carries the job's labels, so a submit killed meanwhile is cleaned up with its job.
     `pure`: the trainer's wheel, when its sdist is the only package and no wheelhouse is needed."""
     installs = cache_dir / "installs"
-    target = installs / install_key(backend.image_id(image), package_dir, package_files, wheelhouse)
+    target = installs / install_key(image_id, package_dir, package_files, wheelhouse)
     if (target / COMPLETE).is_file():
         os.utime(target)  # recently used: what the cache pruning goes by
         return target, False

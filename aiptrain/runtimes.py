@@ -17,12 +17,12 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 
 from aiptrain import wheelhouse
-from aiptrain.backends.engine import connect, inspect_image
+from aiptrain.backends.engine import connect
 from aiptrain.dependencies import Image, canonical_name
 from aiptrain.errors import EnvironmentLacks, EnvironmentNotReady, ValidationError
 from aiptrain.runtime_catalog import RUNTIMES, SOURCE_URL, Runtime, image_repository, runtime
@@ -91,16 +91,11 @@ def _python_of(image: str) -> str:
 # -- what an image holds --------------------------------------------------------------------------
 
 
-def image_contents(rt: Runtime) -> Image:
+def image_contents(rt: Runtime, labels: Mapping[str, str] | None) -> Image:
     """What a trainer's requirements resolve against (aiptrain.dependencies): what the image's
-    label records it installed."""
-    from docker.errors import ImageNotFound
-
-    try:
-        labels = inspect_image(connect(), rt.image).get("Config", {}).get("Labels") or {}
-    except ImageNotFound:  # the backend's own check says what to do
-        labels = {}
-    return held_by(rt, labels.get(INSTALLED_LABEL, "").split())
+    label records it installed. `labels`: the image's, as the submit's inspection found them
+    (None: the engine lacks the image, and the backend's own check says what to do)."""
+    return held_by(rt, (labels or {}).get(INSTALLED_LABEL, "").split())
 
 
 def held_by(rt: Runtime, recorded: list[str]) -> Image:
@@ -147,10 +142,22 @@ def recipe(rt: Runtime) -> str:
 def image_is_current(rt: Runtime) -> bool:
     """The runtime's image is on the engine and was built from this aiptrain's recipe on a current
     base. A mapped image is the team's own: present is current."""
-    labels = _image_labels(rt.image)
+    return is_current(rt, _image_labels(rt.image))
+
+
+def is_current(rt: Runtime, labels: Mapping[str, str] | None) -> bool:
+    """`image_is_current` from the runtime image's labels alone (None: the engine lacks it): a
+    built image keeps its base's labels, so the base recipe it was built on is among them, and
+    one question about one image answers it. A base pulled or given (no recipe of our script)
+    is taken as it is."""
     if labels is None or rt.mapped_image:
         return labels is not None
-    return labels.get(RECIPE_LABEL) == recipe(rt) and base_is_current(rt)
+    if labels.get(RECIPE_LABEL) != recipe(rt):
+        return False
+    if rt.base.registry_image or BASE_RECIPE_LABEL not in labels:
+        return True
+    wanted = base_recipe()
+    return wanted is None or labels[BASE_RECIPE_LABEL] == wanted
 
 
 def base_is_current(rt: Runtime) -> bool:
@@ -181,10 +188,13 @@ def unavailable(rt: Runtime, given_as: str = "--runtime-version") -> str:
     )
 
 
-def check_available(rt: Runtime, given_as: str = "--runtime-version") -> None:
+def check_available(rt: Runtime, given_as: str = "--runtime-version", present: bool | None = None) -> None:
     """At submit: a runtime whose image is missing and cannot be built here fails with what would serve.
-    A missing image that can be built is left to the backend's check (`aiptrain runtimes build`)."""
-    if rt.mapped_image or not rt.base.registry_image or image_exists(rt.image) or image_exists(rt.base.image):
+    A missing image that can be built is left to the backend's check (`aiptrain runtimes build`).
+    `present`: whether the engine has the runtime's image, when the caller asked already."""
+    if rt.mapped_image or not rt.base.registry_image or present:
+        return
+    if (present is None and image_exists(rt.image)) or image_exists(rt.base.image):
         return
     raise EnvironmentLacks(unavailable(rt, given_as))
 

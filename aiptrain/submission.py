@@ -2,11 +2,17 @@
 submission from package to running replicas (`Submitter`).
 
 Submit order matters for "nothing half-created": every check that needs no side
-effect runs first; then the job's lock is taken and its row recorded (which
-reserves the ID atomically against concurrent submits); then the package is built
-and staged; any rejection after that point undoes the row, staged objects and
-scratch files before the error is shown. Once replicas start, the job is real:
-later failures are recorded on the job, not undone.
+effect runs first; then the job's lock is taken and its row recorded: the one
+reservation of the ID, against concurrent submits (the lock) and jobs that exist
+(the row); then the runtime image is looked at (built when missing), and the
+package is built and staged; any rejection after that point undoes the row,
+staged objects and scratch files before the error is shown. Once replicas start,
+the job is real: later failures are recorded on the job, not undone.
+
+Each question is asked once (TorchX's `run = dryrun + schedule`): one reservation,
+one inspection of the runtime image (its freshness, its contents, the readiness
+check and the install's key all read it), one fetch, one plan
+(tests/unit/test_submit_questions.py counts them).
 """
 
 from __future__ import annotations
@@ -24,10 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiptrain import admission, safe_files, staging, wheelhouse
-from aiptrain.backends import Backend
-from aiptrain.backends.engine import inspections_shared
+from aiptrain.backends import Backend, ImageInfo
 from aiptrain.config import SubmitFlags, build_job, config_scale_tier, pydantic_error_line
-from aiptrain.errors import EnvironmentNotReady, ValidationError
+from aiptrain.errors import EnvironmentNotReady, JobExists, ValidationError
 from aiptrain.installs import PureTrainer, ensure_installed
 from aiptrain.labels import LABEL_INSTALL_FOR, LABEL_INSTALLATION
 from aiptrain.logs import JobLogWriter
@@ -48,13 +53,14 @@ from aiptrain.planning import (
 )
 from aiptrain.runner import control
 from aiptrain.runtime_catalog import Runtime
-from aiptrain.runtimes import check_available, image_contents
+from aiptrain.runtimes import check_available, ensure_image, image_contents, is_current
 from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings, gcloud_property
 from aiptrain.staging import WHEELHOUSE
 from aiptrain.storage import check_gcs_uri, emulator_host, gcs_root_for, is_gcs, local_path, projects
 from aiptrain.storage.endpoint import TLS_DIR_NAME, ProjectCredential, StorageEndpoint
 from aiptrain.storage.gcs import replica_access
+from aiptrain.storage.local import copy_regular
 from aiptrain.storage.projects import make_buckets, project_credential
 from aiptrain.store import JobStore, duplicate_job
 from aiptrain.topology import Replica, normalize_scale_tier, replicas_for
@@ -389,11 +395,14 @@ class Submitter:
     """Carries one submission from validated flags to running replicas."""
 
     def __init__(self, settings: Settings, store: JobStore, backend: Backend,
-                 report: Callable[[str], None] | None = None):
+                 report: Callable[[str], None] | None = None, build_progress: Callable[[str], None] | None = None):
+        """`build_progress`: a runtime image the engine lacks (or an older aiptrain built) is
+        built first, this hearing the build; None: such an image is refused (AIPTRAIN_AUTO_BUILD=0)."""
         self.settings = settings
         self.store = store
         self.backend = backend
         self._report = report or (lambda step: None)
+        self._build_progress = build_progress
 
     def _step(self, text: str) -> None:
         """Say what submit is doing: a spinner on a terminal, a log line at --verbosity info."""
@@ -401,25 +410,15 @@ class Submitter:
         self._report(text)
 
     def submit(self, submission: Submission) -> Job:
-        with inspections_shared():
-            return self._submit(submission)
-
-    def _submit(self, submission: Submission) -> Job:
         job = submission.job
-        if submission.runtime:
-            check_available(submission.runtime, submission.runtime_given_as)
-        self.settings.ensure_dirs()
-        if self.store.exists(job.job_id):
-            raise duplicate_job(job.job_id)
         self._check_resumed_study(job)
-        lock = JobLock.try_acquire(self.settings.job_lock_path(job.job_id))
-        if lock is None:
-            raise duplicate_job(job.job_id)  # another process is submitting this very ID
+        self.settings.ensure_dirs()
+        job, lock = self._reserve(job)
         # Connecting to Docker (importing its SDK, negotiating the API), the storage endpoint's
         # start and the controller's start-up overlap the packaging. The controller leaves the
         # job alone while we hold its lock.
         try:
-            job = self.store.create(job, backend=self.backend.name)
+            control.ensure_running(self.settings)
             threading.Thread(target=self._get_ready, args=(submission,), daemon=True).start()
             control.wake(self.settings, job.job_id)
             if submission.project:
@@ -432,6 +431,39 @@ class Submitter:
         lock.release()
         control.wake(self.settings, job.job_id)  # the controller launches it, now or once admitted
         return self._launched(job.job_id)
+
+    def _reserve(self, job: Job) -> tuple[Job, JobLock]:
+        """The job's ID taken, once: its lock (against a concurrent submit of the same ID) and then
+        its row (against a job that has it; the store refuses a second row atomically). The job
+        as recorded, and its lock, held."""
+        lock = JobLock.try_acquire(self.settings.job_lock_path(job.job_id))
+        if lock is None:
+            raise duplicate_job(job.job_id)  # another process is submitting this very ID
+        try:
+            return self.store.create(job, backend=self.backend.name), lock
+        except JobExists:
+            lock.release()  # the lock of the job that has this ID: left in place for it
+            raise
+        except BaseException:
+            lock.remove()  # no job has this ID: no lock file either
+            raise
+
+    def _runtime_image(self, submission: Submission) -> ImageInfo | None:
+        """The runtime image as the engine has it (None: a custom container, or no such image),
+        asked once: built first when it is missing or stale and builds are on; refused when it is
+        missing and cannot be built here. A missing one that can be built is left to the
+        backend's readiness check, which says how."""
+        rt = submission.runtime
+        if rt is None:
+            return None
+        image = self.backend.inspect_image(rt.image)
+        if self._build_progress is not None and not is_current(rt, image.labels if image else None):
+            # Built now, or by another submit while this one waited for the build's lock: asked again.
+            ensure_image(rt, self.settings.cache_dir, self._build_progress, submission.runtime_given_as)
+            image = self.backend.inspect_image(rt.image)
+        if image is None:
+            check_available(rt, submission.runtime_given_as, present=False)
+        return image
 
     def _get_ready(self, submission: Submission) -> None:
         """Connect to the engine and start the installation's storage endpoint when it serves
@@ -513,6 +545,7 @@ class Submitter:
                            functools.partial(self.settings.job_log_path(job.job_id).unlink, missing_ok=True),
                            functools.partial(shutil.rmtree, work_dir, ignore_errors=True)):
                 undo.callback(_tried, forget)
+            image = self._runtime_image(submission)
             created = self._ensure_job_dir(Path(submission.job_dir_mount), submission.gcs_root) \
                 if submission.job_dir_mount else None
             if created is not None:
@@ -536,7 +569,7 @@ class Submitter:
                 self._step("Resolving the packages' dependencies into a wheelhouse")
                 rt = submission.runtime
                 wheels = wheelhouse.resolve(
-                    [*files, *fetched], self.settings.cache_dir, rt.python, image_contents(rt)
+                    [*files, *fetched], self.settings.cache_dir, rt.python, image_contents(rt, image.labels if image else None)
                 )
             bucket_url, prefix = staging.staging_target(
                 job.job_id, submission.staging_bucket, ti.job_dir, str(self.settings.bucket_root)
@@ -548,28 +581,33 @@ class Submitter:
             undo.callback(_tried, staged.discard)
             ti.package_uris = (remote + staged.uris) or None  # the service omits empty lists
             self.store.update_resource(job)
-            package_files = staging.fetch(ti.package_uris or [], package_dir, submission.gcs_root)
-            # Replicas take the wheelhouse from this host's cache: the bucket's copy is the record.
+            # Replicas take the packages and the wheelhouse from this host (the gs:// ones fetched
+            # above, the local ones as they were staged): the bucket's copy is the record.
+            for path in files:
+                if not (package_dir / path.name).exists():
+                    copy_regular(path, package_dir / path.name)
+            package_files = remote_files + [path.name for path in files]
             staging.link_files(wheels, package_dir / WHEELHOUSE)
             inputs = plan_inputs(submission, package_dir, package_files, bool(wheels), self._host_gateway(submission),
                                  storage_endpoint(submission, self.settings), credential)
-            launch_plan = plan(job, submission.replicas, inputs)
-            self.backend.check_ready(launch_plan)
-            if submission.runtime_image and package_files and self.backend.host_dirs_reach_replicas:
-                # The trainer's own wheel may be unpacked here when it is all there is to install.
+            if image is not None and package_files and self.backend.host_dirs_reach_replicas:
+                # Installed before the plan, which mounts the install: one plan. The trainer's own
+                # wheel may be unpacked here when it is all there is to install.
                 alone = trainer_wheel if len(package_files) == 1 and not remote else None
-                inputs = dataclasses.replace(inputs, installed=self._install_once(submission, inputs, alone))
-                launch_plan = plan(job, submission.replicas, inputs)
+                inputs = dataclasses.replace(inputs, installed=self._install_once(submission, inputs, image, alone))
+            launch_plan = plan(job, submission.replicas, inputs)
+            self.backend.check_ready(launch_plan, present=(submission.runtime.image,) if image and submission.runtime else ())
             undo.pop_all()  # accepted: nothing to undo
             return launch_plan, inputs
 
-    def _install_once(self, submission: Submission, inputs: PlanInputs, trainer_wheel: Path | None) -> str:
+    def _install_once(self, submission: Submission, inputs: PlanInputs, image: ImageInfo,
+                      trainer_wheel: Path | None) -> str:
         """The packages installed for the runtime image once, for every replica (aiptrain.installs)."""
         assert submission.runtime_image and inputs.package_dir  # a runtime job with packages (the caller's check)
         self._step("Installing the packages once for every replica")
         owner = {LABEL_INSTALLATION: submission.installation} if submission.installation else {}
         target, installed_now = ensure_installed(
-            self.backend, submission.runtime_image, Path(inputs.package_dir), list(inputs.package_files),
+            self.backend, submission.runtime_image, image.id, Path(inputs.package_dir), list(inputs.package_files),
             inputs.wheelhouse, self.settings.cache_dir, inputs.user,
             {LABEL_INSTALL_FOR: submission.job.job_id, **owner},
             PureTrainer(trainer_wheel, submission.runtime.python) if trainer_wheel and submission.runtime else None,

@@ -16,12 +16,14 @@ SAMPLE_TRAINER = REPO / "sample_jobs" / "basic" / "trainer"
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 # The layers, one folder each under tests/ (docs/development.md). Those that reach the Docker
-# engine: every test in them is marked `docker` here. The others (`make unit`) start no container:
-# their tests run with DOCKER_HOST naming a socket that does not exist, so one that reaches for
-# the engine fails instead of quietly using it.
+# engine: every test in them is marked `docker` here. The others start no container: their tests
+# run with DOCKER_HOST naming a socket that does not exist, so one that reaches for the engine
+# fails instead of quietly using it. Of those, tests/network reaches the package index: every
+# test in it is marked `network` (`make unit`, tests/unit and tests/cli, leaves them out).
 TESTS = Path(__file__).resolve().parent
 ENGINE_LAYERS = ("engine", "swarm", "chaos")
-NO_ENGINE_LAYERS = ("unit", "cli")
+NETWORK_LAYERS = ("network",)
+NO_ENGINE_LAYERS = ("unit", "cli", *NETWORK_LAYERS)
 NO_ENGINE = "unix:///nonexistent/tests-unit-and-cli-use-no-docker-engine.sock"
 
 
@@ -48,17 +50,21 @@ def pytest_collection_modifyitems(config, items):
         layer = layer_of(item.path)
         if layer in ENGINE_LAYERS:
             item.add_marker(pytest.mark.docker)
+        elif layer in NETWORK_LAYERS:
+            item.add_marker(pytest.mark.network)
         elif layer not in NO_ENGINE_LAYERS:
             misplaced.append(f"{item.nodeid}: outside the layers ({', '.join(ENGINE_LAYERS + NO_ENGINE_LAYERS)})")
         elif "docker_api" in item.fixturenames or item.get_closest_marker("docker"):
             misplaced.append(f"{item.nodeid}: uses the Docker engine, so it belongs in tests/engine (or swarm, chaos)")
+        elif layer == "unit" and item.get_closest_marker("network"):
+            misplaced.append(f"{item.nodeid}: reaches the network, so it belongs in tests/network")
     if misplaced:
         raise pytest.UsageError("tests in the wrong layer:\n  " + "\n  ".join(misplaced))
 
 
 @pytest.fixture(autouse=True)
 def _no_engine_outside_the_engine_layers(request, monkeypatch):
-    """tests/unit and tests/cli: DOCKER_HOST names no engine (for this process and the commands it
+    """tests/unit, tests/cli and tests/network: DOCKER_HOST names no engine (for this process and the commands it
     starts), so a test there that reaches for one fails."""
     if layer_of(request.node.path) in NO_ENGINE_LAYERS:
         monkeypatch.setenv("DOCKER_HOST", NO_ENGINE)

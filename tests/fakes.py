@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
-from aiptrain.backends import Backend, Installation, LogChunk, ReplicaObservation, ReplicaStatus
+from aiptrain.backends import Backend, ImageInfo, Installation, LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.errors import AiptrainError
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import ContainerSpec, LaunchPlan
@@ -127,6 +127,8 @@ class FakeBackend:
     hold_logs: `follow_logs` waits for `release_logs(n)` before each batch, so a test decides
       when output arrives.
     fail: member name -> the AiptrainError that member raises (e.g. {"launch": ...}).
+    images: image name -> what `inspect_image` answers (None: the engine lacks it); an image not
+      named is there, its ID derived from its name (or taken from `image_ids`), with no labels.
     """
 
     name = "fake"
@@ -139,13 +141,14 @@ class FakeBackend:
     def __init__(self, *, name: str = "fake", script: dict[str, list[int]] | None = None,
                  logs: dict[str, LogScript] | None = None, hold_logs: bool = False,
                  fail: dict[str, Exception] | None = None, image_ids: dict[str, str] | None = None,
-                 address: str | None = "192.0.2.1", host_dirs_reach_replicas: bool = True):
+                 images: dict[str, ImageInfo | None] | None = None, address: str | None = "192.0.2.1", host_dirs_reach_replicas: bool = True):
         self.name = name
         self.host_dirs_reach_replicas = host_dirs_reach_replicas
         self.script = {key: list(codes) for key, codes in (script or {}).items()}
         self.logs = dict(logs or {})
         self.fail = dict(fail or {})
         self.image_ids = dict(image_ids or {})
+        self.images = dict(images or {})
         self.address = address
         self.step = 0
         self.replicas: dict[str, FakeReplica] = {}  # container id -> replica
@@ -222,14 +225,16 @@ class FakeBackend:
         self.calls.append(("host_address",))
         return self.address
 
-    def check_ready(self, plan: LaunchPlan) -> None:
-        self.calls.append(("check_ready", plan.job_id))
+    def check_ready(self, plan: LaunchPlan, present: Collection[str] = ()) -> None:
+        self.calls.append(("check_ready", plan.job_id, tuple(present)))
         self._maybe_fail("check_ready")
 
-    def image_id(self, image: str) -> str:
-        self.calls.append(("image_id", image))
-        self._maybe_fail("image_id")
-        return self.image_ids.get(image, "sha256:" + image.encode().hex()[:64].ljust(64, "0"))
+    def inspect_image(self, image: str) -> ImageInfo | None:
+        self.calls.append(("inspect_image", image))
+        self._maybe_fail("inspect_image")
+        if image in self.images:
+            return self.images[image]
+        return ImageInfo(self.image_ids.get(image, "sha256:" + image.encode().hex()[:64].ljust(64, "0")))
 
     def run_to_completion(self, spec: ContainerSpec) -> tuple[int, str]:
         self.calls.append(("run_to_completion", spec.name))

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from aiptrain.planning import ContainerSpec, LaunchPlan
@@ -31,6 +32,16 @@ _BACKEND_CLASSES = {
     "swarm": ("aiptrain.backends.swarm", "SwarmBackend"),
 }
 assert set(_BACKEND_CLASSES) <= set(BACKEND_NAMES)
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What the engine says of an image a submit runs: asked once per submit (`inspect_image`),
+    then handed to whatever needs it (the runtime's freshness and contents, the readiness check,
+    the install's key)."""
+
+    id: str  # the content ID: what an install for it is keyed by
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 class Installation(Protocol):
@@ -77,11 +88,12 @@ class Backend(Protocol):
     def host_address(self) -> str | None:
         """This host's address as seen from inside a replica, if the backend knows it."""
 
-    def check_ready(self, plan: LaunchPlan) -> None:
-        """Raise EnvironmentNotReady if the plan cannot run here (no engine, image, GPU)."""
+    def check_ready(self, plan: LaunchPlan, present: Collection[str] = ()) -> None:
+        """Raise EnvironmentNotReady if the plan cannot run here (no engine, image, GPU); the
+        images in `present` were inspected by the caller and are not asked about again."""
 
-    def image_id(self, image: str) -> str:
-        """The image's content ID: what an install for it is keyed by."""
+    def inspect_image(self, image: str) -> ImageInfo | None:
+        """The image as the engine has it; None when it has no image of that name."""
 
     def run_to_completion(self, spec: ContainerSpec) -> tuple[int, str]:
         """Run a one-off container with no network and remove it; (exit status, output)."""

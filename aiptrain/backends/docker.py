@@ -16,11 +16,11 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 
-from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
+from aiptrain.backends import ImageInfo, LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.backends.endpoint import DockerEndpoint
 from aiptrain.backends.engine import (
     DEFAULT_NETWORK,
@@ -75,17 +75,17 @@ class DockerBackend:
 
     # -- readiness -----------------------------------------------------------------------
 
-    def check_ready(self, plan: LaunchPlan) -> None:
+    def check_ready(self, plan: LaunchPlan, present: Collection[str] = ()) -> None:
         self.networks.check_pool()
-        self.engine.check_images(plan)
+        self.engine.check_images(plan, present=present)
         if any(c.gpus for c in plan.containers) and not self.engine.has_gpu_runtime():
             raise EnvironmentLacks(
                 "This job asks for GPUs but the Docker engine has no GPU runtime: install the "
                 "NVIDIA Container Toolkit, or submit without accelerators."
             )
 
-    def image_id(self, image: str) -> str:
-        return self.engine.image_id(image)
+    def inspect_image(self, image: str) -> ImageInfo | None:
+        return self.engine.inspect_image(image)
 
     def run_to_completion(self, spec: ContainerSpec) -> tuple[int, str]:
         """Run a one-off container with no network (an install step) and remove it; (status, output)."""

@@ -4,8 +4,7 @@ labels and locks of the home it works for, containers made and removed, images l
 The job semantics (aiptrain.backends.docker, .swarm), the job networks (.networks), the storage
 endpoint (.endpoint) and the sweep (.sweep) each hold one `Engine` rather than inheriting one
 class that holds them all. Outside the backends, the module's functions are the one way to the
-engine that is not a backend's (`connect`, `inspect_image`, `inspections_shared`): the runtime
-images, their build, and a submit's shared image inspections.
+engine that is not a backend's (`connect`, `inspect_image`): the runtime images and their build.
 
 Every replica runs unprivileged: the host user's uid (or nobody when aiptrain runs as root), all
 capabilities dropped, no-new-privileges, a read-only root filesystem with a tmpfs /tmp, the
@@ -17,7 +16,6 @@ the whole grace period.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import fcntl
 import ipaddress
 import logging
@@ -31,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
-from aiptrain.backends import ReplicaObservation, ReplicaStatus
+from aiptrain.backends import ImageInfo, ReplicaObservation, ReplicaStatus
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, first_line
 from aiptrain.labels import (
     LABEL_HOME,
@@ -68,30 +66,15 @@ _CLIENTS_LOCK = threading.Lock()
 os.register_at_fork(after_in_child=_CLIENTS.clear)  # a forked child never shares its parent's sockets
 
 
-# Within one submit several checks inspect the same image (the runtime's contents, the backend's
-# readiness, the install's key): inside `inspections_shared()` they share one answer per image.
-_SHARED_INSPECTIONS: contextvars.ContextVar[dict[str, dict] | None] = contextvars.ContextVar(
-    "shared_image_inspections", default=None)
+def inspect_image(api: EngineApi, image: str) -> ImageInfo | None:
+    """The engine's record of an image; None when it has none."""
+    from docker.errors import ImageNotFound
 
-
-@contextlib.contextmanager
-def inspections_shared() -> Iterator[None]:
-    token = _SHARED_INSPECTIONS.set({})
     try:
-        yield
-    finally:
-        _SHARED_INSPECTIONS.reset(token)
-
-
-def inspect_image(api: EngineApi, image: str) -> dict:
-    """The engine's record of an image (ImageNotFound when it has none), asked once per image
-    inside `inspections_shared()`."""
-    shared = _SHARED_INSPECTIONS.get()
-    if shared is None:
-        return api.inspect_image(image)
-    if image not in shared:
-        shared[image] = api.inspect_image(image)
-    return shared[image]
+        record = api.inspect_image(image)
+    except ImageNotFound:
+        return None
+    return ImageInfo(record["Id"], record.get("Config", {}).get("Labels") or {})
 
 
 def engine_is_local() -> bool:
@@ -264,23 +247,20 @@ class Engine:
 
     # -- images ------------------------------------------------------------------------------------
 
-    def image_id(self, image: str) -> str:
-        return inspect_image(self.api, image)["Id"]
+    def inspect_image(self, image: str) -> ImageInfo | None:
+        return inspect_image(self.api, image)
 
     def has_gpu_runtime(self) -> bool:
         return "nvidia" in self.api.info().get("Runtimes", {})
 
-    def check_images(self, plan: LaunchPlan, where: str = "") -> None:
-        from docker.errors import ImageNotFound
-
-        for image in sorted({c.image for c in plan.containers}):
-            try:
-                inspect_image(self.api, image)
-            except ImageNotFound:
+    def check_images(self, plan: LaunchPlan, where: str = "", present: Collection[str] = ()) -> None:
+        """Every image of the plan is on the engine; those in `present` are known to be."""
+        for image in sorted({c.image for c in plan.containers} - set(present)):
+            if inspect_image(self.api, image) is None:
                 raise EnvironmentNotReady(
                     f"Image [{image}] is not on this Docker engine{where}: build or load it first "
                     "(runtime images: `aiptrain runtimes build VERSION`)."
-                ) from None
+                )
 
     def present_image(self, images: tuple[str, ...]) -> str:
         """The first of the storage endpoint's images that is here (aiptrain's own containers run it)."""

@@ -59,11 +59,11 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
-from aiptrain.backends import LogChunk, ReplicaObservation, ReplicaStatus
+from aiptrain.backends import ImageInfo, LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.backends.engine import DEFAULT_NETWORK, Engine, EngineApi, each, removed_on_failure
 from aiptrain.backends.engine_logs import body_blocks, frame_blocks, log_frames, open_logs, read_log_lines
 from aiptrain.backends.networks import NETWORK_PATIENCE_SECONDS, Holders, Networks
@@ -140,19 +140,19 @@ class SwarmBackend:
     def host_address(self) -> str | None:
         return self.engine.host_address()
 
-    def image_id(self, image: str) -> str:
-        return self.engine.image_id(image)
+    def inspect_image(self, image: str) -> ImageInfo | None:
+        return self.engine.inspect_image(image)
 
     def run_to_completion(self, spec: ContainerSpec) -> tuple[int, str]:
         """A one-off container on this manager's engine (no network) and removed; (status, output)."""
         return self.engine.run_to_completion(spec)
 
-    def check_ready(self, plan: LaunchPlan) -> None:
+    def check_ready(self, plan: LaunchPlan, present: Collection[str] = ()) -> None:
         swarm = self.api.info().get("Swarm") or {}
         if swarm.get("LocalNodeState") != "active" or not swarm.get("ControlAvailable"):
             raise EnvironmentNotReady(NOT_A_MANAGER)
         self.networks.check_pool()
-        self.engine.check_images(plan, " (every node of the swarm needs it)")
+        self.engine.check_images(plan, " (every node of the swarm needs it)", present)
         self._check_mounts(plan, len(self.api.nodes()))
         check_gpus(plan.containers, self._nodes())
 

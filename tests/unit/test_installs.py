@@ -59,7 +59,7 @@ def _trainer_with_setup(tmp_path, setup_args: str) -> Path:
 def _install(tmp_path, built, python="3.7"):
     backend = FakeBackend()
     package_dir = built.path.parent
-    target, installed_now = ensure_installed(backend, "aiptrain/runtime:2.1", package_dir, [built.path.name], None,
+    target, installed_now = ensure_installed(backend, "aiptrain/runtime:2.1", "sha256:2.1", package_dir, [built.path.name], None,
                                              tmp_path / "cache", "65534:65534", {},
                                              PureTrainer(built.wheel, python) if built.wheel else None)
     return backend, target, installed_now
