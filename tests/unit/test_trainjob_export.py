@@ -302,3 +302,44 @@ def test_the_ddp_pods_run_the_images_entrypoint_after_the_bootstrap():
     assert trainer is not None and trainer.num_proc_per_node == 1 and trainer.num_nodes == 3
     assert trainer.command == ["python3", "-c", trainjob.BOOTSTRAP_PY, *DDP_ENTRYPOINT, "--steps", "50",
                                "--job-dir", "/data/ddp"]
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+
+def test_export_prints_the_runtime_then_the_trainjob_by_default(run, home, monkeypatch):
+    from test_tfjob_export import store_job
+
+    monkeypatch.setenv("AIPTRAIN_GCS", "remote")
+    store_job(home, ESTIMATOR)
+    code, out, err = run("jobs", "export", "estimator_job")
+    assert code == 0, err
+    assert out.startswith("# Kubeflow Trainer v2 TrainJob of aiptrain job estimator_job")
+    expected = export_of(ESTIMATOR)
+    assert list(yaml.safe_load_all(out)) == expected.documents()
+    assert [d["kind"] for d in expected.documents()] == ["ClusterTrainingRuntime", "TrainJob"]
+    assert err == ""
+    assert run("ai-platform", "jobs", "export", "estimator_job", "--format", "trainjob")[1] == out
+    code, out, _ = run("jobs", "export", "estimator_job", "--format", "trainjob[torch]")
+    assert code == 0 and "does not fit torch-distributed" in _
+
+
+def test_export_refuses_unknown_runtimes_in_one_line(run, home):
+    code, out, err = run("jobs", "export", "x", "--format", "trainjob[jax]")
+    assert (code, out) == (2, "") and len(err.strip().splitlines()) == 1 and "trainjob[torch]" in err
+
+
+def test_submit_dry_run_prints_the_trainjob_and_creates_nothing(run, home, tmp_path):
+    from conftest import SAMPLE_TRAINER
+
+    flags = ["--package-path", str(SAMPLE_TRAINER), "--module-name", "trainer.task", "--region", "us-central1",
+             "--staging-bucket", str(tmp_path / "bucket"), "--scale-tier", "standard-1", "--runtime-version",
+             "minimal"]
+    code, out, err = run("jobs", "submit", "training", "dry_tj", *flags, "--dry-run", "--format", "trainjob")
+    assert code == 0, err
+    runtime, job = yaml.safe_load_all(out)
+    assert schema_errors(crd_schema(*RUNTIME_CRD), runtime) == [] and schema_errors(crd_schema(*TRAINJOB_CRD), job) == []
+    assert "local bucket" in err and not (tmp_path / "bucket").exists()
+    code, out, err = run("jobs", "submit", "training", "dry_tj", *flags, "--format", "trainjob")
+    assert (code, out) == (2, "") and "add --dry-run" in err
+    assert run("jobs", "list", "--format", "value(jobId)")[1] == ""
