@@ -278,7 +278,7 @@ def test_each_pod_builds_the_tf_config_aiptrain_gives_its_replica(job):
     local = local_environments(job)
     assert len(pods) == len(local)
     # Pods come in replica order (roles in the plan's order, indices ascending): pod k is replica k.
-    fqdn = {replica["host"]: f"{name}-{rjob}-0-{index}.{name}" for replica, (rjob, index, _) in zip(local, pods)}
+    fqdn = {replica["host"]: f"{name}-{rjob}-0-{index}.{name}" for replica, (rjob, index, _) in zip(local, pods, strict=True)}
 
     def as_pods_see_it(text: str) -> str:
         for host, pod in fqdn.items():
