@@ -159,16 +159,17 @@ class Client:
         job = self.get(job_id)
         return tfjob_export(job, list(job.training_input.package_uris or []), self.settings)
 
-    def dry_run_trainjob(self, submission: Submission, runtime: Runtime = Runtime.AUTO) -> TrainJobExport:
-        """The Kubeflow Trainer v2 TrainJob (and runtime) of a prepared submission."""
-        return dry_run_trainjob(submission, self.settings, runtime)
+    def dry_run_trainjob(self, submission: Submission, runtime: Runtime | None = None) -> TrainJobExport:
+        """The Kubeflow Trainer v2 TrainJob (and runtime) of a prepared submission; `runtime`
+        None: the one the job's shape calls for."""
+        return dry_run_trainjob(submission, self.settings, runtime or Runtime.AUTO)
 
-    def export_trainjob(self, job_id: str, runtime: Runtime = Runtime.AUTO) -> TrainJobExport:
+    def export_trainjob(self, job_id: str, runtime: Runtime | None = None) -> TrainJobExport:
         """A submitted job as a Kubeflow Trainer v2 TrainJob and the runtime it references (`jobs
         export`); `.documents()` are the manifests in order, `.comment()` and `.warnings` what to
         tell the person applying them."""
         job = self.get(job_id)
-        return trainjob_export(job, list(job.training_input.package_uris or []), self.settings, runtime)
+        return trainjob_export(job, list(job.training_input.package_uris or []), self.settings, runtime or Runtime.AUTO)
 
     # -- read ------------------------------------------------------------------------------
 
