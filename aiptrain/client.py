@@ -24,7 +24,7 @@ from aiptrain import jobs, listing, logs
 from aiptrain.backends import Backend, open_backend
 from aiptrain.config import SubmitFlags
 from aiptrain.errors import EnvironmentNotReady, JobNotFound, ValidationError
-from aiptrain.exports import dry_run_tfjob, tfjob_export
+from aiptrain.exports import dry_run_tfjob, dry_run_trainjob, tfjob_export, trainjob_export
 from aiptrain.model import Job
 from aiptrain.remote import ApiClient
 from aiptrain.replicas import ReplicaObservation
@@ -33,6 +33,7 @@ from aiptrain.settings import Settings
 from aiptrain.store import JobStore
 from aiptrain.submission import Submission, Submitter, check_buckets, prepare, recorded_project
 from aiptrain.tfjob import Export
+from aiptrain.trainjob import Runtime, TrainJobExport
 from aiptrain.validation import check_label_count, validate_labels
 
 SUBMIT_FLAG_NAMES = frozenset(f.name for f in dataclasses.fields(SubmitFlags))
@@ -149,6 +150,18 @@ class Client:
         is the manifest, `.comment()` and `.warnings` what to tell the person applying it."""
         job = self.get(job_id)
         return tfjob_export(job, list(job.training_input.package_uris or []), self.settings)
+
+    def dry_run_trainjob(self, submission: Submission, runtime: Runtime | None = None) -> TrainJobExport:
+        """The Kubeflow Trainer v2 TrainJob (and runtime) of a prepared submission; `runtime`
+        None: the one the job's shape calls for."""
+        return dry_run_trainjob(submission, self.settings, runtime or Runtime.AUTO)
+
+    def export_trainjob(self, job_id: str, runtime: Runtime | None = None) -> TrainJobExport:
+        """A submitted job as a Kubeflow Trainer v2 TrainJob and the runtime it references (`jobs
+        export`); `.documents()` are the manifests in order, `.comment()` and `.warnings` what to
+        tell the person applying them."""
+        job = self.get(job_id)
+        return trainjob_export(job, list(job.training_input.package_uris or []), self.settings, runtime or Runtime.AUTO)
 
     # -- read ------------------------------------------------------------------------------
 

@@ -1,10 +1,12 @@
-"""What submit would launch, without launching it: a dry run's plan, and a job as a Kubeflow
-TFJob (aiptrain.tfjob builds the manifest; this adds what it needs from this machine: the
-runtime's image, the restart budget, where gs:// packages are kept)."""
+"""What submit would launch, without launching it: a dry run's plan, and a job as Kubeflow
+manifests: a Trainer v2 TrainJob (aiptrain.trainjob) or a legacy TFJob (aiptrain.tfjob) build
+them; this adds what they need from this machine: the runtime's image, the restart budget,
+where gs:// packages are kept, the ENTRYPOINT of custom images on the engine)."""
 
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from aiptrain.model import Job
@@ -18,6 +20,7 @@ from aiptrain.storage.endpoint import ProjectCredential
 from aiptrain.submission import Submission, plan_inputs, storage_endpoint
 from aiptrain.tfjob import Export, build_tfjob, with_note, with_warning
 from aiptrain.topology import replicas_for
+from aiptrain.trainjob import Runtime, TrainJobExport, build_trainjob
 from aiptrain.tuning import first_trial
 from aiptrain.validation import scheduling_seconds
 from aiptrain.wheelhouse import requirements_for
@@ -62,36 +65,86 @@ def dry_run_plan(submission: Submission) -> LaunchPlan:
 DIGEST_PLACEHOLDER = "<sha256>"
 
 
-def dry_run_tfjob(submission: Submission, settings: Settings) -> Export:
-    """The TFJob of the job submit would run, its packages where submit would stage them."""
+def _dry_run_uris(submission: Submission, settings: Settings) -> tuple[list[str], str | None]:
+    """(the package URLs the job would have, the note a dry run's export carries, if any)."""
     staged, remote, _ = dry_run_packages(submission)
     ti = submission.job.training_input
     bucket_url, prefix = staging_target(
         submission.job.job_id, submission.staging_bucket, ti.job_dir, str(settings.bucket_root)
     )
     uris = remote + [f"{bucket_url.rstrip('/')}/{prefix}/{DIGEST_PLACEHOLDER}/{name}" for name in staged]
-    export = tfjob_export(submission.job, uris, settings)
+    note = None
     if staged and is_gcs(bucket_url):
-        export = with_note(export, f"A dry run: {DIGEST_PLACEHOLDER} in the package URLs is the digest submit gives "
-                                   "them; export the submitted job for a manifest to apply.")
-    return export
+        note = (f"A dry run: {DIGEST_PLACEHOLDER} in the package URLs is the digest submit gives them; export the "
+                "submitted job for a manifest to apply.")
+    return uris, note
+
+
+def dry_run_tfjob(submission: Submission, settings: Settings) -> Export:
+    """The TFJob of the job submit would run, its packages where submit would stage them."""
+    uris, note = _dry_run_uris(submission, settings)
+    export = tfjob_export(submission.job, uris, settings)
+    return with_note(export, note) if note else export
+
+
+def dry_run_trainjob(submission: Submission, settings: Settings, runtime: Runtime = Runtime.AUTO) -> TrainJobExport:
+    """The TrainJob (and runtime) of the job submit would run, its packages where submit would stage them."""
+    uris, note = _dry_run_uris(submission, settings)
+    export = trainjob_export(submission.job, uris, settings, runtime)
+    return replace(export, notes=(*export.notes, note)) if note else export
+
+
+def _runtime_image(job: Job, settings: Settings) -> str | None:
+    ti = job.training_input
+    if ti.uses_custom_container:
+        return None
+    return lookup_runtime(ti.runtime_version or settings.default_runtime_version, settings.home,
+                          "runtimeVersion").image
+
+
+def _kept_here_warning(job: Job, package_uris: list[str], settings: Settings) -> str | None:
+    gcs_uris = [uri for uri in package_uris if is_gcs(uri)]
+    gcs_root = gcs_root_for(settings.gcs_mode, settings.gcs_root)[0] if gcs_uris else None
+    if gcs_root is None:
+        return None
+    return (f"The gs:// packages of job [{job.job_id}] are kept on this machine (AIPTRAIN_GCS=local), under "
+            f"{gcs_root}: copy them to Cloud Storage (`gsutil cp -r {gcs_root}/BUCKET gs://BUCKET`) before applying.")
 
 
 def tfjob_export(job: Job, package_uris: list[str], settings: Settings) -> Export:
     """The job as a Kubeflow TFJob (aiptrain.tfjob), with what that needs from this machine:
     the runtime's image, the restart budget, and whether its gs:// packages are kept here."""
+    export = build_tfjob(job, replicas_for(job.training_input), _runtime_image(job, settings), package_uris,
+                         settings.max_restarts, scheduling_seconds(job, "max_running_time"))
+    warning = _kept_here_warning(job, package_uris, settings)
+    return with_warning(export, warning) if warning else export
+
+
+def trainjob_export(job: Job, package_uris: list[str], settings: Settings,
+                    runtime: Runtime = Runtime.AUTO) -> TrainJobExport:
+    """The job as a Kubeflow Trainer v2 TrainJob and its runtime (aiptrain.trainjob), with what
+    that needs from this machine, and the ENTRYPOINTs of its custom images where the engine has them."""
+    export = build_trainjob(job, replicas_for(job.training_input), _runtime_image(job, settings), package_uris,
+                            settings.max_restarts, scheduling_seconds(job, "max_running_time"), runtime,
+                            image_entrypoints(job))
+    warning = _kept_here_warning(job, package_uris, settings)
+    return replace(export, warnings=(*export.warnings, warning)) if warning else export
+
+
+def image_entrypoints(job: Job) -> dict[str, list[str]]:
+    """The ENTRYPOINT of each custom image the job runs without containerCommand, from the
+    engine; an image it does not have (or no engine) is left out, and the export warns."""
     ti = job.training_input
-    runtime_image = None
     if not ti.uses_custom_container:
-        runtime_image = lookup_runtime(ti.runtime_version or settings.default_runtime_version, settings.home,
-                                       "runtimeVersion").image
-    export = build_tfjob(job, replicas_for(ti), runtime_image, package_uris, settings.max_restarts,
-                         scheduling_seconds(job, "max_running_time"))
-    gcs_uris = [uri for uri in package_uris if is_gcs(uri)]
-    gcs_root = gcs_root_for(settings.gcs_mode, settings.gcs_root)[0] if gcs_uris else None
-    if gcs_root is not None:
-        export = with_warning(export, (
-            f"The gs:// packages of job [{job.job_id}] are kept on this machine (AIPTRAIN_GCS=local), under "
-            f"{gcs_root}: copy them to Cloud Storage (`gsutil cp -r {gcs_root}/BUCKET gs://BUCKET`) before applying."
-        ))
-    return export
+        return {}
+    configs = [ti.master_config, ti.worker_config, ti.parameter_server_config, ti.evaluator_config]
+    images = {c.image_uri for c in configs if c and c.image_uri and not c.container_command}
+    found: dict[str, list[str]] = {}
+    for image in sorted(images):
+        try:
+            from aiptrain.backends.engine import connect  # noqa: PLC0415 - docker-py: a custom image's export only
+
+            found[image] = list(connect().inspect_image(image).get("Config", {}).get("Entrypoint") or [])
+        except Exception:  # noqa: BLE001 - no engine or no such image: the export warns and says what to do
+            continue
+    return found

@@ -414,6 +414,15 @@ class ApiClient:
     def dry_run_tfjob(self, submission):
         return dry_run_tfjob(submission, self.settings)
 
+    def dry_run_trainjob(self, submission, runtime=None):
+        from aiptrain.exports import dry_run_trainjob
+        from aiptrain.trainjob import Runtime
+
+        return dry_run_trainjob(submission, self.settings, runtime or Runtime.AUTO)
+
+    def export_trainjob(self, job_id: str, runtime=None):
+        return self.export_tfjob(job_id)
+
     def export_tfjob(self, job_id: str):
         raise ValidationError("`jobs export` reads the job's staged packages on the machine that runs it: run it "
                               "there (unset AIPTRAIN_API here).")

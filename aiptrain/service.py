@@ -21,6 +21,7 @@ from aiptrain.replicas import ReplicaObservation
 if TYPE_CHECKING:
     from aiptrain.submission import Submission
     from aiptrain.tfjob import Export
+    from aiptrain.trainjob import Runtime, TrainJobExport
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,10 @@ class JobService(Protocol):
     def dry_run_tfjob(self, submission: Submission) -> Export: ...
 
     def export_tfjob(self, job_id: str) -> Export: ...
+
+    def dry_run_trainjob(self, submission: Submission, runtime: Runtime | None = None) -> TrainJobExport: ...
+
+    def export_trainjob(self, job_id: str, runtime: Runtime | None = None) -> TrainJobExport: ...
 
     def get(self, job_id: str) -> Job: ...
 

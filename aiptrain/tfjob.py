@@ -38,6 +38,7 @@ from aiptrain.planning import (
     HOSTNAME_MAX,
     PACKAGES_DIR,
     TF_PORT,
+    ClusterConfig,
     ContainerSpec,
     PlanInputs,
     dns_label_within,
@@ -166,6 +167,10 @@ class Export:
     def comment(self) -> str:
         return "".join(f"# {note}\n" for note in self.notes)
 
+    def documents(self) -> list[dict[str, Any]]:
+        """The manifests to apply, in order (one YAML document each)."""
+        return [self.tfjob.to_manifest()]
+
 
 def replica_type(job: Job, task_type: str) -> ReplicaType:
     if task_type == MASTER:
@@ -199,7 +204,7 @@ def resources(replica: Replica) -> dict[str, dict[str, str]]:
     return {"requests": sized, "limits": limits}
 
 
-def _metadata(job: Job, name: str) -> ObjectMeta:
+def object_meta(job: Job, name: str) -> ObjectMeta:
     """Job labels Kubernetes accepts are labels; the rest (AI Platform allows a trailing `_`)
     are kept as annotations, with the job ID."""
     labels, annotations = {}, {ANNOTATION_JOB_ID: job.job_id}
@@ -220,8 +225,11 @@ def _security_context(user: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return pod, container
 
 
-def _pod_template(spec: ContainerSpec, replica: Replica, job_dir: str | None, job_name: str,
-                  fetched: list[str]) -> dict[str, Any]:
+def pod_template(spec: ContainerSpec, replica: Replica, job_dir: str | None, job_name: str,
+                 fetched: list[str], container_name: str = CONTAINER_NAME,
+                 port: tuple[str, int] = (PORT_NAME, TF_PORT)) -> dict[str, Any]:
+    """A replica's core/v1 PodTemplateSpec: its container `container_name` as the plan runs it,
+    the init container that fetches gs:// packages, the job dir's claim (shared with TrainJob)."""
     pod_security, container_security = _security_context(spec.user)
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}, {"name": "dshm", "mountPath": "/dev/shm"}]
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}, {"name": "dshm", "emptyDir": {"medium": "Memory"}}]
@@ -240,14 +248,14 @@ def _pod_template(spec: ContainerSpec, replica: Replica, job_dir: str | None, jo
             "securityContext": container_security,
         })
     container: dict[str, Any] = {
-        "name": CONTAINER_NAME,
+        "name": container_name,
         "image": spec.image,
         "imagePullPolicy": "IfNotPresent",
         "command": spec.entrypoint,  # Docker's ENTRYPOINT; None keeps the image's
         "args": spec.command or None,  # Docker's CMD
         "workingDir": spec.working_dir,
         "env": [{"name": key, "value": value} for key, value in spec.env.items()],
-        "ports": [{"name": PORT_NAME, "containerPort": TF_PORT}],
+        "ports": [{"name": port[0], "containerPort": port[1]}],
         "resources": resources(replica),
         "volumeMounts": mounts,
         "securityContext": container_security,
@@ -261,16 +269,31 @@ def _pod_template(spec: ContainerSpec, replica: Replica, job_dir: str | None, jo
     return {"metadata": {"annotations": dict(NO_ISTIO)}, "spec": {k: v for k, v in pod_spec.items() if v is not None}}
 
 
-def build_tfjob(job: Job, replicas: list[Replica], runtime_image: str | None, package_uris: list[str],
-          backoff_limit: int, max_running_seconds: float | None = None) -> Export:
-    """The TFJob of `job`. `package_uris` are where its packages are (packageUris): gs:// ones
-    are fetched in each pod, others cannot reach a pod. `backoff_limit` is aiptrain's restart budget."""
-    ti = job.training_input
-    if ti.hyperparameters:
+@dataclass(frozen=True)
+class Planned:
+    """What every Kubernetes export starts from: the launch plan's first container of each task
+    type (a type's replicas differ only in index) with the replica it runs, the count of each
+    type, the plan's cluster (TF_CONFIG's parts), and where the packages and the job dir come from."""
+
+    firsts: dict[str, tuple[ContainerSpec, Replica]]
+    counts: dict[str, int]
+    cluster: ClusterConfig
+    fetched: list[str]  # gs:// packages an init container fetches
+    unreachable: list[str]  # packages in a local bucket, which no pod can read
+    job_dir: str | None  # a local job dir, mounted from JOB_DIR_CLAIM
+
+
+def refuse_tuning(job: Job, kind: str) -> None:
+    if job.training_input.hyperparameters:
         raise ValidationError(
-            f"Job [{job.job_id}] is a hyperparameter tuning job, which a TFJob cannot express (Kubeflow's Katib "
+            f"Job [{job.job_id}] is a hyperparameter tuning job, which a {kind} cannot express (Kubeflow's Katib "
             "runs studies): export a job without trainingInput.hyperparameters."
         )
+
+
+def plan_for_pods(job: Job, replicas: list[Replica], runtime_image: str | None, package_uris: list[str]) -> Planned:
+    """The job planned as pods run it: packages under PACKAGES_DIR, as user nobody."""
+    ti = job.training_input
     unreachable = [uri for uri in package_uris if not uri.startswith("gs://")]
     fetched = [] if unreachable else list(package_uris)  # all from gs://, or all from the image
     job_dir = ti.job_dir if ti.job_dir and not ti.job_dir.startswith("gs://") else None
@@ -282,19 +305,30 @@ def build_tfjob(job: Job, replicas: list[Replica], runtime_image: str | None, pa
         user=REPLICA_USER,
     )
     launch_plan = plan(job, replicas, inputs)
-    name = resource_name(job, replicas)
-
     firsts: dict[str, tuple[ContainerSpec, Replica]] = {}
     counts: dict[str, int] = {}
     for spec, replica in zip(launch_plan.containers, replicas, strict=True):
         if unreachable:  # the bootstrap skips the install and runs the module the image holds
             spec = replace(spec, env={k: v for k, v in spec.env.items() if k not in INSTALL_VARIABLES})
-        firsts.setdefault(replica.task_type, (spec, replica))  # a type's replicas differ only in index
+        firsts.setdefault(replica.task_type, (spec, replica))
         counts[replica.task_type] = counts.get(replica.task_type, 0) + 1
+    assert launch_plan.cluster is not None  # plan() always builds one
+    return Planned(firsts, counts, launch_plan.cluster, fetched, unreachable, job_dir)
+
+
+def build_tfjob(job: Job, replicas: list[Replica], runtime_image: str | None, package_uris: list[str],
+          backoff_limit: int, max_running_seconds: float | None = None) -> Export:
+    """The TFJob of `job`. `package_uris` are where its packages are (packageUris): gs:// ones
+    are fetched in each pod, others cannot reach a pod. `backoff_limit` is aiptrain's restart budget."""
+    refuse_tuning(job, "TFJob")
+    planned = plan_for_pods(job, replicas, runtime_image, package_uris)
+    firsts, counts, fetched, unreachable, job_dir = (planned.firsts, planned.counts, planned.fetched,
+                                                     planned.unreachable, planned.job_dir)
+    name = resource_name(job, replicas)
     specs = {
         replica_type(job, task_type): ReplicaSpec(
             replicas=counts[task_type], restart_policy=RestartPolicy.EXIT_CODE,
-            template=_pod_template(spec, replica, job_dir, name, fetched),
+            template=pod_template(spec, replica, job_dir, name, fetched),
         )
         for task_type, (spec, replica) in firsts.items()
     }
@@ -303,12 +337,12 @@ def build_tfjob(job: Job, replicas: list[Replica], runtime_image: str | None, pa
         backoff_limit=backoff_limit,
         active_deadline_seconds=max(1, math.ceil(max_running_seconds)) if max_running_seconds is not None else None,
     )
-    tfjob = TFJob(metadata=_metadata(job, name), spec=TFJobSpec(run_policy=run_policy, tf_replica_specs=specs))
+    tfjob = TFJob(metadata=object_meta(job, name), spec=TFJobSpec(run_policy=run_policy, tf_replica_specs=specs))
     images = sorted({c["image"] for s in specs.values() for c in s.template["spec"]["containers"]})
-    return Export(tfjob, _notes(job, images, job_dir, name, fetched), _warnings(job, unreachable))
+    return Export(tfjob, notes_of(job, images, job_dir, name, fetched), _warnings(job, unreachable))
 
 
-def _notes(job: Job, images: list[str], job_dir: str | None, name: str, fetched: list[str]) -> tuple[str, ...]:
+def notes_of(job: Job, images: list[str], job_dir: str | None, name: str, fetched: list[str]) -> tuple[str, ...]:
     notes = [
         f"Kubeflow TFJob of aiptrain job {job.job_id}. Apply with `kubectl apply -f FILE`; needs Kubeflow's "
         "training-operator.",

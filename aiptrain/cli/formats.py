@@ -18,15 +18,20 @@ from aiptrain.errors import ValidationError
 from aiptrain.filtering import lookup as _lookup
 
 _FORMAT = re.compile(
-    r"\s*(?P<kind>json|yaml|value|none|table|csv|tfjob)\s*(?:\[(?P<attrs>[^\]]*)\])?\s*(?:\((?P<fields>.*)\))?\s*",
+    r"\s*(?P<kind>json|yaml|value|none|table|csv|tfjob|trainjob)\s*(?:\[(?P<attrs>[^\]]*)\])?\s*(?:\((?P<fields>.*)\))?\s*",
     re.DOTALL,
 )
 _COLUMN = re.compile(r"\s*(?P<key>[A-Za-z_][\w\[\]]*(?:\.[A-Za-z_][\w\[\]]*)*?)"
                      r"(?:\.(?P<transform>basename|date)\((?P<args>[^)]*)\))?(?P<attrs>(?::[\w-]+(?:=[^:]*)?)*)\s*")
 SUPPORTED = ("json, yaml, none, value(FIELD,...), json(FIELD,...), yaml(FIELD,...), table(FIELD,...) "
              "or csv[no-heading](FIELD,...); a FIELD may end in .basename() or .date(FORMAT) and carry :label=NAME; "
-             "tfjob (a Kubeflow TFJob) on `jobs export` and `jobs submit training --dry-run`")
-TFJOB = "tfjob"  # not a view of the resource: the job as a Kubeflow TFJob manifest
+             "trainjob, trainjob[torch], trainjob[tensorflow] (a Kubeflow Trainer v2 TrainJob) or tfjob (a "
+             "Kubeflow TFJob, legacy) on `jobs export` and `jobs submit training --dry-run`")
+# Not views of the resource: the job as Kubeflow manifests (aiptrain.trainjob, aiptrain.tfjob).
+TFJOB = "tfjob"
+TRAINJOB = "trainjob"
+MANIFESTS = (TRAINJOB, TFJOB)
+TRAINJOB_RUNTIMES = ("torch", "tensorflow")  # trainjob[RUNTIME]: which Trainer runtime, instead of the job's
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class Format:
     kind: str
     columns: tuple[Column, ...]
     no_heading: bool = False
+    runtime: str = ""  # trainjob[RUNTIME]
 
     @property
     def fields(self) -> list[str]:
@@ -100,7 +106,9 @@ def parse_format(spec: str) -> Format:
         raise _refuse(spec, " (transforms are for value, table and csv)")
     if kind == TFJOB and (columns or attrs):
         raise _refuse(spec, " (tfjob takes no fields)")
-    return Format(kind, columns, no_heading="no-heading" in attrs)
+    if kind == TRAINJOB and (columns or attrs.strip() not in ("", *TRAINJOB_RUNTIMES)):
+        raise _refuse(spec, " (trainjob takes no fields, and [torch] or [tensorflow] at most)")
+    return Format(kind, columns, no_heading="no-heading" in attrs, runtime=attrs.strip() if kind == TRAINJOB else "")
 
 
 def parse(spec: str) -> tuple[str, list[str]]:
@@ -207,9 +215,9 @@ def render(data: dict | list[dict], spec: str) -> str:
     many = isinstance(data, list)
     if kind == "none":
         return ""
-    if kind == TFJOB:
+    if kind in MANIFESTS:
         raise ValidationError(
-            "--format tfjob prints a job as a Kubeflow TFJob: use it with `aiptrain jobs export JOB` or "
+            f"--format {kind} prints a job as Kubeflow manifests: use it with `aiptrain jobs export JOB` or "
             "`aiptrain jobs submit training ... --dry-run`."
         )
     if kind in ("value", "table", "csv"):
@@ -232,10 +240,12 @@ def render(data: dict | list[dict], spec: str) -> str:
     return "---\n".join(dump_yaml(item) for item in projected)
 
 
-def wants_tfjob(spec: str | None) -> bool:
+def manifest_format(spec: str | None) -> Format | None:
+    """The --format when it asks for Kubeflow manifests (trainjob, tfjob), else None."""
     if not spec:
-        return False
-    return parse_format(spec).kind == TFJOB
+        return None
+    parsed = parse_format(spec)
+    return parsed if parsed.kind in MANIFESTS else None
 
 
 def dump_yaml(data: Any) -> str:

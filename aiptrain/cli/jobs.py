@@ -167,10 +167,10 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
             "asynchronously; it can be omitted. For synchronous behavior, please pass --stream-logs.",
             err=True,
         )
-    tfjob = _wants_tfjob()
-    if tfjob and not dry_run:
-        raise click.UsageError("--format tfjob prints the job as a Kubeflow TFJob instead of submitting it: add "
-                               "--dry-run, or export a submitted job with `aiptrain jobs export JOB --format tfjob`.")
+    manifests = _manifest_format()
+    if manifests and not dry_run:
+        raise click.UsageError(f"--format {manifests.kind} prints the job as Kubeflow manifests instead of submitting "
+                               "it: add --dry-run, or export a submitted job with `aiptrain jobs export JOB`.")
     client = _client()
     submit_flags = SubmitFlags(
         job_id=job_id, config=config, labels=_labels(labels), packages=_packages(packages),
@@ -182,8 +182,10 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
         click.echo(submission.runtime.note, err=True)
     if dry_run:
         _warn(submission.notices)
-        if tfjob:
-            _print_tfjob(client.dry_run_tfjob(submission))
+        if manifests and manifests.kind == "tfjob":
+            _print_manifests(client.dry_run_tfjob(submission))
+        elif manifests:
+            _print_manifests(client.dry_run_trainjob(submission, _trainjob_runtime(manifests)))
         else:
             _echo_formatted(dry_run_plan(submission).to_dict(), _yaml)
         return
@@ -202,16 +204,24 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
     sys.exit(_stream_then_summarize(client, job.job_id))
 
 
-def _wants_tfjob() -> bool:
-    from aiptrain.cli.formats import wants_tfjob
+def _manifest_format():
+    """The --format when it asks for Kubeflow manifests (trainjob, tfjob), else None."""
+    from aiptrain.cli.formats import manifest_format
 
-    return wants_tfjob(_global_flags().format)
+    return manifest_format(_global_flags().format)
 
 
-def _print_tfjob(export) -> None:
-    """The manifest on stdout (notes for the person applying it as YAML comments), warnings on stderr."""
+def _trainjob_runtime(manifests):
+    from aiptrain.trainjob import Runtime
+
+    return Runtime(manifests.runtime or Runtime.AUTO.value) if manifests else Runtime.AUTO
+
+
+def _print_manifests(export) -> None:
+    """The manifests on stdout as YAML documents, in the order to apply them (notes for the
+    person applying them as comments on top), warnings on stderr."""
     _warn(export.warnings)
-    click.echo(export.comment() + _yaml(export.tfjob.to_manifest()), nl=False)
+    click.echo(export.comment() + "---\n".join(_yaml(document) for document in export.documents()), nl=False)
 
 
 def _warn(notices) -> None:
@@ -316,12 +326,19 @@ def plot(job_id, output) -> None:
 @jobs.command()
 @click.argument("job_id", metavar="JOB", shell_complete=_complete_job_ids)
 def export(job_id) -> None:
-    """Print a job as a Kubeflow TFJob manifest (--format tfjob, the default and only format):
-    `aiptrain jobs export JOB --format tfjob > tfjob.yaml && kubectl apply -f tfjob.yaml`."""
+    """Print a job as Kubeflow manifests: a Trainer v2 TrainJob and the ClusterTrainingRuntime it
+    references (--format trainjob, the default; trainjob[torch] or trainjob[tensorflow] picks the
+    runtime), or a legacy TFJob (--format tfjob):
+    `aiptrain jobs export JOB > trainjob.yaml && kubectl apply -f trainjob.yaml`."""
     spec = _global_flags().format
-    if spec and not _wants_tfjob():
-        raise click.UsageError(f"jobs export prints a Kubeflow TFJob: use --format tfjob, not [{spec}].")
-    _print_tfjob(_client().export_tfjob(job_id))
+    manifests = _manifest_format()
+    if spec and not manifests:
+        raise click.UsageError(f"jobs export prints Kubeflow manifests: use --format trainjob (the default) or "
+                               f"tfjob (legacy), not [{spec}].")
+    if manifests and manifests.kind == "tfjob":
+        _print_manifests(_client().export_tfjob(job_id))
+    else:
+        _print_manifests(_client().export_trainjob(job_id, _trainjob_runtime(manifests)))
 
 
 LIST_FORMAT = "table(jobId.basename(), state:label=STATUS, createTime.date(tz=LOCAL):label=CREATED)"

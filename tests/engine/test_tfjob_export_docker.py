@@ -1,4 +1,4 @@
-"""The TFJob export of a job that ran on the real engine."""
+"""The TFJob and TrainJob exports of a job that ran on the real engine."""
 
 from __future__ import annotations
 
@@ -15,3 +15,9 @@ def test_export_of_a_real_basic_job(cli, submit_args, home):
     chief = manifest.spec.tf_replica_specs[tfjob.ReplicaType.CHIEF].template["spec"]["containers"][0]
     assert chief["args"][:4] == ["sh", "-c", BOOTSTRAP, "trainer.task"] and chief["args"][-2] == "--job-dir"
     assert "local bucket" in result.stderr  # the default bucket is a directory of this machine
+    # The default format: the TrainJob and its runtime, the same bootstrap and command in the pod.
+    result = cli("jobs", "export", "tf_real", check_code=0)
+    runtime, trainjob = yaml.safe_load_all(result.stdout)
+    assert trainjob["spec"]["runtimeRef"]["name"] == runtime["metadata"]["name"]
+    node = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert node["containers"][0]["command"][3:7] == ["sh", "-c", BOOTSTRAP, "trainer.task"]

@@ -1,4 +1,5 @@
-"""`jobs export --format tfjob` and `submit --dry-run --format tfjob`: the job as a Kubeflow TFJob.
+"""`jobs export --format tfjob` and `submit --dry-run --format tfjob`: the job as a Kubeflow TFJob (legacy;
+the default format is trainjob, tests/unit/test_trainjob_export.py).
 
 Whole manifests are compared as values; every pod template must deserialise into the official
 kubernetes client's V1PodTemplateSpec and serialise back unchanged (a misspelt or misplaced
@@ -267,8 +268,8 @@ def test_export_prints_the_manifest_of_a_stored_job(run, home, monkeypatch):
     expected = export_of(job, runtime_image="aiptrain/runtime:2.11")
     assert yaml.safe_load(out) == expected.tfjob.to_manifest()
     assert err == ""
-    # gcloud's prefixes reach it too, and --format may be left out (tfjob is the only one).
-    assert run("ai-platform", "jobs", "export", "stored_1")[1] == out
+    # gcloud's prefixes reach it too.
+    assert run("ai-platform", "jobs", "export", "stored_1", "--format", "tfjob")[1] == out
 
 
 def test_export_refusals_are_one_line_and_exit_2(run, home):
@@ -278,7 +279,7 @@ def test_export_refusals_are_one_line_and_exit_2(run, home):
     code, out, err = run("jobs", "export", "missing", "--format", "xml")
     assert (code, out) == (2, "") and err.startswith("ERROR: --format [xml] is not supported here")
     code, out, err = run("jobs", "export", "missing", "--format", "json")
-    assert (code, out) == (2, "") and err.startswith("ERROR: jobs export prints a Kubeflow TFJob: use --format tfjob")
+    assert (code, out) == (2, "") and err.startswith("ERROR: jobs export prints Kubeflow manifests: use --format trainjob")
     code, _, err = run("jobs", "list", "--format", "tfjob")
     assert code == 2 and "jobs export" in err
 
