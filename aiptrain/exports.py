@@ -9,6 +9,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from aiptrain.backends.engine import connect
 from aiptrain.model import Job
 from aiptrain.packaging import build_sdist
 from aiptrain.planning import LaunchPlan, plan
@@ -142,8 +143,6 @@ def image_entrypoints(job: Job) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for image in sorted(images):
         try:
-            from aiptrain.backends.engine import connect  # noqa: PLC0415 - docker-py: a custom image's export only
-
             found[image] = list(connect().inspect_image(image).get("Config", {}).get("Entrypoint") or [])
         except Exception:  # noqa: BLE001 - no engine or no such image: the export warns and says what to do
             continue

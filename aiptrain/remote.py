@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 from aiptrain import filtering, logs, staging
 from aiptrain.config import SubmitFlags
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, JobExists, JobNotFound, ValidationError
-from aiptrain.exports import dry_run_tfjob
+from aiptrain.exports import dry_run_tfjob, dry_run_trainjob
 from aiptrain.model import Job
 from aiptrain.packaging import cached_sdist
 from aiptrain.replicas import ReplicaObservation
@@ -35,6 +35,7 @@ from aiptrain.settings import Settings
 from aiptrain.storage import is_gcs
 from aiptrain.storage.gcs import _retry
 from aiptrain.submission import prepare
+from aiptrain.trainjob import Runtime
 from aiptrain.validation import check_label_count, validate_labels
 
 TIMEOUT_SECONDS = 60  # per HTTP request
@@ -415,9 +416,6 @@ class ApiClient:
         return dry_run_tfjob(submission, self.settings)
 
     def dry_run_trainjob(self, submission, runtime=None):
-        from aiptrain.exports import dry_run_trainjob
-        from aiptrain.trainjob import Runtime
-
         return dry_run_trainjob(submission, self.settings, runtime or Runtime.AUTO)
 
     def export_trainjob(self, job_id: str, runtime=None):
