@@ -118,7 +118,7 @@ def _jobs_active(settings: Settings) -> bool:
         return False
     from aiptrain.store import JobStore
 
-    store = JobStore(settings.store)
+    store = JobStore.of(settings)
     try:
         return bool(store.active_job_ids())
     finally:
