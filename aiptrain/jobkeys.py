@@ -9,13 +9,14 @@ staging bucket. The key is chosen once, when the job is created, and stored:
 - the job ID itself for a job of the installation's default project (`core/project`, else
   `aiptrain`) whose ID no other job holds as its key: a single-user home, and every job made
   before job IDs were per project, keep their names, logs and containers;
-- otherwise `<project label>.<job ID>`.
+- otherwise `<project label>--<job ID>`.
 
 A job ID holds letters, digits and `_` only, so a plain key never equals a qualified one; a
-project label holds no `.`, and a job ID no `-`, so the names built from keys (`<key>-trial-3`,
-`<key>-master-0`) stay distinct from job to job. Both stay within Docker's name rules (start
-with a letter or digit, then letters, digits, `_`, `.`, `-`). Hostnames inside a job's network
-come from its job ID, not its key (they are its own): a trainer sees nothing of other projects.
+project label holds no `--` and does not end with `-`, and a job ID holds no `-`, so the names
+built from keys (`<key>-trial-3`, `<key>-master-0`) stay distinct from job to job. Keys keep to
+the strictest of the engine's name rules, a Swarm service's (letters and digits, joined by `-`
+or `_`; no `.`). Hostnames inside a job's network come from its job ID, not its key (they are
+its own): a trainer sees nothing of other projects.
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ from typing import NewType
 
 JobKey = NewType("JobKey", str)
 
-# A project label as it is: a Google Cloud project ID's shape (lowercase letters, digits, `-`).
-_PLAIN_LABEL = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+# A project label as it is: a Google Cloud project ID's shape (lowercase letters and digits,
+# single `-` between them), at most 30 characters as there.
+_PLAIN_LABEL = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+_PLAIN_MOST = 30
+SEPARATOR = "--"
 # Any other project (upper case, `.`, `:`, too long) is named by a digest of it: the leading
 # capital tells it from every plain label.
 _DIGEST_CHARS = 16
@@ -35,13 +39,13 @@ _DIGEST_CHARS = 16
 
 def project_label(project: str) -> str:
     """The project as it appears in keys: itself when it is a plain project ID, else `P` and a digest."""
-    if _PLAIN_LABEL.fullmatch(project):
+    if len(project) <= _PLAIN_MOST and _PLAIN_LABEL.fullmatch(project):
         return project
     return "P" + hashlib.sha256(project.encode()).hexdigest()[:_DIGEST_CHARS]
 
 
 def qualified_key(project: str, job_id: str) -> JobKey:
-    return JobKey(f"{project_label(project)}.{job_id}")
+    return JobKey(f"{project_label(project)}{SEPARATOR}{job_id}")
 
 
 def new_key(project: str, job_id: str, default_project: str, plain_taken: bool) -> JobKey:
@@ -54,4 +58,4 @@ def new_key(project: str, job_id: str, default_project: str, plain_taken: bool) 
 
 
 # What a key looks like (a lock file's name is checked against it before it is removed).
-KEY_PATTERN = re.compile(r"(?:(?:[a-z0-9][a-z0-9-]{0,62}|P[0-9a-f]{16})\.)?[A-Za-z][A-Za-z0-9_]{0,127}")
+KEY_PATTERN = re.compile(r"(?:(?:[a-z0-9]+(?:-[a-z0-9]+)*|P[0-9a-f]{16})--)?[A-Za-z][A-Za-z0-9_]{0,127}")

@@ -122,9 +122,9 @@ def test_two_projects_run_a_job_of_one_id_side_by_side(serve, run, package_uri, 
         assert created["jobId"] == "census_1"
     for name in names.values():
         wait_for(lambda name=name: jobs.get(name=name).execute()["state"] == "RUNNING", timeout=120, what="RUNNING")
-    ours, theirs = job_resources(docker_api, "census_1"), job_resources(docker_api, f"{OTHER}.census_1")
+    ours, theirs = job_resources(docker_api, "census_1"), job_resources(docker_api, f"{OTHER}--census_1")
     assert len(ours) == len(theirs) == 3 and not set(ours) & set(theirs)  # two replicas and a network each
-    assert any(name.startswith(f"aiptrain-{OTHER}.census_1-") for name in theirs)
+    assert any(name.startswith(f"aiptrain-{OTHER}--census_1-") for name in theirs)
 
     def said(project: str) -> list[str]:
         return [entry["jsonPayload"]["message"] for entry in logging_api(serve()).entries().list(body={
@@ -136,7 +136,7 @@ def test_two_projects_run_a_job_of_one_id_side_by_side(serve, run, package_uri, 
 
     assert jobs.cancel(name=names[OTHER], body={}).execute() == {}
     assert poll(jobs, names[OTHER])["state"] == "CANCELLED"
-    wait_for(lambda: not job_resources(docker_api, f"{OTHER}.census_1"), what="team-b's containers to go")
+    wait_for(lambda: not job_resources(docker_api, f"{OTHER}--census_1"), what="team-b's containers to go")
     assert jobs.get(name=names[PROJECT]).execute()["state"] == "RUNNING" and job_resources(docker_api, "census_1")
     code, out, _ = run("--project", OTHER, "jobs", "describe", "census_1", "--format", "json")  # the CLI's too
     assert code == 0 and (json.loads(out)["state"], json.loads(out)["labels"]) == ("CANCELLED", {"team": OTHER})

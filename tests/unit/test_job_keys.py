@@ -27,17 +27,19 @@ from test_planning import INPUTS, make_job
 
 PREVIOUS_HOME = Path(__file__).parent / "data" / "home-8debb90"
 DEFAULT = "aiptrain"
-DOCKER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+")  # what the engine takes as a container's name
+# The strictest of the engine's names, a Swarm service's (swarmkit's isValidDNSName; a container's allows `.` too).
+SWARM_SERVICE_NAME = re.compile(r"[a-zA-Z0-9](?:[-_]*[A-Za-z0-9]+)*")
 
 
 # -- the rule (pure) ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("project, job_id, taken, key", [
     (DEFAULT, "census_1", False, "census_1"),  # the default project keeps plain IDs
-    (DEFAULT, "census_1", True, "aiptrain.census_1"),  # another project's older job holds the plain key
-    ("team-a", "census_1", False, "team-a.census_1"),
-    ("team-a", "census_1", True, "team-a.census_1"),
-    ("Team.A:x", "j", False, "P" + hashlib.sha256(b"Team.A:x").hexdigest()[:16] + ".j"),
+    (DEFAULT, "census_1", True, "aiptrain--census_1"),  # another project's older job holds the plain key
+    ("team-a", "census_1", False, "team-a--census_1"),
+    ("team-a", "census_1", True, "team-a--census_1"),
+    ("Team.A:x", "j", False, "P" + hashlib.sha256(b"Team.A:x").hexdigest()[:16] + "--j"),
+    ("a--b", "j", False, "P" + hashlib.sha256(b"a--b").hexdigest()[:16] + "--j"),
 ])
 def test_the_key_of_a_new_job(project, job_id, taken, key):
     assert new_key(project, job_id, DEFAULT, taken) == key
@@ -45,23 +47,24 @@ def test_the_key_of_a_new_job(project, job_id, taken, key):
 
 
 def test_keys_and_the_names_built_on_them_stay_distinct():
-    """A project label holds no `.` and a job ID no `-`: `<key>-trial-3` of one job is never
+    """A project label holds no `--` and a job ID no `-`: `<key>-trial-3` of one job is never
     another job's `<key>`, and digests never pass for a plain project ID."""
     assert qualified_key("team-a", "x") + "-trial-3" != qualified_key("team-a-trial-3", "x")
     assert project_label("team-a") == "team-a" and project_label("Team-a").startswith("P")
-    assert project_label("a" * 64).startswith("P") and "." not in project_label("example.com:p")
+    for odd in ("a" * 31, "example.com:p", "ends-", "a--b"):
+        assert project_label(odd).startswith("P") and SWARM_SERVICE_NAME.fullmatch(project_label(odd))
 
 
 def test_engine_names_carry_the_key_and_hostnames_the_id():
     job = make_job(scale_tier=ScaleTier.STANDARD_1).model_copy(update={"job_id": "census_1"})
-    ours = plan(job, replicas_for(job.training_input), INPUTS, key="team-a.census_1")
-    theirs = plan(job, replicas_for(job.training_input), INPUTS, key="team-b.census_1")
+    ours = plan(job, replicas_for(job.training_input), INPUTS, key="team-a--census_1")
+    theirs = plan(job, replicas_for(job.training_input), INPUTS, key="team-b--census_1")
     assert {c.name for c in ours.containers}.isdisjoint(c.name for c in theirs.containers)
-    assert ours.network and theirs.network and ours.network.name == "aiptrain-team-a.census_1"
-    assert {c.labels[LABEL_JOB] for c in ours.containers} == {"team-a.census_1"}
+    assert ours.network and theirs.network and ours.network.name == "aiptrain-team-a--census_1"
+    assert {c.labels[LABEL_JOB] for c in ours.containers} == {"team-a--census_1"}
     assert [c.hostname for c in ours.containers] == [c.hostname for c in theirs.containers]
     assert ours.containers[0].hostname == "census-1-master-0"
-    assert all(DOCKER_NAME.fullmatch(c.name) for c in ours.containers + theirs.containers)
+    assert all(SWARM_SERVICE_NAME.fullmatch(c.name) for c in ours.containers + theirs.containers)
 
 
 # -- the store ----------------------------------------------------------------------------------
@@ -73,9 +76,9 @@ def test_two_projects_hold_the_same_id(store_location):
         with pytest.raises(JobExists, match=r"Job \[census_1\] already exists"):
             store.create(Job(job_id="census_1"), project="team-b")
         assert store.key_of(DEFAULT, "census_1") == "census_1"
-        assert store.key_of("team-b", "census_1") == "team-b.census_1"
-        assert store.get("team-b.census_1").labels == {"team": "b"}
-        assert store.project_of("team-b.census_1") == "team-b"
+        assert store.key_of("team-b", "census_1") == "team-b--census_1"
+        assert store.get("team-b--census_1").labels == {"team": "b"}
+        assert store.project_of("team-b--census_1") == "team-b"
         every = filtering.plan_query(None, (), None)
         assert [r["labels"] for r in store.resources(every, ["jobId", "labels"], "team-b")] == [{"team": "b"}]
         assert store.job_ids("team-b") == ["census_1"] and store.job_ids("nobody") == []
@@ -135,8 +138,8 @@ def test_a_previous_releases_store_migrates_in_place(previous_store):
         # Another project may now take an ID that one holds; the same project may not.
         store.create(Job(job_id="census_1"), project="team-b")
         store.create(Job(job_id="census_1"), project=DEFAULT)  # its plain key is team-a's
-        assert store.key_of("team-b", "census_1") == "team-b.census_1"
-        assert store.key_of(DEFAULT, "census_1") == "aiptrain.census_1"
+        assert store.key_of("team-b", "census_1") == "team-b--census_1"
+        assert store.key_of(DEFAULT, "census_1") == "aiptrain--census_1"
         with pytest.raises(JobExists):
             store.create(Job(job_id="census_1"), project="team-a")
     with JobStore(location, default_project="elsewhere") as store:  # migrated once: the default changes nothing
