@@ -26,6 +26,8 @@ import re
 from typing import NewType
 
 JobKey = NewType("JobKey", str)
+# The installation's default project when core/project is not set (aiptrain.settings).
+DEFAULT_PROJECT = "aiptrain"
 
 # A project label as it is: a Google Cloud project ID's shape (lowercase letters and digits,
 # single `-` between them), at most 30 characters as there.

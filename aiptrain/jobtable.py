@@ -20,7 +20,7 @@ from aiptrain import dialects
 from aiptrain.dialects import StoreUnusable
 from aiptrain.errors import EnvironmentNotReady
 from aiptrain.filtering import COLUMNS, Condition, Query, listed_only
-from aiptrain.jobkeys import JobKey
+from aiptrain.jobkeys import DEFAULT_PROJECT, JobKey
 from aiptrain.states import NOT_TERMINAL_NAMES
 
 if TYPE_CHECKING:
@@ -73,8 +73,6 @@ PROJECT_INDEX = "jobs_by_project"
 LEGACY_PROJECT_SUFFIX = ".project"
 # The columns `jobs list` prints from without reading the resource, by the resource's key.
 LISTED = {**COLUMNS, "labels": "labels"}
-# The project of a job created without one, in a store opened without settings (tests, tools).
-DEFAULT_PROJECT = "aiptrain"
 # The states that are not terminal, named rather than "not terminal" so the state index finds them.
 ACTIVE = NOT_TERMINAL_NAMES
 # The labels column is a copy of the resource's labels, written again by any change of them.

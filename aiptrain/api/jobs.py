@@ -61,16 +61,12 @@ class JobMethods:
 
     @contextmanager
     def _client(self, project: str) -> Iterator[Client]:
-        """The façade over `project`'s jobs: it finds no other project's (404, as if absent)."""
+        """The façade over `project`'s jobs: it finds no other project's (JobNotFound: 404, as
+        if absent)."""
         from aiptrain.client import Client
 
         with Client(settings=self.settings, project=project) as client:
             yield client
-
-    @staticmethod
-    def _visible(client: Client, job_id: str) -> Job:
-        """The client's project's job; JobNotFound (404) when it has none."""
-        return client.get(job_id)
 
     # -- methods ---------------------------------------------------------------------------
 
@@ -123,7 +119,7 @@ class JobMethods:
         call.accept()
         call.authorize(project, write=False)
         with self._client(project) as client:
-            return resource(self._visible(client, job_id))
+            return resource(client.get(job_id))
 
     def list(self, call: Call, project: str) -> dict:
         call.accept("filter", "pageSize", "pageToken")
@@ -189,7 +185,7 @@ class JobMethods:
         call.authorize(project, write=True)
         call.json_body()  # `{}`; anything but a JSON object is refused
         with self._client(project) as client:
-            job = self._visible(client, job_id)
+            job = client.get(job_id)
             if job.state is not None and job.state.is_terminal:
                 raise ApiError(400, f"Job [{job_id}] has already ended ({job.state.value}): only QUEUED, PREPARING "
                                "and RUNNING jobs can be cancelled.", "FAILED_PRECONDITION")
@@ -209,7 +205,7 @@ class JobMethods:
                            "authentication of its own): run `tensorboard --logdir JOB_DIR` where you need it.",
                            "FAILED_PRECONDITION")
         with self._client(project) as client:
-            job = self._visible(client, job_id)
+            job = client.get(job_id)
             key = client.key(job_id)
         logdir = tensorboards.logdir_of(job.training_input.job_dir,
                                         gcs_root_for(self.settings.gcs_mode, self.settings.gcs_root)[0])
@@ -226,7 +222,7 @@ class JobMethods:
         call.accept("options.requestedPolicyVersion")
         call.authorize(project, write=False)
         with self._client(project) as client:
-            self._visible(client, job_id)
+            client.get(job_id)
         return call.access.policy(project)
 
     def set_iam_policy(self, call: Call, project: str, job_id: str) -> dict:
@@ -234,7 +230,7 @@ class JobMethods:
         call.authorize(project, write=True)
         policy = call.json_body().get("policy")
         with self._client(project) as client:
-            self._visible(client, job_id)
+            client.get(job_id)
         current = call.access.policy(project)
         if not isinstance(policy, dict) or policy.get("bindings", []) != current.get("bindings", []):
             raise ApiError(400, "IAM policies here come from the server's --tokens file (one policy per project): "
