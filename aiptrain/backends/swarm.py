@@ -23,17 +23,17 @@ not share this host's disk:
   AIPTRAIN_SWARM_SHARED_DIRS, else the submit is refused. gs:// job dirs just work.
 
 gs:// kept on this machine reaches replicas as on the docker backend (aiptrain.storage.endpoint),
-through the installation's storage endpoint run here as a service of one task, placed on this
-manager node (where $AIPTRAIN_HOME/gcs is, bind-mounted into it) and attached to one attachable
-overlay network per installation under Google's API host names as network aliases. Every
-replica of a job that uses it joins that network too, so those names resolve to the endpoint
-on any node; its CA bundle and gsutil/gcloud travel as configs like the packages. Started by
-the first launch that needs it, removed with its network when the installation's last active
-job ends (`release_shared`). Not one endpoint attached to each job's own network: adding a
-network to a service replaces its task (every running job would lose gs:// for a moment), and
-Docker 20.10 refuses to connect a task's container to another overlay ("network not found").
-The cost: replicas of different jobs share that network, so one could reach another's ports by
-address, which the docker backend's lone replicas cannot.
+through a storage endpoint of the job's own: a service of one task, placed on this manager node
+(where $AIPTRAIN_HOME/gcs is, bind-mounted into it), on the job's network under Google's API host
+names as network aliases, so those names resolve to it on any node; a lone replica that reaches
+gs:// gets a network of its own for it. Its CA bundle and gsutil/gcloud travel as configs like
+the packages. Started by the job's launch before its replicas, it carries the job's labels and
+goes with the job's services. Not one endpoint for every job (as releases before had it): its
+network joined the replicas of every job, so one could reach another's ports. Not that one
+endpoint attached to each job's network either: adding a network to a service replaces its task
+(every running job would lose gs:// for a moment), and Docker 20.10 refuses to connect a task's
+container to another overlay ("network not found"). The cost: a service more per job (a second
+or two of its launch, started while the replicas' configs are made).
 
 Machine types are not reserved: while replicas were job-mode services, Docker 20.10's swarm kept
 the last task of every removed one and counted its reservation, so after a few jobs every task
@@ -87,7 +87,8 @@ from aiptrain.backends.swarm_specs import (
 )
 from aiptrain.backends.sweep import Sweep
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
-from aiptrain.planning import ContainerSpec, LaunchPlan
+from aiptrain.labels import LABEL_INSTALLATION, LABEL_JOB, LABEL_ROLE, LABEL_TRIAL
+from aiptrain.planning import ContainerSpec, LaunchPlan, NetworkSpec
 from aiptrain.settings import DEFAULT_SUBNET_POOL, Settings
 
 # A job's overlay subnet holds its replicas, one load-balancer address per node, and a few spare
@@ -178,13 +179,14 @@ class SwarmBackend:
         with removed_on_failure(plan, self.remove):
             nodes = self._nodes()
             check_gpus(plan.containers, nodes)
-            network = plan.network
-            if network:  # a lone replica needs none: its own hostname is in its /etc/hosts
-                self.networks.create(dataclasses.replace(network, addresses=network.addresses + len(nodes) + SPARE_ADDRESSES))
-            # Serving before any replica starts, as on the docker backend.
-            storage = self.storage.network_or_none(plan.storage) if plan.storage else None
+            network = job_network(plan)
+            if network:
+                extra = len(nodes) + SPARE_ADDRESSES + (1 if plan.storage else 0)  # and the job's endpoint
+                self.networks.create(dataclasses.replace(network, addresses=network.addresses + extra))
+            if plan.storage and network:  # serving before any replica starts, as on the docker backend
+                self.storage.start_for_job(plan.storage, network.name, network.labels)
             configs = self._create_configs(plan)
-            each(lambda spec: self._create_service(plan, spec, configs, storage), plan.containers)
+            each(lambda spec: self._create_service(plan, spec, configs, network), plan.containers)
 
     def _create_configs(self, plan: LaunchPlan) -> dict[str, tuple[str, str]]:
         """One config per carried file: path in the replicas -> (config ID, config name)."""
@@ -204,21 +206,24 @@ class SwarmBackend:
         return created
 
     def _create_service(self, plan: LaunchPlan, spec: ContainerSpec, configs: dict[str, tuple[str, str]],
-                        storage_network: str | None = None) -> None:
+                        network: NetworkSpec | None) -> None:
         carried = {target: path for path, target in carried_files(spec.mounts)}
         references = [config_reference(*configs[target], target, spec.user, os.access(carried[target], os.X_OK))
                       for target in sorted(carried)]
-        network = plan.network.name if plan.network else None
-        self.api.create_service(**service_spec(spec, plan.environment(spec), network, references,
-                                               self._constraints, self._stop_grace_seconds, storage_network))
+        self.api.create_service(**service_spec(spec, plan.environment(spec), network.name if network else None,
+                                               references, self._constraints, self._stop_grace_seconds))
 
     # -- observation ---------------------------------------------------------------------
 
     def _services(self, job_id: str, trial_id: str | None = None) -> list[dict]:
+        """The job's services: its replicas' and its storage endpoint's (LABEL_ROLE)."""
         return self.api.services(filters={"label": self.engine.job_labels(job_id, trial_id)})
 
+    def _replica_services(self, job_id: str) -> list[dict]:
+        return [s for s in self._services(job_id) if LABEL_ROLE not in (s["Spec"].get("Labels") or {})]
+
     def observe(self, job_id: str) -> list[ReplicaObservation]:
-        services = self._services(job_id)
+        services = self._replica_services(job_id)
         if not services:
             return []
         tasks: dict[str, list[dict]] = {}
@@ -363,6 +368,17 @@ class SwarmBackend:
         except NotFound:
             return True
         return replica_status(service, self._latest_task(service_id)) == ReplicaStatus.EXITED
+
+
+def job_network(plan: LaunchPlan) -> NetworkSpec | None:
+    """The job's network: the plan's, and for a lone replica that reaches gs:// one of its own
+    too, for its storage endpoint (no network on a swarm joins the replicas of two jobs). A lone
+    replica without gs:// needs none: its own hostname is in its /etc/hosts."""
+    if plan.network or not plan.storage:
+        return plan.network
+    lone = plan.containers[0]
+    scope = {k: v for k, v in lone.labels.items() if k in (LABEL_JOB, LABEL_INSTALLATION, LABEL_TRIAL)}
+    return NetworkSpec(short_name(f"{lone.name}-net", CONFIG_NAME_MAX), scope, 1)
 
 
 def _pump(response: Any, batches: queue.Queue) -> None:

@@ -1,7 +1,8 @@
-"""What one installation's jobs share on a swarm (aiptrain.backends.Installation): the storage
-endpoint as a service of one task on this manager node, on the installation's attachable overlay
-network (aiptrain.backends.swarm says why), and, on this manager's own engine, what the docker
-backend's installation shares there and the sweep."""
+"""The storage endpoints on a swarm (one per job that reaches gs://, on the job's own network:
+aiptrain.backends.swarm says why) and what one installation's jobs share there
+(aiptrain.backends.Installation): on this manager's own engine, what the docker backend's
+installation shares, and the sweep, which also takes what earlier releases shared on the swarm
+(one endpoint on one overlay network per installation)."""
 
 from __future__ import annotations
 
@@ -10,24 +11,24 @@ import logging
 import time
 from collections.abc import Callable, Collection
 
-from aiptrain.backends.engine import Engine, NoEndpointImage, engine_error, engine_is_local
+from aiptrain.backends.engine import Engine, NoEndpointImage, engine_is_local
 from aiptrain.backends.networks import NETWORK_PATIENCE_SECONDS, Networks
-from aiptrain.backends.swarm_specs import endpoint_current, endpoint_service_spec, latest_task
+from aiptrain.backends.swarm_specs import endpoint_service_spec, latest_task
 from aiptrain.backends.sweep import Sweep
-from aiptrain.errors import AiptrainError, EnvironmentNotReady
-from aiptrain.labels import LABEL_CODE, LABEL_HOME, LABEL_ROLE
-from aiptrain.planning import NetworkSpec
+from aiptrain.errors import AiptrainError
+from aiptrain.labels import LABEL_HOME, LABEL_ROLE
 from aiptrain.storage.endpoint import ROLE, StorageEndpoint
 
 log = logging.getLogger(__name__)
 STORAGE_ROLE = "storage-network"  # the installation's overlay network its storage endpoint serves on
 STORAGE_PREFIX = "aiptrain-gcs"
-STORAGE_NETWORK_ADDRESSES = 1000  # every replica of every running job that reaches gs://, and spare
 ENDPOINT_READY_SECONDS = 60  # a swarm schedules, then starts, the endpoint's task
 
 
 class SwarmStorage:
-    """The storage endpoint's service and its overlay network, on the swarm `engine` manages."""
+    """The storage endpoints on the swarm `engine` manages: one per job that reaches gs://, a
+    service of one task on this manager (where the gcs tree is), on that job's own network
+    alone, so no network joins the replicas of two jobs (aiptrain.backends.swarm says why)."""
 
     def __init__(self, engine: Engine, networks: Networks):
         self.engine = engine
@@ -35,59 +36,25 @@ class SwarmStorage:
 
     @property
     def network_name(self) -> str:
+        """The installation-wide storage network of earlier releases (swept, never made now)."""
         installation = self.engine.installation
         return f"{STORAGE_PREFIX}-{installation[:8]}" if installation else STORAGE_PREFIX
 
-    def network_or_none(self, endpoint: StorageEndpoint) -> str | None:
-        """The storage network's ID, its endpoint started if need be. With no image to run the
-        endpoint, the job runs without (its gs:// fails as offline), said in the log."""
+    def start_for_job(self, endpoint: StorageEndpoint, network: str, job_labels: dict[str, str]) -> str | None:
+        """The job's own endpoint on its network `network` (name), once it serves: its service ID.
+        With no image to run it, the job runs without (its gs:// fails as offline), said in the log."""
+        api, engine = self.engine.api, self.engine
+        endpoint.prepare_files()
         try:
-            return self.ensure(endpoint)
+            image = engine.present_image(endpoint.images)
         except NoEndpointImage as exc:
             log.warning("%s", exc)
             return None
-
-    def ensure(self, endpoint: StorageEndpoint) -> str:
-        """The ID of the network on which the installation's storage endpoint serves, once it
-        serves: network and service made if absent, the service replaced when it runs other
-        code or on another network. One launch at a time makes them (the home's lock)."""
-        from docker.errors import APIError, NotFound
-
-        api, engine = self.engine.api, self.engine
-        endpoint.prepare_files()
-        with engine.home_lock("storage-endpoint"):
-            for _ in range(3):
-                network = self._network()
-                for service in self._services():
-                    if endpoint_current(service, endpoint.labels[LABEL_CODE], network):
-                        self._wait_serving(service["ID"])
-                        return network
-                    with contextlib.suppress(NotFound):
-                        api.remove_service(service["ID"])
-                image = engine.present_image(endpoint.images)
-                node_id = api.info()["Swarm"]["NodeID"]
-                labels = engine.with_home({**endpoint.labels, **engine.installation_labels(ROLE)})
-                try:
-                    service = api.create_service(**endpoint_service_spec(endpoint, image, network, node_id, labels))
-                except APIError as exc:
-                    if "not found" not in engine_error(exc):
-                        raise
-                    self._wait_gone(network)  # removed by a release that did not wait for it: make it again
-                    continue
-                self._wait_serving(service["ID"])
-                return network
-        raise EnvironmentNotReady(f"The storage network {self.network_name} keeps changing: try again.")
-
-    def _network(self) -> str:
-        """The storage network's ID, created on first need (a subnet from the pool, as a job's)."""
-        found = self._networks()
-        if not found:
-            self.networks.create(NetworkSpec(self.network_name, self.engine.installation_labels(STORAGE_ROLE),
-                                             STORAGE_NETWORK_ADDRESSES))
-            found = self._networks()
-        if not found:
-            raise EnvironmentNotReady(f"Docker did not keep the network {self.network_name}: try again.")
-        return found[0]["Id"]
+        labels = engine.with_home({**job_labels, **endpoint.labels, **engine.installation_labels(ROLE)})
+        service = api.create_service(**endpoint_service_spec(endpoint, image, network, api.info()["Swarm"]["NodeID"],
+                                                             labels, name=f"{network}-gcs"))
+        self._wait_serving(service["ID"])
+        return service["ID"]
 
     def _networks(self) -> list[dict]:
         found = self.engine.api.networks(names=[self.network_name], filters={"label": f"{LABEL_ROLE}={STORAGE_ROLE}"})
@@ -193,12 +160,12 @@ class SwarmInstallation:
         self.engine.warm_up()
 
     def ensure_storage_endpoint(self, endpoint: StorageEndpoint) -> str:
-        return self.storage.ensure(endpoint)
+        """Nothing ahead of a launch: on a swarm each job's launch starts its own endpoint, on its network."""
+        return ""
 
     def release_shared(self, still_needed: Callable[[], bool]) -> None:
-        """The storage endpoint and its network never outlive the installation's jobs: removed
-        when the last active one ends (the next launch makes them again, a second or two).
-        Under the lock a launch makes them with, so a job recorded before its launch keeps them."""
+        """What an earlier release shared between the installation's jobs (one storage endpoint
+        and its network) goes when the last active job ends; each job's own endpoint goes with it."""
         if not self.engine.installation or not self.engine.home:
             return
         with self.engine.home_lock("storage-endpoint"):

@@ -13,7 +13,6 @@ from pathlib import Path
 from aiptrain.backends import ReplicaObservation, ReplicaStatus
 from aiptrain.backends.engine import labelled_observation
 from aiptrain.errors import ValidationError
-from aiptrain.labels import LABEL_CODE
 from aiptrain.logs import parse_engine_time
 from aiptrain.planning import ContainerSpec, LaunchPlan, Mount
 from aiptrain.storage.endpoint import API_HOSTS, REPLICA_PORT, StorageEndpoint
@@ -162,9 +161,9 @@ def unshared_dirs(mounts: tuple[Mount, ...], shared_dirs: tuple[str, ...]) -> li
 
 
 def service_spec(spec: ContainerSpec, env: dict[str, str], network: str | None, configs: list[dict],
-                 constraints: tuple[str, ...], stop_grace_seconds: int, storage_network: str | None = None) -> dict:
+                 constraints: tuple[str, ...], stop_grace_seconds: int) -> dict:
     """The arguments of `create_service` that run one replica (see the module's docstring): on
-    its job's network under its hostname, and on the storage endpoint's network when it has one."""
+    its job's network under its hostname (where its storage endpoint is too), the only one."""
     from docker.types import ContainerSpec as SwarmContainerSpec
     from docker.types import (
         EndpointSpec,
@@ -191,19 +190,19 @@ def service_spec(spec: ContainerSpec, env: dict[str, str], network: str | None, 
     template = TaskTemplate(
         container, resources=resources, restart_policy=RestartPolicy("none"),
         placement=Placement(constraints=list(constraints)) if constraints else None,
-        networks=[*([NetworkAttachmentConfig(network, aliases=[spec.hostname])] if network else []),
-                  *([NetworkAttachmentConfig(storage_network)] if storage_network else [])] or None,
+        networks=[NetworkAttachmentConfig(network, aliases=[spec.hostname])] if network else None,
     )
     return {"task_template": template, "name": short_name(spec.name, SERVICE_NAME_MAX), "labels": spec.labels,
             "mode": ServiceMode("replicated", replicas=1), "endpoint_spec": EndpointSpec(mode="dnsrr")}
 
 
 def endpoint_service_spec(endpoint: StorageEndpoint, image: str, network: str, node_id: str,
-                          labels: dict[str, str]) -> dict:
-    """The arguments of `create_service` that run the storage endpoint: one task on the node
+                          labels: dict[str, str], name: str | None = None) -> dict:
+    """The arguments of `create_service` that run a storage endpoint: one task on the node
     whose disk holds the gcs tree, unprivileged like a replica (the replicas' user, no
-    capabilities, read-only root, only the tree writable), answering on the storage network for
-    Google's API host names, restarted by the swarm if it dies."""
+    capabilities, read-only root, only the tree writable), answering on `network` (a job's)
+    for Google's API host names, restarted by the swarm if it dies. Its container carries
+    `labels` too, so a job's teardown finds what this node keeps of it."""
     from docker.types import ContainerSpec as SwarmContainerSpec
     from docker.types import (
         EndpointSpec,
@@ -222,7 +221,7 @@ def endpoint_service_spec(endpoint: StorageEndpoint, image: str, network: str, n
     container = SwarmContainerSpec(
         image, command=endpoint.command_on(REPLICA_PORT), user=endpoint.user, workdir="/tmp", mounts=mounts,
         env={"PYTHONDONTWRITEBYTECODE": "1"}, read_only=True, init=True, cap_drop=["ALL"],
-        sysctls=ENDPOINT_SYSCTLS,
+        sysctls=ENDPOINT_SYSCTLS, labels=labels,
     )
     resources = Resources()
     resources["Limits"] = {"Pids": 512}
@@ -231,7 +230,7 @@ def endpoint_service_spec(endpoint: StorageEndpoint, image: str, network: str, n
         placement=Placement(constraints=[f"node.id=={node_id}"]),
         networks=[NetworkAttachmentConfig(network, aliases=list(API_HOSTS))],
     )
-    return {"task_template": template, "name": endpoint.name, "labels": labels,
+    return {"task_template": template, "name": short_name(name or endpoint.name, SERVICE_NAME_MAX), "labels": labels,
             "mode": ServiceMode("replicated", replicas=1), "endpoint_spec": EndpointSpec(mode="dnsrr")}
 
 
@@ -243,14 +242,6 @@ def config_reference(config_id: str, name: str, target: str, user: str, executab
     return ConfigReference(config_id, name, filename=target, uid=uid if uid.isdigit() else "0",
                            gid=gid if gid.isdigit() else "0", mode=0o555 if executable else 0o444)
 
-
-
-def endpoint_current(service: dict, code: str, network: str) -> bool:
-    """Whether the endpoint's service runs this aiptrain's server code on the storage network."""
-    template = service["Spec"]["TaskTemplate"]
-    networks = template.get("Networks") or service["Spec"].get("Networks") or []
-    return (service["Spec"].get("Labels", {}).get(LABEL_CODE) == code
-            and any(n.get("Target") == network for n in networks))
 
 
 def node_capacity(node: dict) -> Node:

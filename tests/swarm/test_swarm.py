@@ -18,7 +18,7 @@ from aiptrain.backends.swarm import SwarmBackend
 from aiptrain.backends.swarm_endpoint import STORAGE_ROLE
 from aiptrain.backends.swarm_specs import CONFIG_MAX_BYTES
 from aiptrain.errors import AiptrainError
-from aiptrain.storage.endpoint import TLS_FILES, StorageEndpoint
+from aiptrain.storage.endpoint import API_HOSTS, TLS_FILES, StorageEndpoint
 
 from conftest import job_resources, require_image, runtime_image, wait_for
 
@@ -284,27 +284,38 @@ def test_a_lone_replica_reaches_gs_and_each_job_after_a_release_starts_the_endpo
         assert wait_for(lambda: shared_on_swarm(on_swarm) == [], timeout=120, what="the storage endpoint to go")
 
 
-def test_an_endpoint_that_cannot_start_is_reported_and_remove_installation_takes_it_away(on_swarm, tmp_path):
+def endpoint_on_a_network(api, backend: SwarmBackend, endpoint: StorageEndpoint, job_id: str) -> None:
+    """A job's endpoint as its launch starts it: on the job's network, labelled as the job."""
+    from aiptrain.planning import NetworkSpec
+
+    network = NetworkSpec(f"aiptrain-{job_id}", {"aiptrain.job-id": job_id, "aiptrain.installation":
+                                                 backend.engine.installation}, 2)
+    backend.networks.create(network)
+    backend.storage.start_for_job(endpoint, network.name, network.labels)
+
+
+def test_an_endpoint_that_cannot_start_is_reported_and_the_jobs_removal_takes_it_away(on_swarm, tmp_path):
     (tmp_path / "gcs").mkdir()
     (tmp_path / "tls").mkdir()
     for name in TLS_FILES:  # there, so they are not made; not a certificate: the server exits at once
         (tmp_path / "tls" / name).write_text("not PEM\n")
+    (tmp_path / "tls" / "hosts").write_text(" ".join(API_HOSTS))
     installation = uuid.uuid4().hex
     endpoint = StorageEndpoint(gcs_root=str(tmp_path / "gcs"), tls_dir=str(tmp_path / "tls"), user="65534:65534",
                                installation=installation, images=(runtime_image("minimal"),))
     backend = SwarmBackend(installation, client=on_swarm, home=str(tmp_path))
     require_image(on_swarm, runtime_image("minimal"))
     with pytest.raises(AiptrainError, match="The storage endpoint for gs:// did not start"):
-        backend.installation.ensure_storage_endpoint(endpoint)
-    backend.installation.remove_installation()
+        endpoint_on_a_network(on_swarm, backend, endpoint, "endpoint_fails")
+    backend.remove("endpoint_fails")
     owner = f"aiptrain.installation={installation}"
     assert on_swarm.services(filters={"label": owner}) == []
     assert on_swarm.networks(filters={"label": owner}) == []
 
 
-def test_a_deleted_homes_storage_endpoint_and_network_go_at_the_next_sweep(on_swarm, tmp_path):
-    """A home deleted while its endpoint served: the swarm would restart the endpoint's task for
-    good, on a network holding a subnet of the pool. Any controller's sweep removes both."""
+def test_a_deleted_homes_storage_endpoint_goes_at_the_next_sweep(on_swarm, tmp_path):
+    """A home deleted while a job's endpoint served: the swarm would restart the endpoint's task
+    for good. Any controller's sweep removes it."""
     import shutil
 
     from aiptrain.planning import replica_user
@@ -317,10 +328,11 @@ def test_a_deleted_homes_storage_endpoint_and_network_go_at_the_next_sweep(on_sw
     installation = uuid.uuid4().hex
     endpoint = StorageEndpoint(gcs_root=str(home / "gcs"), tls_dir=str(home / TLS_DIR_NAME), user=replica_user(),
                                installation=installation, images=(runtime_image("minimal"),))
-    SwarmBackend(installation, client=on_swarm, home=str(home)).installation.ensure_storage_endpoint(endpoint)
+    backend = SwarmBackend(installation, client=on_swarm, home=str(home))
+    endpoint_on_a_network(on_swarm, backend, endpoint, "deleted_home")
     owner = f"aiptrain.installation={installation}"
-    assert on_swarm.services(filters={"label": owner}) and on_swarm.networks(filters={"label": owner})
+    assert on_swarm.services(filters={"label": [owner, "aiptrain.role"]})
     shutil.rmtree(home)
     SwarmBackend(client=on_swarm).installation.remove_abandoned()
     assert on_swarm.services(filters={"label": owner}) == []
-    assert on_swarm.networks(filters={"label": owner}) == []
+    backend.networks.remove_job_networks("deleted_home")

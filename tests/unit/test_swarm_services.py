@@ -1,11 +1,12 @@
 """The swarm backend's pure rules: task states as replica statuses, replicas as one-task services,
 placement and GPUs, mounts carried to other nodes, the storage endpoint's service."""
 
+import dataclasses
 
 import pytest
 
 from aiptrain.backends import ReplicaStatus
-from aiptrain.backends.swarm import SwarmBackend
+from aiptrain.backends.swarm import SwarmBackend, job_network
 from aiptrain.backends.swarm_specs import (
     CONFIG_MAX_BYTES,
     NOT_A_MANAGER,
@@ -14,7 +15,6 @@ from aiptrain.backends.swarm_specs import (
     carried_files,
     check_gpus,
     config_reference,
-    endpoint_current,
     endpoint_service_spec,
     latest_task,
     meets,
@@ -24,9 +24,8 @@ from aiptrain.backends.swarm_specs import (
     unshared_dirs,
 )
 from aiptrain.errors import EnvironmentNotReady, ValidationError
-from aiptrain.labels import LABEL_CODE
 from aiptrain.planning import ContainerSpec, LaunchPlan, Mount, NetworkSpec
-from aiptrain.storage.endpoint import SERVER_CODE, StorageEndpoint, code_digest
+from aiptrain.storage.endpoint import SERVER_CODE, StorageEndpoint
 
 LABELS = {"aiptrain.job-id": "j", "aiptrain.task-name": "worker-replica-1", "aiptrain.task-type": "worker",
           "aiptrain.task-index": "1"}
@@ -147,27 +146,36 @@ def test_limits_and_gpus_go_into_the_service_resources():
     assert "Placement" not in built["task_template"]
 
 
-def test_a_replica_of_a_job_that_reaches_gs_joins_the_storage_network_too():
-    built = service_spec(spec(), {}, "net", [], (), 10, storage_network="gcs-net")
-    assert built["task_template"]["Networks"] == [{"Target": "net", "Aliases": ["j-worker-1"], "DriverOpts": None},
-                                                  {"Target": "gcs-net", "Aliases": None, "DriverOpts": None}]
-    lone = service_spec(spec(), {}, None, [], (), 10, storage_network="gcs-net")
-    assert lone["task_template"]["Networks"] == [{"Target": "gcs-net", "Aliases": None, "DriverOpts": None}]
+def test_a_replica_joins_its_jobs_network_only():
+    built = service_spec(spec(), {}, "net", [], (), 10)
+    assert built["task_template"]["Networks"] == [{"Target": "net", "Aliases": ["j-worker-1"], "DriverOpts": None}]
     assert "Networks" not in service_spec(spec(), {}, None, [], (), 10)["task_template"]
+
+
+def test_a_lone_replica_that_reaches_gs_gets_a_network_of_its_own_for_its_endpoint():
+    lone = dataclasses.replace(spec(), name="aiptrain-j-master-0",
+                               labels={"aiptrain.job-id": "j", "aiptrain.installation": "i", "aiptrain.task-name": "m"})
+    without = LaunchPlan("j", None, (lone,))
+    assert job_network(without) is None  # its own hostname is in its /etc/hosts
+    network = job_network(dataclasses.replace(without, storage=ENDPOINT))
+    assert network == NetworkSpec("aiptrain-j-master-0-net", {"aiptrain.job-id": "j", "aiptrain.installation": "i"}, 1)
+    shared = NetworkSpec("aiptrain-j", {"aiptrain.job-id": "j"}, 3)
+    assert job_network(LaunchPlan("j", shared, (lone,), storage=ENDPOINT)) is shared
 
 
 ENDPOINT = StorageEndpoint(gcs_root="/h/gcs", tls_dir="/h/storage-endpoint", user="65534:65534",
                            installation="abcdef0123456789", images=("aiptrain/runtime:2.11",))
 
 
-def test_the_storage_endpoint_is_one_unprivileged_task_on_the_manager_under_googles_names():
-    built = endpoint_service_spec(ENDPOINT, "aiptrain/runtime:2.11", "gcs-net", "node1", {"l": "v"})
+def test_a_jobs_storage_endpoint_is_one_unprivileged_task_on_the_manager_under_googles_names():
+    built = endpoint_service_spec(ENDPOINT, "aiptrain/runtime:2.11", "gcs-net", "node1", {"l": "v"}, "job-net-gcs")
     template = built["task_template"]
     container = template["ContainerSpec"]
-    assert built["name"] == "aiptrain-storage-abcdef01" and built["mode"] == {"replicated": {"Replicas": 1}}
+    assert built["name"] == "job-net-gcs" and built["mode"] == {"replicated": {"Replicas": 1}}
+    assert built["labels"] == container["Labels"] == {"l": "v"}  # the job's teardown finds its container too
     assert template["Placement"] == {"Constraints": ["node.id==node1"]}  # where the gcs tree is
-    assert template["Networks"] == [{"Target": "gcs-net", "Aliases": ["www.googleapis.com", "storage.googleapis.com"],
-                                     "DriverOpts": None}]
+    assert template["Networks"] == [{"Target": "gcs-net", "DriverOpts": None, "Aliases": [
+        "www.googleapis.com", "storage.googleapis.com", "oauth2.googleapis.com"]}]
     assert container["Command"][container["Command"].index("--port") + 1] == "443"  # replicas reach its own address
     assert container["Sysctls"] == {"net.ipv4.ip_unprivileged_port_start": "443"}  # no capability to bind it
     assert (container["User"], container["ReadOnly"], container["CapabilityDrop"], container["Init"]) == (
@@ -176,15 +184,6 @@ def test_the_storage_endpoint_is_one_unprivileged_task_on_the_manager_under_goog
         ("/h/gcs", "/gcs", False), (str(SERVER_CODE), "/opt/aiptrain/endpoint/server.py", True),
         ("/h/storage-endpoint", "/opt/aiptrain/endpoint/tls", True), (None, "/tmp", False)}
     assert template["RestartPolicy"]["Condition"] == "any" and template["Resources"] == {"Limits": {"Pids": 512}}
-
-
-def test_an_endpoint_service_is_kept_only_with_this_code_on_this_network():
-    def service(code: str, network: str) -> dict:
-        return {"Spec": {"Labels": {LABEL_CODE: code}, "TaskTemplate": {"Networks": [{"Target": network}]}}}
-
-    assert endpoint_current(service(code_digest(), "n1"), code_digest(), "n1")
-    assert not endpoint_current(service("0ld", "n1"), code_digest(), "n1")
-    assert not endpoint_current(service(code_digest(), "n0"), code_digest(), "n1")
 
 
 def test_carried_tools_stay_executable():
