@@ -200,18 +200,19 @@ def host_capacity(used: int, override: int | None) -> Capacity:
     return capacity(used, os.cpu_count() or 1, available_memory(), None)
 
 
-def request(store, job: Job, override: int | None) -> Verdict:
-    """Queue `job` (once) and admit it if the rule allows, under the store's write lock."""
+def request(store, key: str, job: Job, override: int | None) -> Verdict:
+    """Queue `job` (`key`: its key in the store, aiptrain.jobkeys) once and admit it if the rule
+    allows, under the store's write lock."""
     def rule(queue: list[Queued], used: int) -> Verdict:
-        return decide(job.job_id, queue, used, host_capacity(used, override))
+        return decide(key, queue, used, host_capacity(used, override))
 
-    return store.request_admission(job.job_id, needed_by(job, os.cpu_count() or 1, override), rule)
+    return store.request_admission(key, needed_by(job, os.cpu_count() or 1, override), rule)
 
 
-def peek(store, job: Job, override: int | None) -> Verdict | None:
+def peek(store, key: str, job: Job, override: int | None) -> Verdict | None:
     """The verdict `request` would give now, read without the write lock (for the waiting loop:
     cheap enough to ask often); None when the job is not queued."""
     queue, used = store.admission_queue()
-    if not any(entry.job_id == job.job_id for entry in queue):
+    if not any(entry.job_id == key for entry in queue):
         return None
-    return decide(job.job_id, queue, used, host_capacity(used, override))
+    return decide(key, queue, used, host_capacity(used, override))

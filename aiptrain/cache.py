@@ -118,7 +118,7 @@ def _jobs_active(settings: Settings) -> bool:
     if not settings.store_url and not settings.store_path.exists():
         return False
 
-    store = JobStore(settings.store)
+    store = JobStore.of(settings)
     try:
         return bool(store.active_job_ids())
     finally:

@@ -25,13 +25,14 @@ from aiptrain.backends import Backend, open_backend
 from aiptrain.config import SubmitFlags
 from aiptrain.errors import EnvironmentNotReady, JobNotFound, ValidationError
 from aiptrain.exports import dry_run_tfjob, dry_run_trainjob, tfjob_export, trainjob_export
+from aiptrain.jobkeys import JobKey
 from aiptrain.model import Job
 from aiptrain.remote import ApiClient
 from aiptrain.replicas import ReplicaObservation
 from aiptrain.service import JobService, LabelsUpdate
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
-from aiptrain.submission import Submission, Submitter, check_buckets, prepare, recorded_project
+from aiptrain.submission import Submission, Submitter, check_buckets, prepare
 from aiptrain.tfjob import Export
 from aiptrain.trainjob import Runtime, TrainJobExport
 from aiptrain.validation import check_label_count, validate_labels
@@ -46,18 +47,22 @@ def open_client(settings: Settings | None = None, project: str | None = None) ->
     settings = settings or Settings()
     if settings.api_url:
         return ApiClient(settings, project)
-    return Client(settings=settings)
+    return Client(settings=settings, project=project)
 
 
 class Client:
-    """One aiptrain installation (AIPTRAIN_HOME, or `home`): its jobs and its engine.
-    The store and the engine are opened on first use; `close()` (or `with`) releases them."""
+    """One aiptrain installation (AIPTRAIN_HOME, or `home`): the jobs of one of its projects
+    (`project`, default: the installation's default project, CLOUDSDK_CORE_PROJECT else
+    `aiptrain`), and its engine. Job IDs are unique per project: every verb finds the job of
+    that ID in this project only. The store and the engine are opened on first use; `close()`
+    (or `with`) releases them."""
 
     def __init__(self, home: str | Path | None = None, settings: Settings | None = None,
-                 backend: Backend | None = None):
+                 backend: Backend | None = None, project: str | None = None):
         if settings is None:
             settings = Settings(home=Path(home).expanduser().resolve()) if home else Settings()
         self.settings = settings
+        self.project = project or settings.default_project
         self._given_backend = backend  # a given backend (a fake in tests) runs every job
         self._backends: dict[str, Backend] = {}
 
@@ -66,7 +71,7 @@ class Client:
     @cached_property
     def store(self) -> JobStore:
         self.settings.ensure_dirs()
-        return JobStore(self.settings.store)
+        return JobStore.of(self.settings)
 
     def backend_named(self, name: str | None = None) -> Backend:
         """The backend called `name` (default: the settings'), opened once per client."""
@@ -77,9 +82,13 @@ class Client:
             self._backends[name] = open_backend(self.settings, name)
         return self._backends[name]
 
-    def backend_for(self, job_id: str) -> Backend:
-        """The backend the job was submitted to."""
-        return self.backend_named(self.store.backend_of(job_id))
+    def backend_for(self, key: str) -> Backend:
+        """The backend the job (by its key) was submitted to."""
+        return self.backend_named(self.store.backend_of(key))
+
+    def key(self, job_id: str) -> JobKey:
+        """The key of this project's job `job_id` (aiptrain.jobkeys); JobNotFound if it has none."""
+        return jobs.find_key(self.project, job_id, self.settings, self.store)
 
     def close(self) -> None:
         if "store" in self.__dict__:
@@ -105,12 +114,16 @@ class Client:
         """The job, or None; a home with no store yet is left without one (a dry run makes none)."""
         if not self.settings.store_url and not self.settings.store_path.exists():
             return None
-        return self.store.get(job_id)
+        key = self.store.key_of(self.project, job_id)
+        return self.store.get(key) if key else None
 
     def submit(self, submission: Submission, report: Callable[[str], None] | None = None,
                build_progress: Callable[[str], None] | None = None) -> Job:
         """Run a prepared submission; `report` hears each step. A runtime image the engine lacks
-        is built first (`build_progress` hears that build) unless AIPTRAIN_AUTO_BUILD=0."""
+        is built first (`build_progress` hears that build) unless AIPTRAIN_AUTO_BUILD=0. A
+        submission without a project is made in this client's."""
+        if submission.project is None:
+            submission = dataclasses.replace(submission, project=self.project)
         check_buckets(submission, self.settings)
         full = self.settings.out_of_space()
         if full:  # refused before the store, the log or the bucket is touched
@@ -166,20 +179,21 @@ class Client:
     # -- read ------------------------------------------------------------------------------
 
     def get(self, job_id: str) -> Job:
-        """The job; JobNotFound if there is none."""
-        return jobs.get_job(job_id, self.settings, self.store)
+        """The job; JobNotFound if this project has none."""
+        return jobs.get_job(self.key(job_id), self.settings, self.store)
 
     def list_resources(self, filter: str | None = None, sort_by: str | Iterable[str] | None = None,
                        limit: int | None = None, fields: Iterable[str] | None = None) -> list[dict]:
         """`list` as REST resources (dicts), only `fields` of each when given."""
-        return listing.list_resources(self.settings, filter, sort_by, limit, fields, table=self.store)
+        return listing.list_resources(self.settings, filter, sort_by, limit, fields, table=self.store,
+                                      project=self.project)
 
     # Below this method, `list` in the class's annotations means it: the type is builtins.list.
     def list(self, filter: str | None = None, sort_by: str | Iterable[str] | None = None,
              limit: int | None = None) -> list[Job]:
         """Jobs as `jobs list` selects them: gcloud's --filter expression and --sort-by keys
         (`~` for descending; newest first by default), sorted, then filtered, then limited."""
-        found = listing.list_resources(self.settings, filter, sort_by, limit, table=self.store)
+        found = listing.list_resources(self.settings, filter, sort_by, limit, table=self.store, project=self.project)
         return [Job.model_validate(resource) for resource in found]
 
     @property
@@ -189,45 +203,42 @@ class Client:
 
     def job_ids(self, prefix: str = "") -> builtins.list[str]:
         """IDs starting with `prefix`, newest first (shell completion)."""
-        return self.store.job_ids(prefix)
+        return self.store.job_ids(self.project, prefix)
 
     def waiting_reason(self, job_id: str) -> str | None:
         """Why a QUEUED job has not started yet (aiptrain.admission); None when it does not wait."""
-        queued = self.store.queue_position(job_id)
+        queued = self.store.queue_position(self.key(job_id))
         return queued[1] if queued else None
 
-    def recorded_project(self, job_id: str) -> str | None:
-        return recorded_project(self.settings, job_id)
-
     def uri(self, job_id: str, project: str | None = None) -> str:
-        """The job's REST URI, as `jobs list --uri` prints it: in `project`, else the project given
-        at submit, else the default project (CLOUDSDK_CORE_PROJECT, else `aiptrain`)."""
-        project = project or self.recorded_project(job_id) or self.settings.default_project
+        """The job's REST URI, as `jobs list --uri` prints it: in `project`, else this client's."""
+        project = project or self.project
         return f"https://ml.googleapis.com/v1/projects/{project}/jobs/{job_id}"
 
     # -- wait, logs, cancel ----------------------------------------------------------------
 
     def wait(self, job_id: str, timeout: float | None = None) -> Job:
         """Block until the job ends (or `timeout` seconds pass); the job as it then is."""
-        return jobs.wait_until_done(job_id, self.settings, self.store, timeout)
+        return jobs.wait_until_done(self.key(job_id), self.settings, self.store, timeout)
 
     def log_batches(self, job_id: str, task_name: str | None = None, poll_seconds: float = 0.2,
                     on_poll: Callable[[Job], None] | None = None) -> Iterator[builtins.list[logs.LogRecord]]:
         """The job's log records in batches as they are written, until the job has ended;
         `on_poll` sees the job each time it is looked at."""
-        return logs.follow(self.settings.job_log_path(job_id), self._ended(job_id, on_poll), poll_seconds,
-                           task=task_name)
+        key = self.key(job_id)
+        return logs.follow(self.settings.job_log_path(key), self._ended(key, on_poll), poll_seconds, task=task_name)
 
     def log_blocks(self, job_id: str, poll_seconds: float = 0.2) -> Iterator[bytes]:
         """log_batches' lines unparsed (JSON lines, whole ones), for `logs.format_lines`: what
         printing a million lines costs is mostly building a record for each."""
-        return logs.follow_blocks(self.settings.job_log_path(job_id), self._ended(job_id), poll_seconds)
+        key = self.key(job_id)
+        return logs.follow_blocks(self.settings.job_log_path(key), self._ended(key), poll_seconds)
 
-    def _ended(self, job_id: str, on_poll: Callable[[Job], None] | None = None) -> Callable[[], bool]:
-        self.get(job_id)  # exists? driven.
+    def _ended(self, key: JobKey, on_poll: Callable[[Job], None] | None = None) -> Callable[[], bool]:
+        jobs.get_job(key, self.settings, self.store)  # driven.
 
         def ended() -> bool:
-            job = self.get(job_id)
+            job = jobs.get_job(key, self.settings, self.store)
             if on_poll:
                 on_poll(job)
             return job.state is not None and job.state.is_terminal
@@ -243,15 +254,17 @@ class Client:
 
     def replicas(self, job_id: str) -> builtins.list[ReplicaObservation]:
         """What the engine says about the job's replicas now (backends.ReplicaObservation)."""
-        return self.backend_for(job_id).observe(job_id)
+        key = self.key(job_id)
+        return self.backend_for(key).observe(key)
 
     def restart_counts(self, job_id: str) -> dict[str, int]:
         """Restarts so far, by task name."""
-        return self.store.restarts(job_id)
+        return self.store.restarts(self.key(job_id))
 
     def cancel(self, job_id: str, timeout: float = 60) -> Job:
         """Cancel the job and wait (up to `timeout`) until it has stopped; a job that ended stays as it is."""
-        return jobs.cancel(job_id, self.settings, self.store, self.backend_for(job_id), timeout)
+        key = self.key(job_id)
+        return jobs.cancel(key, self.settings, self.store, self.backend_for(key), timeout)
 
     # -- labels ----------------------------------------------------------------------------
 
@@ -261,7 +274,7 @@ class Client:
         compare-and-set on the store; finished jobs too."""
         if update:
             validate_labels(update)
-        self.get(job_id)  # JobNotFound before anything else
+        key = self.key(job_id)  # JobNotFound before anything else
 
         def change(labels: dict[str, str]) -> dict[str, str]:
             new = {} if clear else dict(labels)
@@ -271,7 +284,7 @@ class Client:
             check_label_count(new)
             return new
 
-        job, changed = self.store.update_labels(job_id, change)
+        job, changed = self.store.update_labels(key, change)
         if job is None:  # deleted since the check above
             raise JobNotFound(job_id)
         return LabelsUpdate(job, changed)

@@ -32,7 +32,7 @@ from aiptrain.states import STATE_NAMES
 T = TypeVar("T")
 OPERATORS = ("!=", "<=", ">=", "!~", ":", "=", "<", ">", "~")
 # Keys the store keeps in columns of its own, so it can filter and sort on them in SQL.
-COLUMNS = {"jobId": "job_id", "state": "state", "createTime": "create_time"}
+COLUMNS = {"jobId": "name", "state": "state", "createTime": "create_time"}
 _LABEL_KEY = re.compile(r"labels\.[\w-]+")  # and `labels.KEY`, from the labels column
 
 

@@ -10,13 +10,13 @@ import time
 
 from aiptrain.backends import Backend, ReplicaStatus
 from aiptrain.errors import JobNotFound
+from aiptrain.jobkeys import KEY_PATTERN, JobKey
 from aiptrain.jobtable import DamagedRecord
 from aiptrain.model import TERMINAL_STATES, Job, State
 from aiptrain.ownership import remove_if_unowned
 from aiptrain.runner import control
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
-from aiptrain.validation import JOB_ID_PATTERN
 
 
 def remove_stale_locks(settings: Settings, store: JobStore) -> int:
@@ -34,19 +34,28 @@ def remove_stale_locks(settings: Settings, store: JobStore) -> int:
     return removed
 
 
-def get_job(job_id: str, settings: Settings, store: JobStore) -> Job:
-    job = store.get(job_id)
-    if job is None:
-        if JOB_ID_PATTERN.fullmatch(job_id) and settings.job_lock_path(job_id).exists():
-            remove_if_unowned(settings.job_lock_path(job_id))  # a submit killed before it recorded the job
+def find_key(project: str, job_id: str, settings: Settings, store: JobStore) -> JobKey:
+    """The key of the job `job_id` of `project` (aiptrain.jobkeys); JobNotFound when the project
+    has none (another project's job of that ID included)."""
+    key = store.key_of(project, job_id)
+    if key is None:
+        would_be = store.new_key(project, job_id)
+        if KEY_PATTERN.fullmatch(would_be) and settings.job_lock_path(would_be).exists():
+            remove_if_unowned(settings.job_lock_path(would_be))  # a submit killed before it recorded the job
         raise JobNotFound(job_id)
+    return key
+
+
+def get_job(key: str, settings: Settings, store: JobStore) -> Job:
+    """The job of this key (aiptrain.jobkeys: `find_key` finds it)."""
+    job = store.require(key)
     if job.state not in TERMINAL_STATES:
         control.ensure_running(settings)
         full = settings.out_of_space()
         if full:  # the controller cannot record the job's progress: say why it shows an old state
-            print(f"WARNING: Job [{job_id}] may show an outdated state: {full}", file=sys.stderr, flush=True)
+            print(f"WARNING: Job [{job.job_id}] may show an outdated state: {full}", file=sys.stderr, flush=True)
     if job.state is State.QUEUED:
-        queued = store.queue_position(job_id)
+        queued = store.queue_position(key)
         if queued:
             job.job_position = queued[0]
     return job

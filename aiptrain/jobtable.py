@@ -14,22 +14,29 @@ import sqlite3
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Self
 
 from aiptrain import dialects
 from aiptrain.dialects import StoreUnusable
 from aiptrain.errors import EnvironmentNotReady
 from aiptrain.filtering import COLUMNS, Condition, Query, listed_only
+from aiptrain.jobkeys import DEFAULT_PROJECT, JobKey
 from aiptrain.states import NOT_TERMINAL_NAMES
+
+if TYPE_CHECKING:
+    from aiptrain.settings import Settings
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
-    job_id      TEXT PRIMARY KEY,
+    job_id      TEXT PRIMARY KEY,           -- the job's key in the installation (aiptrain.jobkeys)
     state       TEXT NOT NULL,
     create_time TEXT NOT NULL,
     resource    TEXT NOT NULL,              -- the Job resource, camelCase JSON
     restarts    TEXT NOT NULL DEFAULT '{}', -- task name -> restarts so far
     labels      TEXT,                       -- the resource's labels (JSON), or NULL
-    backend     TEXT                        -- what runs its replicas (aiptrain.backends), NULL for docker
+    backend     TEXT,                       -- what runs its replicas (aiptrain.backends), NULL for docker
+    project     TEXT,                       -- the project it was created in
+    name        TEXT                        -- its job ID in that project (the resource's jobId)
 );
 CREATE TABLE IF NOT EXISTS events (
     job_id TEXT NOT NULL,
@@ -56,9 +63,14 @@ CREATE TABLE IF NOT EXISTS admission (      -- jobs waiting to start or holding 
 );
 """
 # Columns added after the first release: name -> the resource's member that fills it in, or None
-# for the value every earlier job had (their backend was docker, the only one then).
-ADDED_COLUMNS = {"labels": "labels", "backend": None}
+# for the value every earlier job had (their backend was docker, the only one then). `project` and
+# `name` came with job IDs per project (see _add_project_columns).
+ADDED_COLUMNS = {"labels": "labels", "backend": None, "project": None, "name": None}
 _ADDED_DEFAULT = "docker"
+# One job per (project, ID): made once the columns are there.
+PROJECT_INDEX = "jobs_by_project"
+# Where releases before job IDs were per project kept a job's --project: beside its log.
+LEGACY_PROJECT_SUFFIX = ".project"
 # The columns `jobs list` prints from without reading the resource, by the resource's key.
 LISTED = {**COLUMNS, "labels": "labels"}
 # The states that are not terminal, named rather than "not terminal" so the state index finds them.
@@ -115,11 +127,17 @@ def warn_on_stderr(message: str) -> None:
 
 
 class JobTable:
-    def __init__(self, path: Path | str, warn: Callable[[str], None] = warn_on_stderr):
+    def __init__(self, path: Path | str, warn: Callable[[str], None] = warn_on_stderr,
+                 default_project: str = DEFAULT_PROJECT, legacy_logs: Path | None = None):
         """`path`: the SQLite file, or a postgresql:// URL (Settings.store gives the one configured;
-        messages name it without its password)."""
+        messages name it without its password). `default_project`: the installation's (a job
+        created without a project is in it; its jobs keep their ID as key: aiptrain.jobkeys);
+        `legacy_logs`: where an older store's jobs kept their project (read once, when the
+        store gains its project column). `JobTable.of(settings)` passes all three."""
         self.path = path
         self._warn = warn
+        self.default_project = default_project
+        self._legacy_logs = legacy_logs
         self._warned: set[str] = set()  # jobs whose damaged record was reported already
         db = None
         try:
@@ -133,6 +151,11 @@ class JobTable:
             if not is_database_error(exc):
                 raise
             raise store_problem(path, exc) from None
+
+    @classmethod
+    def of(cls, settings: Settings) -> Self:
+        """The settings' store, with the installation's default project."""
+        return cls(settings.store, default_project=settings.default_project, legacy_logs=settings.logs_dir)
 
     def skip_damaged(self, job_id: str, problem: str,
                      consequence: str = "it is left out; `aiptrain jobs describe` on it says what to do") -> None:
@@ -154,10 +177,12 @@ class JobTable:
                 for statement in self._db.extra_schema:
                     self._db.execute(statement)
                 self._add_columns()
+                self._db.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {PROJECT_INDEX} ON jobs (project, name)")
 
     def _schema_is_current(self) -> bool:
         names = self._db.schema_names()
-        return {"jobs", "events", "verdicts", "jobs_by_state", "admission"} <= names and not self._missing_columns()
+        return ({"jobs", "events", "verdicts", "jobs_by_state", "admission", PROJECT_INDEX} <= names
+                and not self._missing_columns())
 
     def _missing_columns(self) -> list[str]:
         present = self._db.columns("jobs")
@@ -166,14 +191,36 @@ class JobTable:
     def _add_columns(self) -> None:
         """Columns a database made before them lacks, filled in from each stored resource (under
         the write lock the caller holds, so no row is written meanwhile)."""
-        for name in self._missing_columns():
+        missing = self._missing_columns()
+        for name in missing:
             self._db.execute(self._db.ddl(f"ALTER TABLE jobs ADD COLUMN {name} TEXT"))
             member = ADDED_COLUMNS[name]
+            if name in ("project", "name"):
+                continue
             if member is None:
                 self._db.execute(f"UPDATE jobs SET {name} = ?", (_ADDED_DEFAULT,))
             else:
                 self._db.execute(f"UPDATE jobs SET {name} = {self._db.json_member('resource')}",
                                  (self._db.member_path(member),))
+
+        if "project" in missing or "name" in missing:
+            self._add_project_columns()
+
+    def _add_project_columns(self) -> None:
+        """Job IDs became unique per project: every earlier job keeps its ID as its key and name,
+        in the project its submit recorded beside its log (`logs/<job>.project`, given with
+        --project or by the API), else in the default project, where such a job was shown."""
+        self._db.execute("UPDATE jobs SET name = job_id, project = ?", (self.default_project,))
+        if self._legacy_logs is None or not self._legacy_logs.is_dir():
+            return
+        for path in self._legacy_logs.glob(f"*{LEGACY_PROJECT_SUFFIX}"):
+            try:
+                project = path.read_text().strip()
+            except (OSError, UnicodeDecodeError):
+                continue  # unreadable: the job stays in the default project, as it was shown
+            if project:
+                self._db.execute("UPDATE jobs SET project = ? WHERE job_id = ?",
+                                 (project, path.name[:-len(LEGACY_PROJECT_SUFFIX)]))
 
     def close(self) -> None:
         self._db.close()
@@ -188,19 +235,30 @@ class JobTable:
         """The store's write transaction: no other writer until it commits (aiptrain.dialects)."""
         return self._db.transaction()
 
-    def exists(self, job_id: str) -> bool:
-        return self._db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job_id,)).fetchone() is not None
+    def exists(self, key: str) -> bool:
+        """Whether a job has this key (aiptrain.jobkeys)."""
+        return self._db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (key,)).fetchone() is not None
+
+    def key_of(self, project: str, job_id: str) -> JobKey | None:
+        """The key of the job `job_id` of `project`; None when the project has no such job."""
+        row = self._db.execute("SELECT job_id FROM jobs WHERE project = ? AND name = ?", (project, job_id)).fetchone()
+        return JobKey(row[0]) if row else None
+
+    def project_of(self, key: str) -> str:
+        """The project the job was created in (the default project for a job the store lacks)."""
+        row = self._db.execute("SELECT project FROM jobs WHERE job_id = ?", (key,)).fetchone()
+        return (row and row[0]) or self.default_project
 
     def backend_of(self, job_id: str) -> str:
         """The backend that runs the job (docker for a job the store does not know)."""
         row = self._db.execute("SELECT backend FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         return (row and row[0]) or "docker"
 
-    def job_ids(self, prefix: str = "") -> list[str]:
-        """IDs starting with `prefix` (case-sensitive), newest first."""
+    def job_ids(self, project: str, prefix: str = "") -> list[str]:
+        """The project's job IDs starting with `prefix` (case-sensitive), newest first."""
         rows = self._db.execute(
-            "SELECT job_id FROM jobs WHERE substr(job_id, 1, ?) = ? ORDER BY create_time DESC, job_id",
-            (len(prefix), prefix),
+            "SELECT name FROM jobs WHERE project = ? AND substr(name, 1, ?) = ? ORDER BY create_time DESC, name",
+            (project, len(prefix), prefix),
         ).fetchall()
         return [job_id for (job_id,) in rows]
 
@@ -210,12 +268,12 @@ class JobTable:
         ).fetchall()
         return [job_id for (job_id,) in rows]
 
-    def resources(self, query: Query, fields: Iterable[str] | None = None) -> list[dict]:
+    def resources(self, query: Query, fields: Iterable[str] | None = None, project: str | None = None) -> list[dict]:
         """The resources of the jobs meeting the query's conditions, in its order (newest first
-        by default), at most its limit. `fields`: the only keys the caller reads; when the
-        columns hold them all (filtering.listed_only), the resources are made of those columns
-        alone, without reading or parsing the stored JSON."""
-        where, params = [], []
+        by default), at most its limit; only `project`'s jobs when given. `fields`: the only keys
+        the caller reads; when the columns hold them all (filtering.listed_only), the resources
+        are made of those columns alone, without reading or parsing the stored JSON."""
+        where, params = ([], []) if project is None else (["project = ?"], [project])
         for condition in query.conditions:
             clause, values = _sql_condition(self._db, condition)
             where.append(clause)
@@ -234,7 +292,7 @@ class JobTable:
         sql = f"SELECT job_id, {'resource' if keys is None else ', '.join(LISTED[key] for key in keys)} FROM jobs"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY " + ", ".join([*order, "create_time DESC", "job_id"])  # ties: newest first, as unsorted
+        sql += " ORDER BY " + ", ".join([*order, "create_time DESC", "name", "job_id"])  # ties: newest first, as unsorted
         skipped = 0  # damaged rows are left out: the limit then reaches as many rows further
         while True:
             limit = [query.limit + skipped] if query.limit else []

@@ -19,19 +19,22 @@ from aiptrain.settings import Settings
 
 def list_resources(settings: Settings, filter: str | None = None,
                    sort_by: str | Iterable[str] | None = None, limit: int | None = None,
-                   fields: Iterable[str] | None = None, table: JobTable | None = None) -> list[dict]:
-    """The jobs `jobs list` selects (gcloud's --filter, --sort-by with `~` for descending,
-    --limit; newest first by default) as resources. `fields`: the only keys the caller reads,
-    None for whole resources; `table`: the open store (else the settings' store is opened and closed)."""
+                   fields: Iterable[str] | None = None, table: JobTable | None = None,
+                   project: str | None = None) -> list[dict]:
+    """The jobs of `project` (default: the settings' default project) that `jobs list` selects
+    (gcloud's --filter, --sort-by with `~` for descending, --limit; newest first by default) as
+    resources. `fields`: the only keys the caller reads, None for whole resources; `table`: the
+    open store (else the settings' store is opened and closed)."""
     expression = filtering.parse(filter) if filter else None
     keys = filtering.parse_sort_keys(sort_by)
     if table is None:
-        with JobTable(settings.store) as table:
-            return list_resources(settings, filter, sort_by, limit, fields, table)
+        with JobTable.of(settings) as table:
+            return list_resources(settings, filter, sort_by, limit, fields, table, project)
     if table.active_job_ids():
         control.ensure_running(settings)  # a controller that died is replaced: its jobs go on
+    project = project or settings.default_project
     query = filtering.plan_query(expression, keys, limit)
     if query.complete:
-        return table.resources(query, fields)
-    found = table.resources(query)
+        return table.resources(query, fields, project)
+    found = table.resources(query, project=project)
     return filtering.select(found, expression, keys, limit, lambda resource: resource)

@@ -538,19 +538,23 @@ def own_network(replicas: list[Replica]) -> bool:
     return len(replicas) > 1
 
 
-def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | None = None) -> LaunchPlan:
+def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | None = None,
+         key: str | None = None) -> LaunchPlan:
     """The launch plan of the job, or of one hyperparameter trial of it (its own network,
-    names carrying the trial ID, the trial's values and job dir)."""
+    names carrying the trial ID, the trial's values and job dir). `key`: the job's key in the
+    installation (aiptrain.jobkeys; default: its ID), which engine names and labels carry;
+    hostnames, which only the job's own replicas see, come from its ID."""
     mounts = _mounts(job, inputs, trial)
     job = as_replicas_see_it(job, inputs)
-    job_id = job.job_id
+    job_id = key or job.job_id
     base = base_name(job_id, trial)
     owner = {LABEL_INSTALLATION: inputs.installation} if inputs.installation else {}
     scope = {LABEL_JOB: job_id, **owner, **({LABEL_TRIAL: trial.trial_id} if trial else {})}
     network = NetworkSpec(engine_name(f"aiptrain-{base}", inputs.installation), scope, len(replicas)) \
         if own_network(replicas) else None
     package_paths = " ".join(f"{PACKAGES_DIR}/{name}" for name in inputs.package_files)
-    hostnames = [hostname(base, replica) for replica in replicas] if network else [LONE_HOSTNAME]
+    host_base = base_name(job.job_id, trial)
+    hostnames = [hostname(host_base, replica) for replica in replicas] if network else [LONE_HOSTNAME]
     totals = _totals(replicas)
     installs = installs_packages(job, inputs)
 

@@ -288,9 +288,6 @@ class ApiClient:
     def waiting_reason(self, job_id: str) -> str | None:
         return None  # the server's reason is in the job's log (stream-logs shows it)
 
-    def recorded_project(self, job_id: str) -> str | None:
-        return None  # jobs are found in the client's project; describe has nothing to add
-
     def uri(self, job_id: str, project: str | None = None) -> str:
         return f"{self.url}/v1/projects/{project or self.project}/jobs/{job_id}"
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiptrain.errors import ValidationError
+from aiptrain.jobkeys import DEFAULT_PROJECT
 
 DEFAULT_RUNTIME_VERSION = "2.11"
 DEFAULT_IMAGE_REPOSITORY = "aiptrain/runtime"
@@ -173,7 +174,7 @@ class Settings:
     cache_max_age_days: float = field(default_factory=lambda: _env_float("AIPTRAIN_CACHE_MAX_AGE_DAYS", 30.0))
     cache_max_size_mb: int = field(default_factory=lambda: _env_int("AIPTRAIN_CACHE_MAX_SIZE_MB", 10240))
     # The project in jobs' REST URIs when neither --project nor the submit named one (gcloud's variable).
-    default_project: str = field(default_factory=lambda: gcloud_property("core/project") or "aiptrain")
+    default_project: str = field(default_factory=lambda: gcloud_property("core/project") or DEFAULT_PROJECT)
     # The region recorded on a job when neither --region nor its config names one (gcloud's compute/region).
     default_region: str = field(default_factory=lambda: gcloud_property("compute/region") or "us-central1")
     # A submit whose runtime image is missing builds it first, as `docker run` pulls; 0 refuses (exit 3).

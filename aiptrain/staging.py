@@ -62,16 +62,17 @@ def combined_sha256(paths: list[Path]) -> str:
 
 
 def staging_target(
-    job_id: str, staging_bucket: str | None, job_dir: str | None, default_bucket: str
+    job_id: str, staging_bucket: str | None, job_dir: str | None, default_bucket: str, key: str | None = None
 ) -> tuple[str, str]:
-    """(bucket URL, object prefix) where this job's packages go."""
+    """(bucket URL, object prefix) where this job's packages go: in the default bucket, which
+    every project of the installation shares, under the job's key (aiptrain.jobkeys; default: its ID)."""
     if staging_bucket:
         bucket_url, prefix = split_url(staging_bucket) if is_gcs(staging_bucket) else (staging_bucket, "")
         return bucket_url, "/".join(p for p in (prefix, job_id) if p)
     if job_dir:
         bucket_url, prefix = split_url(job_dir) if is_gcs(job_dir) else (job_dir, "")
         return bucket_url, "/".join(p for p in (prefix, "packages") if p)
-    return default_bucket, job_id
+    return default_bucket, key or job_id
 
 
 # -- what this host has staged before ---------------------------------------------------------

@@ -16,31 +16,45 @@ from datetime import datetime
 
 from aiptrain.admission import Queued, Verdict
 from aiptrain.errors import JobExists, JobNotFound
+from aiptrain.jobkeys import JobKey, new_key
 from aiptrain.jobtable import DamagedRecord, JobTable, labels_column
 from aiptrain.model import Job, State, TrainingOutput, rfc3339, utc_now
 
 
 class JobStore(JobTable):
+    """The jobs by key (aiptrain.jobkeys): every method but `create`, `new_key` and the lookups
+    by project (`key_of`, `job_ids`, `resources`) takes the job's key, which the façades find
+    from (project, job ID) first."""
+
     def _event(self, job_id: str, moment: datetime, state: State, detail: str | None) -> None:
         self._db.execute(
             "INSERT INTO events (job_id, time, state, detail) VALUES (?, ?, ?, ?)",
             (job_id, rfc3339(moment), state.value, detail),
         )
 
-    def create(self, job: Job, backend: str = "docker") -> Job:
-        """Record a new job in QUEUED, run by `backend`. A job ID that exists already is a
-        ValidationError."""
+    def new_key(self, project: str, job_id: str) -> JobKey:
+        """The key a new job `job_id` of `project` gets (aiptrain.jobkeys.new_key)."""
+        return new_key(project, job_id, self.default_project, plain_taken=self.exists(job_id))
+
+    def create(self, job: Job, backend: str = "docker", project: str | None = None,
+               key: JobKey | None = None) -> Job:
+        """Record a new job of `project` (default: the store's default project) in QUEUED, run by
+        `backend`, under `key` (default: `new_key`). A job ID the project has already, or a key
+        taken meanwhile, is a JobExists (409)."""
+        project = project or self.default_project
         created = job.create_time or utc_now()
         job = job.model_copy(update={"state": State.QUEUED, "create_time": created})
         try:
             with self._transaction():
+                key = key or self.new_key(project, job.job_id)
                 resource = job.to_resource()
                 self._db.execute(
-                    "INSERT INTO jobs (job_id, state, create_time, resource, labels, backend) VALUES (?, ?, ?, ?, ?, ?)",
-                    (job.job_id, State.QUEUED.value, rfc3339(created), json.dumps(resource),
+                    "INSERT INTO jobs (job_id, project, name, state, create_time, resource, labels, backend) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (key, project, job.job_id, State.QUEUED.value, rfc3339(created), json.dumps(resource),
                      labels_column(resource), backend),
                 )
-                self._event(job.job_id, created, State.QUEUED, None)
+                self._event(key, created, State.QUEUED, None)
         except self._db.integrity_errors:
             raise duplicate_job(job.job_id) from None
         return job
@@ -102,16 +116,16 @@ class JobStore(JobTable):
             self._db.execute("DELETE FROM verdicts WHERE job_id = ?", (job_id,))
             self._db.execute("DELETE FROM admission WHERE job_id = ?", (job_id,))
 
-    def update_resource(self, job: Job) -> None:
-        """Replace the stored resource (e.g. packageUris after staging), keeping the state."""
+    def update_resource(self, key: str, job: Job) -> None:
+        """Replace the stored resource of the job `key` (e.g. packageUris after staging), keeping the state."""
         resource = job.to_resource()
         with self._transaction():  # the stored state, read and kept under the write lock
-            row = self._db.execute("SELECT state FROM jobs WHERE job_id = ?", (job.job_id,)).fetchone()
+            row = self._db.execute("SELECT state FROM jobs WHERE job_id = ?", (key,)).fetchone()
             if row is None:
                 return
             resource["state"] = row[0]
             self._db.execute("UPDATE jobs SET resource = ?, labels = ? WHERE job_id = ?",
-                             (json.dumps(resource), labels_column(resource), job.job_id))
+                             (json.dumps(resource), labels_column(resource), key))
 
     def set_training_output(self, job_id: str, output: TrainingOutput) -> None:
         """Replace trainingOutput only: state, errorMessage and the rest stay as they are, so

@@ -124,23 +124,6 @@ class Submission:
         return bool(job_dir and is_gcs(job_dir) and self.gcs_root is None)
 
 
-def _project_path(settings: Settings, job_id: str) -> Path:
-    return settings.job_log_path(job_id).with_suffix(".project")
-
-
-def recorded_project(settings: Settings, job_id: str) -> str | None:
-    """The --project a job was submitted with. gcloud keeps the project in the resource's
-    name (projects/P/jobs/ID), never in its body, so it lives beside the job's log here."""
-    try:
-        return _project_path(settings, job_id).read_text().strip() or None
-    except FileNotFoundError:
-        return None
-
-
-def record_project(settings: Settings, job_id: str, project: str) -> None:
-    _project_path(settings, job_id).write_text(project + "\n")
-
-
 def _local_job_dir(job_dir: str, home: Path) -> str:
     """The job dir's directory on this host, once it is safe to mount read-write into every
     replica: never one that holds the Docker socket or aiptrain's own home (its store, logs and
@@ -411,41 +394,45 @@ class Submitter:
 
     def submit(self, submission: Submission) -> Job:
         job = submission.job
-        self._check_resumed_study(job)
+        # Job IDs are unique per project; inside the installation the job goes by its key.
+        project = submission.project or self.settings.default_project
+        self._check_resumed_study(job, project)
         self.settings.ensure_dirs()
-        job, lock = self._reserve(job)
+        job, key, lock = self._reserve(job, project)
         # Connecting to Docker (importing its SDK, negotiating the API), the storage endpoint's
         # start and the controller's start-up overlap the packaging. The controller leaves the
         # job alone while we hold its lock.
         try:
             control.ensure_running(self.settings)
             threading.Thread(target=self._get_ready, args=(submission,), daemon=True).start()
-            control.wake(self.settings, job.job_id)
-            if submission.project:
-                record_project(self.settings, job.job_id, submission.project)
-            with JobLogWriter(self.settings.job_log_path(job.job_id)) as job_log:
-                self._record(submission, job, job_log)
+            control.wake(self.settings, key)
+            with JobLogWriter(self.settings.job_log_path(key)) as job_log:
+                self._record(submission, job, key, job_log)
         except BaseException:
             lock.remove()  # rejected: nobody will drive this job
             raise
         lock.release()
-        control.wake(self.settings, job.job_id)  # the controller launches it, now or once admitted
-        return self._launched(job.job_id)
+        control.wake(self.settings, key)  # the controller launches it, now or once admitted
+        return self._launched(key)
 
-    def _reserve(self, job: Job) -> tuple[Job, JobLock]:
-        """The job's ID taken, once: its lock (against a concurrent submit of the same ID) and then
-        its row (against a job that has it; the store refuses a second row atomically). The job
-        as recorded, and its lock, held."""
-        lock = JobLock.try_acquire(self.settings.job_lock_path(job.job_id))
+    def _reserve(self, job: Job, project: str) -> tuple[Job, str, JobLock]:
+        """The job's ID taken in `project`, once: its key, its lock (against a concurrent submit
+        of the same ID) and then its row (against a job of the project that has it; the store
+        refuses a second row atomically). The job as recorded, its key, and its lock, held."""
+        key = self.store.new_key(project, job.job_id)
+        lock = JobLock.try_acquire(self.settings.job_lock_path(key))
         if lock is None:
             raise duplicate_job(job.job_id)  # another process is submitting this very ID
         try:
-            return self.store.create(job, backend=self.backend.name), lock
+            return self.store.create(job, backend=self.backend.name, project=project, key=key), key, lock
         except JobExists:
-            lock.release()  # the lock of the job that has this ID: left in place for it
+            if self.store.exists(key):
+                lock.release()  # the lock of the job that has this key: left in place for it
+            else:
+                lock.remove()
             raise
         except BaseException:
-            lock.remove()  # no job has this ID: no lock file either
+            lock.remove()  # no job has this key: no lock file either
             raise
 
     def _runtime_image(self, submission: Submission) -> ImageInfo | None:
@@ -480,12 +467,12 @@ class Submitter:
         except Exception as exc:  # noqa: BLE001 - the launch meets it again, and says it
             log.info("Could not start the storage endpoint ahead of the launch: %s", exc)
 
-    def _launched(self, job_id: str) -> Job:
+    def _launched(self, key: str) -> Job:
         """An admitted job once the controller has launched it: submit returns when the replicas
         run, and a launch the engine refused is submit's error (exit 3), as when submit launched."""
         self._step("Starting the replicas")
         started = looked = time.monotonic()
-        while (job := self.store.require(job_id)).state is State.PREPARING:
+        while (job := self.store.require(key)).state is State.PREPARING:
             now = time.monotonic()
             if now - looked > 1:  # a controller killed meanwhile is replaced
                 control.ensure_running(self.settings)
@@ -506,20 +493,24 @@ class Submitter:
         return project_credential(self.settings.home / TLS_DIR_NAME, submission.gcs_root, project,
                                   submission.shared_buckets)
 
-    def _check_resumed_study(self, job: Job) -> None:
-        previous = resume_study(job, self.store.get)
+    def _check_resumed_study(self, job: Job, project: str) -> None:
+        def previous_job(job_id: str) -> Job | None:
+            key = self.store.key_of(project, job_id)
+            return self.store.get(key) if key else None
+
+        previous = resume_study(job, previous_job)
         if previous is not None and previous.state not in TERMINAL_STATES:
             raise ValidationError(
                 f"resumePreviousJobId [{previous.job_id}] is still {(previous.state or State.QUEUED).value}: "
                 "wait for it to end."
             )
 
-    def _record(self, submission: Submission, job: Job, job_log: JobLogWriter) -> None:
+    def _record(self, submission: Submission, job: Job, key: str, job_log: JobLogWriter) -> None:
         """From a recorded job to one queued for the controller, telling the job's log as the
         service would: stage and plan, keep the plan inputs in the job's work dir, and ask for
         admission. The controller launches it (a study's trials too) from those inputs."""
         job_log.service("Validating job requirements...")
-        _, inputs = self._stage_and_plan(submission, job)
+        _, inputs = self._stage_and_plan(submission, job, key)
         if inputs.installed:
             packages = " ".join(f"{PACKAGES_DIR}/{name}" for name in inputs.package_files)
             job_log.service(f"Installed the packages once for every replica: {packages}")
@@ -527,22 +518,21 @@ class Submitter:
         if submission.trials_notice:
             job_log.service(submission.trials_notice, "WARNING")
         job_log.service(f"Job {job.job_id} is queued.")
-        save_plan_inputs(self.settings.job_work_dir(job.job_id), inputs)
-        verdict = admission.request(self.store, job, self.settings.max_running_replicas)
+        save_plan_inputs(self.settings.job_work_dir(key), inputs)
+        verdict = admission.request(self.store, key, job, self.settings.max_running_replicas)
         if not verdict.admitted:
             self._step("Queued: the job starts when the machine has room for it")
             job_log.service(verdict.reason or "")
 
-    def _stage_and_plan(self, submission: Submission, job: Job) -> tuple[LaunchPlan, PlanInputs]:
+    def _stage_and_plan(self, submission: Submission, job: Job, key: str) -> tuple[LaunchPlan, PlanInputs]:
         """Package, resolve dependencies, stage, fetch and plan; on any error leave no trace
         of the job. What can be refused (the build, a missing gs:// package, a dependency with
         no wheel) is refused before anything is written to the bucket."""
-        work_dir = self.settings.job_work_dir(job.job_id)
+        work_dir = self.settings.job_work_dir(key)
         package_dir = work_dir / "packages"
         with contextlib.ExitStack() as undo:  # a refused submission: its steps undone in reverse
-            for forget in (functools.partial(self.store.delete, job.job_id),
-                           functools.partial(_project_path(self.settings, job.job_id).unlink, missing_ok=True),
-                           functools.partial(self.settings.job_log_path(job.job_id).unlink, missing_ok=True),
+            for forget in (functools.partial(self.store.delete, key),
+                           functools.partial(self.settings.job_log_path(key).unlink, missing_ok=True),
                            functools.partial(shutil.rmtree, work_dir, ignore_errors=True)):
                 undo.callback(_tried, forget)
             image = self._runtime_image(submission)
@@ -572,7 +562,7 @@ class Submitter:
                     [*files, *fetched], self.settings.cache_dir, rt.python, image_contents(rt, image.labels if image else None)
                 )
             bucket_url, prefix = staging.staging_target(
-                job.job_id, submission.staging_bucket, ti.job_dir, str(self.settings.bucket_root)
+                job.job_id, submission.staging_bucket, ti.job_dir, str(self.settings.bucket_root), key
             )
             credential = self._storage_credential(submission)  # what can be refused was: the buckets are made
             self._step(f"Staging {len(files) + len(wheels)} file(s) to {bucket_url}")
@@ -580,7 +570,7 @@ class Submitter:
             staged = staging.stage(files, bucket_url, prefix, index, wheels, submission.gcs_root)
             undo.callback(_tried, staged.discard)
             ti.package_uris = (remote + staged.uris) or None  # the service omits empty lists
-            self.store.update_resource(job)
+            self.store.update_resource(key, job)
             # Replicas take the packages and the wheelhouse from this host (the gs:// ones fetched
             # above, the local ones as they were staged): the bucket's copy is the record.
             for path in files:
@@ -594,13 +584,13 @@ class Submitter:
                 # Installed before the plan, which mounts the install: one plan. The trainer's own
                 # wheel may be unpacked here when it is all there is to install.
                 alone = trainer_wheel if len(package_files) == 1 and not remote else None
-                inputs = dataclasses.replace(inputs, installed=self._install_once(submission, inputs, image, alone))
-            launch_plan = plan(job, submission.replicas, inputs)
+                inputs = dataclasses.replace(inputs, installed=self._install_once(submission, key, inputs, image, alone))
+            launch_plan = plan(job, submission.replicas, inputs, key=key)
             self.backend.check_ready(launch_plan, present=(submission.runtime.image,) if image and submission.runtime else ())
             undo.pop_all()  # accepted: nothing to undo
             return launch_plan, inputs
 
-    def _install_once(self, submission: Submission, inputs: PlanInputs, image: ImageInfo,
+    def _install_once(self, submission: Submission, key: str, inputs: PlanInputs, image: ImageInfo,
                       trainer_wheel: Path | None) -> str:
         """The packages installed for the runtime image once, for every replica (aiptrain.installs)."""
         assert submission.runtime_image and inputs.package_dir  # a runtime job with packages (the caller's check)
@@ -609,7 +599,7 @@ class Submitter:
         target, installed_now = ensure_installed(
             self.backend, submission.runtime_image, image.id, Path(inputs.package_dir), list(inputs.package_files),
             inputs.wheelhouse, self.settings.cache_dir, inputs.user,
-            {LABEL_INSTALL_FOR: submission.job.job_id, **owner},
+            {LABEL_INSTALL_FOR: key, **owner},
             PureTrainer(trainer_wheel, submission.runtime.python) if trainer_wheel and submission.runtime else None,
         )
         log.info("%s the packages for %s: %s", "Installed" if installed_now else "Reused", submission.runtime_image,

@@ -54,14 +54,14 @@ class EntryMethods:
         descending = _order(body.get("orderBy"))
         page_size = _page_size(body.get("pageSize"))
         start = _decode_token(body.get("pageToken"))
-
-        with Client(settings=self.settings) as client:
-            if not JOB_ID_PATTERN.fullmatch(job_id) or not client.store.exists(job_id):
-                return {}
-            project = client.recorded_project(job_id) or self.settings.default_project
-        if project not in projects:
+        if not JOB_ID_PATTERN.fullmatch(job_id):
             return {}
-        found = _matching(self.settings.job_log_path(job_id), project, job_id, expression)
+        with Client(settings=self.settings) as client:  # job IDs are per project: the first named that has it
+            found_in = [(project, key) for project in projects if (key := client.store.key_of(project, job_id))]
+        if not found_in:
+            return {}
+        project, key = found_in[0]
+        found = _matching(self.settings.job_log_path(key), project, job_id, expression)
         if descending:
             found.reverse()
         if start is not None:

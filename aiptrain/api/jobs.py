@@ -1,7 +1,7 @@
 """ml v1 `projects.jobs` over aiptrain.client.Client: the same jobs, the same store, the same
-rules as the CLI. A create is `jobs submit training JOB --config BODY --project P`; a job's
-project is the one it was submitted with (else the installation's default project, as
-`jobs list --uri` says), and a job is found only under its own project.
+rules as the CLI. A create is `jobs submit training JOB --config BODY --project P`; job IDs are
+unique per project (aiptrain.jobkeys), and each request sees only its project's jobs: another
+project's job of the same ID is neither found nor in the way of a create.
 
 The Job resource is what `jobs describe --format json` prints, plus `etag`: a digest of the job's
 ID and labels, so a patch with a stale etag is refused while state changes do not disturb it.
@@ -64,24 +64,12 @@ class JobMethods:
         runtimes.ensure_image(runtime, self.settings.cache_dir, log.info, "runtimeVersion")
 
     @contextmanager
-    def _client(self) -> Iterator[Client]:
-        with Client(settings=self.settings) as client:
+    def _client(self, project: str) -> Iterator[Client]:
+        """The façade over `project`'s jobs: it finds no other project's (JobNotFound: 404, as
+        if absent)."""
+
+        with Client(settings=self.settings, project=project) as client:
             yield client
-
-    def _visible(self, client: Client, project: str, job_id: str) -> Job:
-        """The job, if it lives in `project`; JobNotFound (404) otherwise, as if it did not exist."""
-        job = client.get(job_id)
-        if self._project_of(client, job_id) != project:
-            raise JobNotFound(job_id)
-        return job
-
-    def _in_project(self, client: Client, project: str, job_id: str) -> Job | None:
-        """The job if it lives in `project` (a resumed study's previous job), else None."""
-        job = client.store.get(job_id)
-        return job if job is not None and self._project_of(client, job_id) == project else None
-
-    def _project_of(self, client: Client, job_id: str) -> str:
-        return client.recorded_project(job_id) or self.settings.default_project
 
     # -- methods ---------------------------------------------------------------------------
 
@@ -93,11 +81,10 @@ class JobMethods:
             raise ApiError(400, "Field jobId is required: name the job in the request body.")
         self._check_host_paths(call, job)
 
-        with self._client() as client:
-            if client.store.exists(job.job_id):
+        with self._client(project) as client:
+            if client.store.key_of(project, job.job_id) is not None:
                 raise duplicate_job(job.job_id)
-            submission = client.prepare(SubmitFlags(job_id=job.job_id, project=project), base=job,
-                                        previous_job=lambda job_id: self._in_project(client, project, job_id))
+            submission = client.prepare(SubmitFlags(job_id=job.job_id, project=project), base=job)
             submission = dataclasses.replace(submission, shared_buckets=call.access.shared_with(project))
             self._check_runtime_image(submission)
             return resource(client.submit(submission))
@@ -129,8 +116,8 @@ class JobMethods:
     def get(self, call: Call, project: str, job_id: str) -> dict:
         call.accept()
         call.authorize(project, write=False)
-        with self._client() as client:
-            return resource(self._visible(client, project, job_id))
+        with self._client(project) as client:
+            return resource(client.get(job_id))
 
     def list(self, call: Call, project: str) -> dict:
         call.accept("filter", "pageSize", "pageToken")
@@ -138,9 +125,9 @@ class JobMethods:
         page_size = call.int_param("pageSize", LIST_PAGE_SIZE, LIST_MOST)
         after = _decode_token(call.params.get("pageToken") or "")
 
-        with self._client() as client:
+        with self._client(project) as client:
             found = listing.list_resources(self.settings, call.params.get("filter") or None,
-                                           table=client.store)
+                                           table=client.store, project=project)
             found.sort(key=lambda r: r.get("jobId", ""))
             found.sort(key=lambda r: r.get("createTime", ""), reverse=True)
             if after is not None:
@@ -148,8 +135,6 @@ class JobMethods:
             page: list[dict] = []
             more = False
             for item in found:
-                if self._project_of(client, item["jobId"]) != project:
-                    continue
                 if len(page) == page_size:
                     more = True
                     break
@@ -172,8 +157,8 @@ class JobMethods:
         labels = dict(body.labels or {})
 
         validate_labels(labels)
-        with self._client() as client:
-            self._visible(client, project, job_id)
+        with self._client(project) as client:
+            key = client.key(job_id)
 
             def change(current: dict[str, str]) -> dict[str, str]:
                 if body.etag and body.etag != etag_of(job_id, current):
@@ -181,7 +166,7 @@ class JobMethods:
                 return labels
 
             try:
-                job, _ = client.store.update_labels(job_id, change)
+                job, _ = client.store.update_labels(key, change)
             except StaleEtag:
                 raise ApiError(409, f"The etag of job [{job_id}] does not match: its labels changed since it was "
                                "read; get it again and retry.", "ABORTED") from None
@@ -194,8 +179,8 @@ class JobMethods:
         call.accept()
         call.authorize(project, write=True)
         call.json_body()  # `{}`; anything but a JSON object is refused
-        with self._client() as client:
-            job = self._visible(client, project, job_id)
+        with self._client(project) as client:
+            job = client.get(job_id)
             if job.state is not None and job.state.is_terminal:
                 raise ApiError(400, f"Job [{job_id}] has already ended ({job.state.value}): only QUEUED, PREPARING "
                                "and RUNNING jobs can be cancelled.", "FAILED_PRECONDITION")
@@ -211,13 +196,14 @@ class JobMethods:
             raise ApiError(400, "TensorBoard is started only by a server on loopback without --tokens (it has no "
                            "authentication of its own): run `tensorboard --logdir JOB_DIR` where you need it.",
                            "FAILED_PRECONDITION")
-        with self._client() as client:
-            job = self._visible(client, project, job_id)
+        with self._client(project) as client:
+            job = client.get(job_id)
+            key = client.key(job_id)
         logdir = tensorboards.logdir_of(job.training_input.job_dir,
                                         gcs_root_for(self.settings.gcs_mode, self.settings.gcs_root)[0])
         if self._tensorboards is None:
             self._tensorboards = tensorboards.TensorBoards()
-        port = self._tensorboards.open(job_id, logdir)
+        port = self._tensorboards.open(key, logdir)
         return {"url": f"http://127.0.0.1:{port}/", "logdir": str(logdir)}
 
     def close(self) -> None:
@@ -227,16 +213,16 @@ class JobMethods:
     def get_iam_policy(self, call: Call, project: str, job_id: str) -> dict:
         call.accept("options.requestedPolicyVersion")
         call.authorize(project, write=False)
-        with self._client() as client:
-            self._visible(client, project, job_id)
+        with self._client(project) as client:
+            client.get(job_id)
         return call.access.policy(project)
 
     def set_iam_policy(self, call: Call, project: str, job_id: str) -> dict:
         call.accept()
         call.authorize(project, write=True)
         policy = call.json_body().get("policy")
-        with self._client() as client:
-            self._visible(client, project, job_id)
+        with self._client(project) as client:
+            client.get(job_id)
         current = call.access.policy(project)
         if not isinstance(policy, dict) or policy.get("bindings", []) != current.get("bindings", []):
             raise ApiError(400, "IAM policies here come from the server's --tokens file (one policy per project): "

@@ -33,7 +33,7 @@ def prune(max_age_days, max_size_mb, dry_run) -> None:
     result = cache_lib.prune(settings, max_age_days, max_size_mb, dry_run)
     for entry in result.removed:
         click.echo(f"{'would remove' if dry_run else 'removed'}\t{_mib(entry.size)}\t{entry.path}")
-    locks = 0 if dry_run else remove_stale_locks(settings, JobStore(settings.store))
+    locks = 0 if dry_run else remove_stale_locks(settings, JobStore.of(settings))
     verb = "Would remove" if dry_run else "Removed"
     click.echo(f"{verb} {len(result.removed)} cache entr{'y' if len(result.removed) == 1 else 'ies'} "
                f"({_mib(result.freed_bytes)}) and {locks} stale lock file(s); the cache holds "

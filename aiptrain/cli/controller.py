@@ -50,7 +50,7 @@ def status() -> None:
     info = control.running(settings)
     active = 0
     if settings.store_url or settings.store_path.exists():
-        with JobTable(settings.store) as table:
+        with JobTable.of(settings) as table:
             active = len(table.active_job_ids())
     jobs = f"{active} active job{'s' * (active != 1)}"
     if info is None:

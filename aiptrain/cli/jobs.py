@@ -291,9 +291,6 @@ def describe(job_id, summarize) -> None:
     if job.job_position:
         reason = client.waiting_reason(job_id) or "Waiting for the machine to have room for it."
         click.echo(f"\nQueued (position {job.job_position}): {reason}", err=True)
-    project = client.recorded_project(job_id)
-    if project:
-        click.echo(f"\nProject [{project}], given at submit (jobs here are not separated by project).", err=True)
     click.echo(f"\nView the logs with:\n  $ aiptrain jobs stream-logs {job_id}", err=True)
 
 
@@ -353,10 +350,10 @@ LIST_FORMAT = "table(jobId.basename(), state:label=STATUS, createTime.date(tz=LO
               help="Accepted for gcloud's scripts: there are no pages here, every job is printed at once.")
 @click.option("--sort-by", metavar="[FIELD,...]", help="Sort by these fields, `~` for descending "
               "(default: newest first).")
-@click.option("--uri", is_flag=True, help="Print each job's REST URI instead (project: --project, else the one "
-              "given at submit, else $CLOUDSDK_CORE_PROJECT, else `aiptrain`).")
+@click.option("--uri", is_flag=True, help="Print each job's REST URI instead (project: --project, else "
+              "$CLOUDSDK_CORE_PROJECT, else `aiptrain`).")
 def list_(filter_, limit, page_size, sort_by, uri) -> None:
-    """List jobs, newest first: JOB_ID, STATUS, CREATED."""
+    """List the project's jobs, newest first: JOB_ID, STATUS, CREATED."""
     from aiptrain.cli.formats import parse_format, render
 
     spec = _global_flags().format or LIST_FORMAT
@@ -381,7 +378,7 @@ def _list_resources(filter_, sort_by, limit, fields) -> list[dict]:
     if settings.api_url:  # client mode: the server lists (the façade is imported in any case then)
         with _client() as client:
             return client.list_resources(filter_, sort_by, limit, fields)
-    return listing.list_resources(settings, filter_, sort_by, limit, fields)
+    return listing.list_resources(settings, filter_, sort_by, limit, fields, project=_global_flags().project)
 
 
 @jobs.command()

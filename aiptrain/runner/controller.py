@@ -71,7 +71,7 @@ class PerThreadStore:
     def __getattr__(self, name: str) -> Any:
         store = getattr(self._local, "store", None)
         if store is None:
-            store = self._local.store = JobStore(self._settings.store)
+            store = self._local.store = JobStore.of(self._settings)
         return getattr(store, name)
 
 

@@ -67,7 +67,7 @@ class JobDriver:
     """Drives one job, plain or a study, one step at a time."""
 
     def __init__(self, job_id: str, settings: Settings, store: JobStore, backend: Backend):
-        self.job_id = job_id
+        self.job_id = job_id  # the job's key in the store (aiptrain.jobkeys), as everything below names it
         self.settings = settings
         self.store = store
         self.backend = backend
@@ -148,7 +148,7 @@ class JobDriver:
         queued = self.store.queue_position(self.job_id)
         if queued is not None and queued[0] > 1:
             return QUEUED_LOOK_SECONDS
-        verdict = admission.request(self.store, job, self.settings.max_running_replicas)
+        verdict = admission.request(self.store, self.job_id, job, self.settings.max_running_replicas)
         if verdict.admitted:
             self.phase = Phase.LAUNCH
             return 0
@@ -169,7 +169,7 @@ class JobDriver:
             return 0
         self.writer.service("Waiting for job to be provisioned.")
         if not job.training_input.hyperparameters:
-            launch_plan = plan(job, replicas_for(job.training_input), load_plan_inputs(self.work_dir))
+            launch_plan = plan(job, replicas_for(job.training_input), load_plan_inputs(self.work_dir), key=self.job_id)
             started = self.work_dir / LAUNCH_STARTED
             if started.exists():  # a controller died launching it: what it made goes first
                 self.backend.remove(self.job_id)

@@ -109,7 +109,7 @@ class Groups:
                 message += "\n" + "\n".join(tail)
         return (
             f"{message}\n\nTo find out more about why your job exited please check the logs: "
-            f"aiptrain jobs stream-logs {self.job_id}"
+            f"aiptrain jobs stream-logs {self.store.require(self.job_id).job_id}"  # its ID, not its key
         )
 
 

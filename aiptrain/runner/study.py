@@ -106,7 +106,8 @@ class Study:
         """A previous job's trials (resumePreviousJobId)."""
         if not self.spec.resume_previous_job_id:
             return []
-        previous = self.store.get(self.spec.resume_previous_job_id)
+        key = self.store.key_of(self.store.project_of(self.job_id), self.spec.resume_previous_job_id)
+        previous = self.store.get(key) if key else None
         return list(previous.training_output.trials or []) if previous and previous.training_output else []
 
     def _resume(self, history: list[HyperparameterOutput]) -> None:
@@ -206,7 +207,7 @@ class Study:
             self._prepare_dirs(running)
             job = self.store.require(self.job_id)
             trial = Trial(trial_id, running.record.hyperparameters, str(running.metrics_dir))
-            self.groups.backend.launch(plan(job, self.replicas, self.inputs, trial))
+            self.groups.backend.launch(plan(job, self.replicas, self.inputs, trial, key=self.job_id))
         except AiptrainError as exc:
             self.groups.writer.service(f"Trial {trial_id} could not start: {exc}", "ERROR", trial_id)
             self.end_trial(running, State.FAILED)

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from aiptrain.cli.gsutil import LocalGcs, run
+from aiptrain.client import Client
 from aiptrain.settings import Settings
 
 from conftest import wait_for
@@ -127,10 +128,10 @@ def submit(job_id: str, trainer: Path, backend: str, project: str, *flags: str, 
                     "--project", project, *flags, *(["--stream-logs"] if stream else []), "--", *user_args)
 
 
-def victim_targets(docker_api, job_id: str) -> dict[str, list[str]]:
-    """Team-a's replicas as another job would name them: host names and addresses."""
+def victim_targets(docker_api, key: str) -> dict[str, list[str]]:
+    """Team-a's replicas (of the job of this key) as another job would name them: host names and addresses."""
     names, addresses = [], []
-    for container in docker_api.containers(filters={"label": f"aiptrain.job-id={job_id}"}):
+    for container in docker_api.containers(filters={"label": f"aiptrain.job-id={key}"}):
         info = docker_api.inspect_container(container["Id"])
         names.append(info["Config"]["Hostname"])
         addresses += [n["IPAddress"] for n in info["NetworkSettings"]["Networks"].values() if n.get("IPAddress")]
@@ -161,8 +162,10 @@ def test_a_hostile_trainer_reaches_nothing_of_another_project(backend, gcs_home,
     started = submit(victim, package(tmp_path, "victim", VICTIM), backend, "team-a", "--config", str(config),
                      "--job-dir", "gs://team-a-data/run")
     assert started.returncode == 0, started.stderr
+    with Client(project="team-a") as client:  # job IDs are per project: the engine knows the job by its key
+        key = client.key(victim)
     try:
-        targets = wait_for(lambda: (t := victim_targets(docker_api, victim)) and len(t["addresses"]) >= 2 and t,
+        targets = wait_for(lambda: (t := victim_targets(docker_api, key)) and len(t["addresses"]) >= 2 and t,
                            timeout=180, what="team-a's replicas to run")
         hostile = f"hostile_{uuid.uuid4().hex[:6]}"
         result = submit(hostile, package(tmp_path, "hostile", HOSTILE), backend, "team-b", "--job-dir",
@@ -180,9 +183,9 @@ def test_a_hostile_trainer_reaches_nothing_of_another_project(backend, gcs_home,
             assert outcome.startswith(expected), attempt
         assert any(line.endswith("OWN READ team-b's own") for line in result.stderr.splitlines())
     finally:
-        aiptrain("jobs", "cancel", victim)
-    wait_for(lambda: yaml.safe_load(aiptrain("jobs", "describe", victim).stdout)["state"] == "CANCELLED",
-             timeout=180, what="team-a's job to end")
-    victim_log = Settings().job_log_path(victim).read_text()
+        aiptrain("--project", "team-a", "jobs", "cancel", victim)
+    wait_for(lambda: yaml.safe_load(aiptrain("--project", "team-a", "jobs", "describe", victim).stdout)["state"] ==
+             "CANCELLED", timeout=180, what="team-a's job to end")
+    victim_log = Settings().job_log_path(key).read_text()
     assert victim_log.count("listening") == 2 and "ACCEPTED" not in victim_log  # no connection reached team-a
     assert (gcs_home / "gcs" / "team-a-data" / "secret.txt").read_text() == "team-a's secret"

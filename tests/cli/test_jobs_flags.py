@@ -96,3 +96,32 @@ def test_stream_logs_flags(ended, run):
     assert run("jobs", "stream-logs", ended, "--polling-interval", "5")[0] == 0
     code, _, err = run("jobs", "stream-logs", ended, "--polling-interval", "0")
     assert code == 2 and "--polling-interval" in err
+
+
+def test_each_project_sees_its_own_job_of_one_id(home, run, monkeypatch):
+    """Job IDs are unique per project: `--project` (else core/project) picks whose `census_1`
+    describe, list, stream-logs, update and cancel find, in local mode as through the API."""
+    monkeypatch.delenv("CLOUDSDK_CORE_PROJECT", raising=False)
+    for project, state in (("team-a", State.SUCCEEDED), ("team-b", State.FAILED)):
+        with Client(project=project) as client:
+            client.store.create(Job(job_id="census_1", labels={"team": project}), project=project)
+            key = client.key("census_1")
+            with JobLogWriter(client.settings.job_log_path(key)) as log:
+                log.write("master-replica-0", "INFO", f"{project} says")
+            client.store.transition(key, state, [State.QUEUED])
+    for project, state in (("team-a", "SUCCEEDED"), ("team-b", "FAILED")):
+        code, out, _ = run("--project", project, "jobs", "describe", "census_1", "--format", "json")
+        assert code == 0 and (json.loads(out)["labels"], json.loads(out)["state"]) == ({"team": project}, state)
+        assert run("--project", project, "jobs", "list", "--format", "value(jobId,labels.team)")[1] == \
+            f"census_1\t{project}\n"
+        out = run("--project", project, "jobs", "stream-logs", "census_1")[1]
+        assert [line.split("\t")[4] for line in out.splitlines()] == [f"{project} says"]
+        assert run("--project", project, "jobs", "cancel", "census_1")[:2] == (0, "")  # its own, which ended
+    assert run("--project", "team-b", "jobs", "update", "census_1", "--update-labels", "team=bee")[0] == 0
+    assert Client(project="team-a").get("census_1").labels == {"team": "team-a"}
+    monkeypatch.setenv("CLOUDSDK_CORE_PROJECT", "team-b")  # core/project, as gcloud reads it
+    assert json.loads(run("jobs", "describe", "census_1", "--format", "json")[1])["labels"] == {"team": "bee"}
+    monkeypatch.delenv("CLOUDSDK_CORE_PROJECT")
+    code, _, err = run("jobs", "describe", "census_1")  # the default project, `aiptrain`, has none
+    assert code == 2 and "census_1" in err and "team-" not in err
+    assert run("jobs", "list") == (0, "", "Listed 0 items.\n")

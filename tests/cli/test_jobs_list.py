@@ -318,11 +318,12 @@ def test_list_cli_table_and_formats(filled, run):
 
 
 def test_list_uri_and_nothing_listed(filled, run, monkeypatch):
-    code, out, _ = run("--project", "proj-1", "jobs", "list", "--filter", "jobId=mnist_001", "--uri")
-    assert out == "https://ml.googleapis.com/v1/projects/proj-1/jobs/mnist_001\n"
+    code, out, _ = run("jobs", "list", "--filter", "jobId=mnist_001", "--uri")
+    assert out == "https://ml.googleapis.com/v1/projects/aiptrain/jobs/mnist_001\n"
+    # The jobs are the default project's: job IDs are per project, and another lists none of them.
+    assert run("--project", "proj-1", "jobs", "list", "--uri") == (0, "", "Listed 0 items.\n")
     monkeypatch.setenv("CLOUDSDK_CORE_PROJECT", "from-env")
-    assert run("jobs", "list", "--filter", "jobId=mnist_001", "--uri")[1].startswith(
-        "https://ml.googleapis.com/v1/projects/from-env/jobs/")
+    assert run("jobs", "list", "--filter", "jobId=mnist_001") == (0, "", "Listed 0 items.\n")
     monkeypatch.delenv("CLOUDSDK_CORE_PROJECT")
     assert "/projects/aiptrain/jobs/" in run("jobs", "list", "--limit", "1", "--uri")[1]
     for extra in ((), ("--format", "value(jobId)"), ("--format", "csv(jobId)"), ("--uri",)):

@@ -21,14 +21,12 @@ from googleapiclient.errors import HttpError
 
 from aiptrain.api.access import Access, load_tokens
 from aiptrain.api.app import App
-from aiptrain.api.jobs import JobMethods
 from aiptrain.api.server import make_server
 from aiptrain.client import Client
 from aiptrain.errors import ValidationError
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State
 from aiptrain.settings import Settings
-from aiptrain.submission import record_project
 
 from conftest import wait_for
 
@@ -105,13 +103,10 @@ def raw(url: str, method: str, path: str, body: bytes = b"", headers: dict | Non
 def seed(job_id: str, minutes_ago: int = 0, labels: dict | None = None, project: str | None = None,
          state: State = State.SUCCEEDED) -> None:
     """A job that ended, straight into the store (as `jobs submit` would leave it)."""
-    settings = Settings()
-    with Client(settings=settings) as client:
+    with Client(settings=Settings(), project=project) as client:
         created = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(minutes=minutes_ago)
-        client.store.create(Job(job_id=job_id, labels=labels, create_time=created))
-        client.store.transition(job_id, state, [State.QUEUED])
-    if project:
-        record_project(settings, job_id, project)
+        client.store.create(Job(job_id=job_id, labels=labels, create_time=created), project=client.project)
+        client.store.transition(client.key(job_id), state, [State.QUEUED])
 
 
 # -- who may do what (pure) ---------------------------------------------------------------------
@@ -176,7 +171,7 @@ def test_tokens_decide_who_sees_and_changes_which_project(serve, tokens_file, ca
                                                     field: value}}
         code, error = refused(writer.create(parent=f"projects/{PROJECT}", body=body))
         assert code == 400 and f"{field} [" in error["message"] and "not a gs:// URI" in error["message"]
-    assert sorted(Client().job_ids()) == ["job_a", "job_b"]  # nothing created
+    assert Client().job_ids() == ["job_a"] and Client(project=OTHER).job_ids() == ["job_b"]  # nothing created
 
     assert ml_api(url, READER_A).projects().jobs().get(name=name_a).execute()["jobId"] == "job_a"
     listed_b = ml_api(url, WRITER_B).projects().jobs().list(parent=f"projects/{OTHER}").execute()
@@ -259,17 +254,58 @@ def test_patch_sets_labels_with_an_etag_check(serve):
 
 def test_patch_of_a_job_deleted_meanwhile_is_not_found(serve, monkeypatch):
     seed("job_a", labels={"k": "v"})
-    visible = JobMethods._visible
+    key = Client.key
 
-    def visible_then_deleted(self, client, project, job_id):  # another process deletes it after the check
-        job = visible(self, client, project, job_id)
-        client.store.delete(job_id)
-        return job
+    def found_then_deleted(self, job_id):  # another process deletes it after the check
+        found = key(self, job_id)
+        self.store.delete(found)
+        return found
 
-    monkeypatch.setattr(JobMethods, "_visible", visible_then_deleted)
+    monkeypatch.setattr(Client, "key", found_then_deleted)
     jobs = ml_api(serve()).projects().jobs()
     code, error = refused(jobs.patch(name=f"projects/{PROJECT}/jobs/job_a", updateMask="labels", body={}))
     assert (code, error["status"]) == (404, "NOT_FOUND")
+
+
+def test_two_projects_each_see_only_their_own_job_of_one_id(serve, tokens_file):
+    """Job IDs are unique per project, as on the service: team-a (the default project here, whose
+    job keeps its ID as key) and team-b both have `census_1`, and every verb finds its own."""
+    seed("census_1", labels={"team": "a"})
+    seed("census_1", labels={"team": "b"}, project=OTHER, state=State.FAILED)
+    seed("only_a")
+    for project in (PROJECT, OTHER):
+        with Client(project=project) as client:
+            write_log(client.key("census_1"), [("2026-01-01T00:00:00Z", "master-replica-0", "INFO", f"{project} says")])
+    url = serve(load_tokens(tokens_file))
+    team = {PROJECT: ml_api(url, WRITER_A).projects().jobs(), OTHER: ml_api(url, WRITER_B).projects().jobs()}
+    for project, state in ((PROJECT, "SUCCEEDED"), (OTHER, "FAILED")):
+        jobs, name = team[project], f"projects/{project}/jobs/census_1"
+        described = jobs.get(name=name).execute()
+        assert (described["labels"], described["state"]) == ({"team": project[-1]}, state)
+        listed = jobs.list(parent=f"projects/{project}").execute()["jobs"]
+        assert [(job["jobId"], job["labels"]) for job in listed if job["jobId"] == "census_1"] == [
+            ("census_1", {"team": project[-1]})]
+        code, error = refused(jobs.cancel(name=name, body={}))  # its own job, which has ended
+        assert code == 400 and f"has already ended ({state})" in error["message"]
+        entries = logging_api(url, WRITER_A if project == PROJECT else WRITER_B).entries().list(body={
+            "resourceNames": [f"projects/{project}"],
+            "filter": 'resource.type="ml_job" AND resource.labels.job_id="census_1"'}).execute()
+        assert [e["jsonPayload"]["message"] for e in entries["entries"]] == [f"{project} says"]
+    patched = team[OTHER].patch(name=f"projects/{OTHER}/jobs/census_1", updateMask="labels",
+                                body={"labels": {"team": "bee"}}).execute()
+    assert patched["labels"] == {"team": "bee"} and Client().get("census_1").labels == {"team": "a"}
+    assert [job["jobId"] for job in team[OTHER].list(parent=f"projects/{OTHER}").execute()["jobs"]] == ["census_1"]
+    code, _ = refused(team[OTHER].get(name=f"projects/{OTHER}/jobs/only_a"))
+    assert code == 404
+
+    # A create of an ID its own project holds is 409; one only another project holds goes on (here
+    # to the package, which is nowhere), and says nothing of the other project's job.
+    body = {"trainingInput": {"pythonModule": "m", "region": "r", "packageUris": ["gs://no-such-bucket/p.tar.gz"]}}
+    code, error = refused(team[OTHER].create(parent=f"projects/{OTHER}", body={"jobId": "census_1", **body}))
+    assert (code, error["status"]) == (409, "ALREADY_EXISTS")
+    code, error = refused(team[OTHER].create(parent=f"projects/{OTHER}", body={"jobId": "only_a", **body}))
+    assert code != 409 and "exists" not in error["message"] and PROJECT not in error["message"]
+    assert Client(project=OTHER).job_ids() == ["census_1"] and Client().get("only_a").state is State.SUCCEEDED
 
 
 # -- malformed requests (pure) --------------------------------------------------------------------

@@ -17,12 +17,10 @@ import pytest
 import yaml
 
 from aiptrain import gcloud_properties
-from aiptrain.api.jobs import JobMethods, _job_body
+from aiptrain.api.jobs import _job_body
 from aiptrain.client import Client
 from aiptrain.config import SubmitFlags
 from aiptrain.model import Job, State, TrainingOutput
-from aiptrain.settings import Settings
-from aiptrain.submission import record_project
 
 from test_rest_api import GOOD_BODY, PROJECT, api_home, assert_refused_and_nothing_created, raw, serve  # noqa: F401
 
@@ -180,14 +178,14 @@ PREVIOUS_SPEC = {"goal": "MINIMIZE", "hyperparameterMetricTag": "loss", "algorit
 def seed_study(job_id: str, spec: dict | None = PREVIOUS_SPEC, state: State = State.SUCCEEDED,
                project: str | None = None) -> None:
     """A tuning job that ended, straight into the store."""
-    with Client() as client:
+    with Client(project=project) as client:
         training_input = {"hyperparameters": spec} if spec else {}
-        client.store.create(Job.model_validate({"jobId": job_id, "trainingInput": training_input}))
-        client.store.set_training_output(job_id, TrainingOutput(is_hyperparameter_tuning_job=True))
+        client.store.create(Job.model_validate({"jobId": job_id, "trainingInput": training_input}),
+                            project=client.project)
+        key = client.key(job_id)
+        client.store.set_training_output(key, TrainingOutput(is_hyperparameter_tuning_job=True))
         if state is not State.QUEUED:
-            client.store.transition(job_id, state, [State.QUEUED])
-        if project:
-            record_project(client.settings, job_id, project)
+            client.store.transition(key, state, [State.QUEUED])
 
 
 def test_a_resumed_study_without_params_runs_the_previous_jobs(run, tmp_path, package):
@@ -242,10 +240,8 @@ def test_a_rest_create_resumes_only_a_study_of_its_own_project(serve, api_home):
                          {"Content-Length": str(len(json.dumps(body("theirs"))))})
     assert status == 400 and "resumePreviousJobId [theirs] is not a hyperparameter tuning job" in \
         answer["error"]["message"]
-    with Client() as client:
-        assert sorted(client.job_ids()) == ["ours", "theirs"]
-        methods = JobMethods(Settings())  # what the create above asked: the job, if it is the project's
-        assert methods._in_project(client, PROJECT, "theirs") is None
-        prepared = client.prepare(SubmitFlags(job_id="fresh", project=PROJECT), _job_body(body("ours")),
-                                  lambda job_id: methods._in_project(client, PROJECT, job_id))
+    with Client(project=PROJECT) as client:  # what the create above asked: the job, if it is the project's
+        assert client.job_ids() == ["ours"]
+        assert client._stored_job("theirs") is None
+        prepared = client.prepare(SubmitFlags(job_id="fresh", project=PROJECT), _job_body(body("ours")))
     assert [p.parameter_name for p in prepared.job.training_input.hyperparameters.params] == ["units", "layers"]

@@ -78,7 +78,7 @@ def store_job(home):
 
     def put(job: Job) -> Job:
         created = store.create(job)
-        store.update_resource(created)
+        store.update_resource(created.job_id, created)
         store.transition(job.job_id, State.RUNNING, [State.QUEUED])
         return store.transition(job.job_id, State.SUCCEEDED, [State.RUNNING])
 

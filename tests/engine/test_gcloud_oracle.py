@@ -129,7 +129,7 @@ def oracle(tmp_path_factory, oracle_images):
         holder = Job.model_validate({"jobId": "slot_holder", "trainingInput": {
             "scaleTier": "BASIC", "region": "us-central1", "pythonModule": "m", "packageUris": ["gs://b/p.tar.gz"]}})
         with Client() as client:
-            assert admission.request(client.store, client.store.create(holder, backend="docker"), 1).admitted
+            assert admission.request(client.store, "slot_holder", client.store.create(holder, backend="docker"), 1).admitted
         for line in LINES:  # the sdists that `--packages gs://BUCKET/.../NAME-VERSION.tar.gz` lines name
             for uri in re.findall(r"gs://\{bucket\}/[^\s,]+\.tar\.gz", " ".join(line["argv"])):
                 target = settings.gcs_root / BUCKET / uri.split("/", 3)[3]
@@ -191,7 +191,7 @@ def recorded(job_id: str) -> dict | None:
     from aiptrain.client import Client
 
     with Client() as client:
-        return client.get(job_id).to_resource() if client.store.exists(job_id) else None
+        return client.get(job_id).to_resource() if client.store.key_of(client.project, job_id) else None
 
 
 def aiptrain(*argv: str) -> tuple[int, str]:

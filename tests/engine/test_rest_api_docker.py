@@ -17,6 +17,7 @@ from conftest import SAMPLE_TRAINER, job_resources, wait_for
 from test_rest_api import (
     GOOD_BODY,
     JOBS,
+    OTHER,
     PROJECT,
     READER_A,
     WRITER_A,
@@ -103,6 +104,45 @@ def test_cancel_through_the_api_stops_a_running_job(serve, package_uri, minimal_
     done = poll(jobs, name)
     assert done["state"] == "CANCELLED" and done["errorMessage"] == "Job cancelled by the user."
     wait_for(lambda: not job_resources(docker_api, "rest_cancel"), what="the cancelled job's containers to go")
+
+
+def test_two_projects_run_a_job_of_one_id_side_by_side(serve, run, package_uri, minimal_runtime, docker_api, tmp_path,
+                                                       monkeypatch):
+    """Job IDs per project on the engine: team-a (the default project here, whose job keeps its ID
+    as key) and team-b both run `census_1` at once, each with its own containers, network and log;
+    a cancel stops only its own project's."""
+    monkeypatch.setenv("AIPTRAIN_MAX_RUNNING_REPLICAS", "4")  # both at once, whatever the host's cores
+    jobs = ml_api(serve()).projects().jobs()
+    names = {project: f"projects/{project}/jobs/census_1" for project in (PROJECT, OTHER)}
+    steps = {PROJECT: "1000", OTHER: "999"}
+    for project in (PROJECT, OTHER):
+        body = training_body("census_1", package_uri, tmp_path / project, "--steps", steps[project], "--sleep", "0.5",
+                             scaleTier="CUSTOM", masterType="n1-standard-4", workerType="n1-standard-4", workerCount=1)
+        created = jobs.create(parent=f"projects/{project}", body={**body, "labels": {"team": project}}).execute()
+        assert created["jobId"] == "census_1"
+    for name in names.values():
+        wait_for(lambda name=name: jobs.get(name=name).execute()["state"] == "RUNNING", timeout=120, what="RUNNING")
+    ours, theirs = job_resources(docker_api, "census_1"), job_resources(docker_api, f"{OTHER}--census_1")
+    assert len(ours) == len(theirs) == 3 and not set(ours) & set(theirs)  # two replicas and a network each
+    assert any(name.startswith(f"aiptrain-{OTHER}--census_1-") for name in theirs)
+
+    def said(project: str) -> list[str]:
+        return [entry["jsonPayload"]["message"] for entry in logging_api(serve()).entries().list(body={
+            "resourceNames": [f"projects/{project}"], "pageSize": 1000,
+            "filter": 'resource.type="ml_job" AND resource.labels.job_id="census_1"'}).execute().get("entries", [])]
+
+    wait_for(lambda: f"Starting worker 0: {steps[OTHER]} steps" in said(OTHER), timeout=60, what="team-b's worker")
+    assert not any(f": {steps[OTHER]} steps" in line for line in said(PROJECT))  # each log is its own job's
+
+    assert jobs.cancel(name=names[OTHER], body={}).execute() == {}
+    assert poll(jobs, names[OTHER])["state"] == "CANCELLED"
+    wait_for(lambda: not job_resources(docker_api, f"{OTHER}--census_1"), what="team-b's containers to go")
+    assert jobs.get(name=names[PROJECT]).execute()["state"] == "RUNNING" and job_resources(docker_api, "census_1")
+    code, out, _ = run("--project", OTHER, "jobs", "describe", "census_1", "--format", "json")  # the CLI's too
+    assert code == 0 and (json.loads(out)["state"], json.loads(out)["labels"]) == ("CANCELLED", {"team": OTHER})
+    assert run("jobs", "cancel", "census_1")[0] == 0  # the default project's, team-a's
+    assert poll(jobs, names[PROJECT])["state"] == "CANCELLED"
+    wait_for(lambda: not job_resources(docker_api, "census_1"), what="team-a's containers to go")
 
 
 def test_a_standard_1_job_and_a_tuning_job_through_the_api(serve, package_uri, minimal_runtime, docker_api,

@@ -53,13 +53,13 @@ def test_update_labels_returns_the_job(home):
 def test_update_labels_of_a_job_deleted_meanwhile_is_not_found(home, monkeypatch):
     with Client() as client:
         client.store.create(Job(job_id="j", labels={"a": "1"}))
-        found = client.get("j")
+        found = client.key("j")
 
-        def found_then_deleted(job_id: str) -> Job:  # another process deletes it after the check
-            client.store.delete(job_id)
+        def found_then_deleted(job_id: str) -> str:  # another process deletes it after the check
+            client.store.delete(found)
             return found
 
-        monkeypatch.setattr(client, "get", found_then_deleted)
+        monkeypatch.setattr(client, "key", found_then_deleted)
         with pytest.raises(JobNotFound):
             client.update_labels("j", update={"b": "2"})
 

@@ -49,7 +49,7 @@ def submitted(store: JobStore, settings: Settings, job_id: str = "job", training
     """A job as submit leaves it: recorded, its plan inputs saved, asked for admission."""
     job = store.create(Job(job_id=job_id, training_input=training_input, **fields))
     save_plan_inputs(settings.job_work_dir(job_id), PlanInputs(runtime_image="aiptrain/runtime:minimal"))
-    request(store, job, cap)
+    request(store, job_id, job, cap)
     return job
 
 
@@ -161,7 +161,7 @@ def test_past_max_running_time_a_running_job_is_cancelled(settings, store):
     driver = JobDriver("job", settings, store, backend)
     driver.step(), driver.step()
     job = store.get("job")
-    store.update_resource(job.model_copy(update={"start_time": utc_now() - timedelta(minutes=5)}))
+    store.update_resource(job.job_id, job.model_copy(update={"start_time": utc_now() - timedelta(minutes=5)}))
     assert drive(driver, backend) is State.CANCELLED
     assert "maxRunningTime (60s)" in store.get("job").error_message
 
@@ -274,7 +274,7 @@ def test_a_bounded_study_is_warned_of_once_at_submit_and_its_log_keeps_it(settin
     assert [notice for notice in submission.notices if "maxParallelTrials" in notice] == [warning]
     job = store.create(submission.job)
     with JobLogWriter(settings.job_log_path("job")) as job_log:
-        Submitter(settings, store, FakeBackend())._record(submission, job, job_log)
+        Submitter(settings, store, FakeBackend())._record(submission, job, "job", job_log)
     assert service_lines(settings).count(warning) == 1
     assert store.held_replicas("job") == 2
     assert store.get("job").training_input.hyperparameters.max_parallel_trials == 3

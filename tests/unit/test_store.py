@@ -36,7 +36,7 @@ def test_writes_of_parts_never_undo_a_transition(store_location):
     store = JobStore(store_location)
     created = store.create(Job(job_id="a", labels={"team": "ml"}))
     store.transition("a", State.FAILED, [State.QUEUED], error_message="boom")
-    store.update_resource(created.model_copy(update={"training_input": TrainingInput(region="r2")}))
+    store.update_resource("a", created.model_copy(update={"training_input": TrainingInput(region="r2")}))
     job = store.get("a")
     assert (job.state, job.error_message, job.training_input.region) == (State.FAILED, None, "r2")
     store.transition("a", State.FAILED, [State.FAILED], error_message="boom")
