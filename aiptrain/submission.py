@@ -34,6 +34,7 @@ from aiptrain.backends import Backend, ImageInfo
 from aiptrain.config import SubmitFlags, build_job, config_scale_tier, pydantic_error_line
 from aiptrain.errors import EnvironmentNotReady, JobExists, ValidationError
 from aiptrain.installs import PureTrainer, ensure_installed
+from aiptrain.jobkeys import new_key, qualified_key
 from aiptrain.labels import LABEL_INSTALL_FOR, LABEL_INSTALLATION
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import TERMINAL_STATES, Job, ScaleTier, State
@@ -418,22 +419,29 @@ class Submitter:
     def _reserve(self, job: Job, project: str) -> tuple[Job, str, JobLock]:
         """The job's ID taken in `project`, once: its key, its lock (against a concurrent submit
         of the same ID) and then its row (against a job of the project that has it; the store
-        refuses a second row atomically). The job as recorded, its key, and its lock, held."""
-        key = self.store.new_key(project, job.job_id)
-        lock = JobLock.try_acquire(self.settings.job_lock_path(key))
-        if lock is None:
-            raise duplicate_job(job.job_id)  # another process is submitting this very ID
-        try:
-            return self.store.create(job, backend=self.backend.name, project=project, key=key), key, lock
-        except JobExists:
-            if self.store.exists(key):
-                lock.release()  # the lock of the job that has this key: left in place for it
-            else:
-                lock.remove()
-            raise
-        except BaseException:
-            lock.remove()  # no job has this key: no lock file either
-            raise
+        refuses a second row atomically). The job as recorded, its key, and its lock, held. The
+        plain key (the default project's) is tried first; only when a job of another project
+        holds it (made under another default) is the qualified key taken instead."""
+        default = self.store.default_project
+        for key in dict.fromkeys((new_key(project, job.job_id, default, plain_taken=False),
+                                  qualified_key(project, job.job_id))):
+            lock = JobLock.try_acquire(self.settings.job_lock_path(key))
+            if lock is None:
+                raise duplicate_job(job.job_id)  # another process is submitting this very ID
+            try:
+                return self.store.create(job, backend=self.backend.name, project=project, key=key), key, lock
+            except JobExists:
+                holder = self.store.key_of(project, job.job_id)  # the project's job of this ID, if any
+                if holder is None or holder == key:
+                    lock.release()  # the lock of the job that has this key: left in place for it
+                else:
+                    lock.remove()  # the project has the ID under its other key: this one is nobody's
+                if holder is not None:
+                    raise
+            except BaseException:
+                lock.remove()  # no job has this key: no lock file either
+                raise
+        raise duplicate_job(job.job_id)
 
     def _runtime_image(self, submission: Submission) -> ImageInfo | None:
         """The runtime image as the engine has it (None: a custom container, or no such image),
