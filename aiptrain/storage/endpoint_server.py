@@ -838,6 +838,8 @@ class Handler(BaseHTTPRequestHandler):
         write here, as the host's staging makes it."""
         scope = self.scope()
         write = not permission.endswith((".get", ".list"))
+        if write and scope.read_only:  # before a bucket is made for it
+            raise scope.denied(permission, what)
         if not self.tree.bucket_exists(bucket):
             if makes:
                 project = scope.project_for_new_bucket(None)

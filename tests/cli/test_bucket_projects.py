@@ -139,6 +139,9 @@ def test_a_bucket_shared_by_the_tokens_file_is_shared_as_it_says(teams):
     assert admin.bucket("scratch").blob("out.csv").download_as_bytes() == b"3,4\n"
     with pytest.raises(Forbidden, match="read-only"):
         admin.bucket("scratch").blob("x").upload_from_string(b"no")
+    with pytest.raises(Forbidden, match="read-only"):
+        admin.bucket("never-made").blob("x").upload_from_string(b"no")  # no bucket made for a read-only caller
+    assert not (Settings().gcs_root / "never-made").exists()
 
 
 def test_a_job_credential_reaches_its_projects_buckets_only(home, tmp_path):
