@@ -46,6 +46,13 @@ def install_key(image_id: str, package_dir: Path, package_files: list[str], whee
     return digest.hexdigest()
 
 
+def install_target(cache_dir: Path, image_id: str, package_dir: Path, package_files: list[str],
+                   wheelhouse: str | None) -> Path:
+    """Where these packages are (or will be) installed for this image: known before the install,
+    so a submit plans once, checks the plan, then installs."""
+    return cache_dir / "installs" / install_key(image_id, package_dir, package_files, wheelhouse)
+
+
 def ensure_installed(
     backend: Backend,
     image: str,
@@ -63,8 +70,8 @@ def ensure_installed(
     A failed install is the package's fault: one line, exit 2, nothing left behind. The install
     container carries the job's labels, so a submit killed meanwhile is cleaned up with its job.
     `pure`: the trainer's wheel, when its sdist is the only package and no wheelhouse is needed."""
-    installs = cache_dir / "installs"
-    target = installs / install_key(image_id, package_dir, package_files, wheelhouse)
+    target = install_target(cache_dir, image_id, package_dir, package_files, wheelhouse)
+    installs = target.parent
     if (target / COMPLETE).is_file():
         os.utime(target)  # recently used: what the cache pruning goes by
         return target, False

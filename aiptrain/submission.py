@@ -33,7 +33,7 @@ from aiptrain import admission, safe_files, staging, wheelhouse
 from aiptrain.backends import Backend, ImageInfo
 from aiptrain.config import SubmitFlags, build_job, config_scale_tier, pydantic_error_line
 from aiptrain.errors import EnvironmentNotReady, JobExists, ValidationError
-from aiptrain.installs import PureTrainer, ensure_installed
+from aiptrain.installs import PureTrainer, ensure_installed, install_target
 from aiptrain.jobkeys import new_key, qualified_key
 from aiptrain.labels import LABEL_INSTALL_FOR, LABEL_INSTALLATION
 from aiptrain.logs import JobLogWriter
@@ -432,16 +432,23 @@ class Submitter:
                 return self.store.create(job, backend=self.backend.name, project=project, key=key), key, lock
             except JobExists:
                 holder = self.store.key_of(project, job.job_id)  # the project's job of this ID, if any
-                if holder is None or holder == key:
-                    lock.release()  # the lock of the job that has this key: left in place for it
-                else:
-                    lock.remove()  # the project has the ID under its other key: this one is nobody's
+                self._let_go(lock, key)
                 if holder is not None:
                     raise
             except BaseException:
                 lock.remove()  # no job has this key: no lock file either
                 raise
         raise duplicate_job(job.job_id)
+
+    def _let_go(self, lock: JobLock, key: str) -> None:
+        """A lock taken for a key another job has: left in place for that job while it is active
+        (its controller's), removed once it has ended (its teardown removed the file; taking the
+        lock made it again)."""
+        other = self.store.get(key)
+        if other is not None and other.state not in TERMINAL_STATES:
+            lock.release()
+        else:
+            lock.remove()
 
     def _runtime_image(self, submission: Submission) -> ImageInfo | None:
         """The runtime image as the engine has it (None: a custom container, or no such image),
@@ -588,13 +595,19 @@ class Submitter:
             staging.link_files(wheels, package_dir / WHEELHOUSE)
             inputs = plan_inputs(submission, package_dir, package_files, bool(wheels), self._host_gateway(submission),
                                  storage_endpoint(submission, self.settings), credential)
-            if image is not None and package_files and self.backend.host_dirs_reach_replicas:
-                # Installed before the plan, which mounts the install: one plan. The trainer's own
-                # wheel may be unpacked here when it is all there is to install.
-                alone = trainer_wheel if len(package_files) == 1 and not remote else None
-                inputs = dataclasses.replace(inputs, installed=self._install_once(submission, key, inputs, image, alone))
+            install_image = image if package_files and self.backend.host_dirs_reach_replicas else None
+            if install_image is not None:
+                # Where the install goes is known before it runs: one plan, checked (the engine's
+                # refusal, a GPU runtime say, comes first), then the install it mounts.
+                target = install_target(self.settings.cache_dir, install_image.id, package_dir, package_files,
+                                        inputs.wheelhouse)
+                inputs = dataclasses.replace(inputs, installed=str(target))
             launch_plan = plan(job, submission.replicas, inputs, key=key)
             self.backend.check_ready(launch_plan, present=(submission.runtime.image,) if image and submission.runtime else ())
+            if install_image is not None:
+                # The trainer's own wheel may be unpacked here when it is all there is to install.
+                alone = trainer_wheel if len(package_files) == 1 and not remote else None
+                self._install_once(submission, key, inputs, install_image, alone)
             undo.pop_all()  # accepted: nothing to undo
             return launch_plan, inputs
 
