@@ -121,7 +121,18 @@ class Client:
                build_progress: Callable[[str], None] | None = None) -> Job:
         """Run a prepared submission; `report` hears each step. A runtime image the engine lacks
         is built first (`build_progress` hears that build) unless AIPTRAIN_AUTO_BUILD=0. A
-        submission without a project is made in this client's."""
+        submission without a project is made in this client's. Returns once the replicas run."""
+        return self._submit(submission, report, build_progress, wait=True)
+
+    def queue(self, submission: Submission) -> Job:
+        """What the REST API's create does, as the service did: the job validated, staged and
+        recorded, answered as queued; its launch is the controller's, and a launch the engine
+        refuses ends the job FAILED with the engine's words (a client's 60 s timeout never
+        waits on the engine)."""
+        return self._submit(submission, None, None, wait=False)
+
+    def _submit(self, submission: Submission, report: Callable[[str], None] | None,
+                build_progress: Callable[[str], None] | None, wait: bool) -> Job:
         if submission.project is None:
             submission = dataclasses.replace(submission, project=self.project)
         check_buckets(submission, self.settings)
@@ -130,7 +141,7 @@ class Client:
             raise EnvironmentNotReady(full)
         build_progress = (build_progress or report or (lambda line: None)) if self.settings.auto_build else None
         return Submitter(self.settings, self.store, self.backend_named(submission.backend), report,
-                         build_progress).submit(submission)
+                         build_progress).submit(submission, wait)
 
     def submit_training(
         self,

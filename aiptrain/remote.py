@@ -27,14 +27,20 @@ from aiptrain import filtering, logs, staging
 from aiptrain.config import SubmitFlags
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, JobExists, JobNotFound, ValidationError
 from aiptrain.exports import dry_run_tfjob, dry_run_trainjob
-from aiptrain.model import Job
+from aiptrain.model import Job, State
 from aiptrain.packaging import cached_sdist
 from aiptrain.replicas import ReplicaObservation
 from aiptrain.service import LabelsUpdate
 from aiptrain.settings import Settings
 from aiptrain.storage import is_gcs
 from aiptrain.storage.gcs import _retry
-from aiptrain.submission import prepare
+from aiptrain.submission import (
+    LAUNCH_LOOK_SECONDS,
+    QUICK_LAUNCH_LOOK_SECONDS,
+    QUICK_LAUNCH_SECONDS,
+    launch_failure,
+    prepare,
+)
 from aiptrain.trainjob import Runtime
 from aiptrain.validation import check_label_count, validate_labels
 
@@ -207,7 +213,20 @@ class ApiClient:
                     (build_progress or report)(str(exc).split(" (aiptrain API at")[0])
                     said = True
                 time.sleep(BUILD_POLL_SECONDS)
-        return _job(created)
+        return self._launched(_job(created), project)
+
+    def _launched(self, job: Job, project: str) -> Job:
+        """As local mode's submit: once the controller has launched an admitted job (the server's
+        create answers as queued, as the service did), and a launch the engine refused is this
+        submit's error (exit 3)."""
+        started = time.monotonic()
+        while job.state is State.PREPARING:
+            time.sleep(QUICK_LAUNCH_LOOK_SECONDS if time.monotonic() - started < QUICK_LAUNCH_SECONDS
+                       else LAUNCH_LOOK_SECONDS)
+            job = _job(self._call(self._jobs.get(name=f"projects/{project}/jobs/{job.job_id}"), job.job_id))
+        if job.state is State.FAILED and job.error_message:
+            raise EnvironmentNotReady(launch_failure(job.error_message))
+        return job
 
     def _upload(self, files: list[Path], submission, report: Callable[[str], None]) -> list[str]:
         """Put `files` where local mode would stage them (`<prefix>/<sha256>/<name>` of the

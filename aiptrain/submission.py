@@ -393,7 +393,9 @@ class Submitter:
         log.info(text)
         self._report(text)
 
-    def submit(self, submission: Submission) -> Job:
+    def submit(self, submission: Submission, wait: bool = True) -> Job:
+        """The job, recorded and handed to the controller; with `wait`, once its replicas run
+        (a launch the engine refused is then this call's error), else as queued."""
         job = submission.job
         # Job IDs are unique per project; inside the installation the job goes by its key.
         project = submission.project or self.settings.default_project
@@ -414,7 +416,7 @@ class Submitter:
             raise
         lock.release()
         control.wake(self.settings, key)  # the controller launches it, now or once admitted
-        return self._launched(key)
+        return self._launched(key) if wait else self.store.require(key)
 
     def _reserve(self, job: Job, project: str) -> tuple[Job, str, JobLock]:
         """The job's ID taken in `project`, once: its key, its lock (against a concurrent submit

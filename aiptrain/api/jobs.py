@@ -87,7 +87,7 @@ class JobMethods:
             submission = client.prepare(SubmitFlags(job_id=job.job_id, project=project), base=job)
             submission = dataclasses.replace(submission, shared_buckets=call.access.shared_with(project))
             self._check_runtime_image(submission)
-            return resource(client.submit(submission))
+            return resource(client.queue(submission))
 
     def _check_runtime_image(self, submission) -> None:
         """503 while the runtime's image is missing: it is built in the background, not in this request."""
