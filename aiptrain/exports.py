@@ -55,7 +55,7 @@ def dry_run_plan(submission: Submission) -> LaunchPlan:
                                    f"<{project}>.json")  # made by submit (aiptrain.storage.projects)
     inputs = plan_inputs(submission, Path("<job work dir>/packages"), files, wheelhouse,
                          gcs_endpoint=storage_endpoint(submission, settings, prepare_files=False),
-                         storage_credential=credential)
+                         storage_credential=credential, project=project)
     trial = None
     if submission.job.training_input.hyperparameters:
         trial = first_trial(submission.job.training_input.hyperparameters, "<job work dir>/trials/1")

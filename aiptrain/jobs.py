@@ -5,6 +5,7 @@ a job whose controller died."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 
@@ -88,3 +89,11 @@ def cancel(job_id: str, settings: Settings, store: JobStore, backend: Backend, t
         running = [o.container_id for o in backend.observe(job_id) if o.status == ReplicaStatus.RUNNING and o.container_id]
         backend.stop(running, settings.stop_grace_seconds)
     return wait_until_done(job_id, settings, store, timeout)
+
+
+def forget(key: str, settings: Settings, store: JobStore) -> None:
+    """Delete an ended job: its record, its log and its work dir (what a Vertex AI delete of a
+    job does; its output in the bucket stays). The caller checked that it has ended."""
+    store.delete(key)
+    settings.job_log_path(key).unlink(missing_ok=True)
+    shutil.rmtree(settings.job_work_dir(key), ignore_errors=True)

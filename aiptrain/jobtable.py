@@ -61,6 +61,16 @@ CREATE TABLE IF NOT EXISTS admission (      -- jobs waiting to start or holding 
     admitted INTEGER NOT NULL DEFAULT 0,
     reason   TEXT                                -- why it waits, as describe shows it
 );
+CREATE TABLE IF NOT EXISTS vertex_resources (  -- Vertex AI's resources (aiptrain.vertex.records)
+    project     TEXT NOT NULL,
+    kind        TEXT NOT NULL,  -- customJobs, hyperparameterTuningJobs, trainingPipelines, models, operations
+    id          TEXT NOT NULL,  -- the numeric ID the server gave it
+    location    TEXT NOT NULL,
+    job_key     TEXT,           -- the job that runs it (aiptrain.jobkeys), or NULL
+    create_time TEXT NOT NULL,
+    body        TEXT NOT NULL,  -- what the client gave, camelCase JSON, as normalized at create
+    PRIMARY KEY (project, kind, id)
+);
 """
 # Columns added after the first release: name -> the resource's member that fills it in, or None
 # for the value every earlier job had (their backend was docker, the only one then). `project` and
@@ -181,7 +191,7 @@ class JobTable:
 
     def _schema_is_current(self) -> bool:
         names = self._db.schema_names()
-        return ({"jobs", "events", "verdicts", "jobs_by_state", "admission", PROJECT_INDEX} <= names
+        return ({"jobs", "events", "verdicts", "jobs_by_state", "admission", "vertex_resources", PROJECT_INDEX} <= names
                 and not self._missing_columns())
 
     def _missing_columns(self) -> list[str]:
@@ -234,6 +244,13 @@ class JobTable:
     def _transaction(self):
         """The store's write transaction: no other writer until it commits (aiptrain.dialects)."""
         return self._db.transaction()
+
+    # For the tables of other modules (aiptrain.vertex.records): SQL in SQLite's spelling.
+    def execute(self, sql: str, params: tuple = ()):
+        return self._db.execute(sql, params)
+
+    def write_transaction(self):
+        return self._transaction()
 
     def exists(self, key: str) -> bool:
         """Whether a job has this key (aiptrain.jobkeys)."""

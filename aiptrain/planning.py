@@ -116,6 +116,48 @@ class NetworkSpec:
 
 
 @dataclass(frozen=True)
+class ReplicaContract:
+    """What a job of another dialect (Vertex AI's) tells its replicas where AI Platform's
+    differs, as data the planner applies without knowing the dialect: CLUSTER_SPEC's names for
+    the task types and the job it carries, variables for every replica and per task type, each
+    task type's own args, directories under an output prefix (per trial in a study), and the
+    buckets seen as files. Built by the dialect (aiptrain.vertex.translate); saved with the
+    plan inputs, so the controller plans every trial with it."""
+
+    cluster_spec_names: dict[str, str]  # task type -> its CLUSTER_SPEC name (master -> workerpool0)
+    cluster_spec_job: Any = None  # CLUSTER_SPEC's and TF_CONFIG's `job`, as the dialect gives it
+    env: dict[str, str] = field(default_factory=dict)  # every replica
+    task_env: dict[str, dict[str, str]] = field(default_factory=dict)  # per task type, after `env`
+    task_args: dict[str, list[str]] = field(default_factory=dict)  # per task type: replaces the job's args
+    output_dir: str | None = None  # a gs:// prefix; a trial's is `<prefix>/<trial id>`
+    output_env: dict[str, str] = field(default_factory=dict)  # variable -> the directory under output_dir
+    bucket_mount_dir: str | None = None  # where buckets appear as directories (/gcs)
+    buckets: tuple[tuple[str, bool], ...] = ()  # (bucket, writable): the job's project's, at submit
+
+    def output_variables(self, trial: Trial | None) -> dict[str, str]:
+        if not self.output_dir:
+            return {}
+        base = trial_job_dir(self.output_dir, trial).rstrip("/")
+        return {name: f"{base}/{below}" for name, below in self.output_env.items()}
+
+    def replica_env(self, task_type: str, trial: Trial | None) -> dict[str, str]:
+        return {**self.env, **self.output_variables(trial), **self.task_env.get(task_type, {})}
+
+    def bucket_mounts(self, gcs_root: str | None) -> list[Mount]:
+        if not (self.bucket_mount_dir and gcs_root):
+            return []
+        root = gcs_root.rstrip("/")
+        return [Mount(f"{root}/{bucket}", f"{self.bucket_mount_dir}/{bucket}", read_only=not writable)
+                for bucket, writable in self.buckets]
+
+
+def contract_from_dict(data: dict[str, Any] | None) -> ReplicaContract | None:
+    if not data:
+        return None
+    return ReplicaContract(**{**data, "buckets": tuple(tuple(pair) for pair in data.get("buckets", ()))})
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     """What TF_CONFIG and CLUSTER_SPEC (and PyTorch's MASTER_ADDR, MASTER_PORT, WORLD_SIZE and
     RANK, see pytorch_env) hold in common on every replica, built once per plan so that a plan
@@ -132,6 +174,7 @@ class ClusterConfig:
     trial_id: str | None = None
     primary_host: str = ""  # PyTorch's MASTER_ADDR
     workers: int = 0  # PyTorch's WORLD_SIZE is the primary and the workers
+    spec_names: dict[str, str] = field(default_factory=dict)  # a contract's CLUSTER_SPEC task types
 
     def env(self, task_type: str, index: int) -> dict[str, str]:
         trial_key = {"trial": self.trial_id} if self.trial_id else {}
@@ -144,7 +187,7 @@ class ClusterConfig:
         }
         cluster_spec = {
             "cluster": self.cluster_spec_cluster,
-            "task": {"type": task_type, "index": index, **trial_key},
+            "task": {"type": self.spec_names.get(task_type, task_type), "index": index, **trial_key},
             "job": self.job,
             "environment": "cloud",
         }
@@ -234,6 +277,8 @@ class PlanInputs:
     gcs_endpoint: StorageEndpoint | None = None
     # The job's project's credential its replicas carry to that endpoint (aiptrain.storage.projects).
     storage_credential: ProjectCredential | None = None
+    # What a job of another dialect tells its replicas where AI Platform's differs (Vertex AI's).
+    contract: ReplicaContract | None = None
 
 
 def inputs_to_dict(inputs: PlanInputs) -> dict[str, Any]:
@@ -250,6 +295,7 @@ def inputs_from_dict(data: dict[str, Any]) -> PlanInputs:
             "gcs_endpoint": _endpoint_from_dict(data.get("gcs_endpoint")),
             "storage_credential": ProjectCredential(**data["storage_credential"])
             if data.get("storage_credential") else None,
+            "contract": contract_from_dict(data.get("contract")),
         }
     )
 
@@ -324,14 +370,21 @@ def engine_name(name: str, installation: str) -> str:
 
 
 def cluster_config(job: Job, replicas: list[Replica], hostnames: list[str],
-                   trial: Trial | None = None) -> ClusterConfig:
-    """TF_CONFIG's and CLUSTER_SPEC's shared parts, as AI Platform sets them (see ClusterConfig)."""
+                   trial: Trial | None = None, contract: ReplicaContract | None = None) -> ClusterConfig:
+    """TF_CONFIG's and CLUSTER_SPEC's shared parts, as AI Platform sets them (see ClusterConfig),
+    or as a contract names them."""
     primary = primary_task_type(job)
+    spec_cluster = _cluster(hostnames, replicas, MASTER, include_evaluators=True)
+    spec_names = contract.cluster_spec_names if contract else {}
+    job_seen = job.training_input.model_dump(mode="json", exclude_none=True)
+    if contract and contract.cluster_spec_job is not None:
+        job_seen = contract.cluster_spec_job
     return ClusterConfig(
         primary=primary,
         tf_config_cluster=_cluster(hostnames, replicas, primary, include_evaluators=False),
-        cluster_spec_cluster=_cluster(hostnames, replicas, MASTER, include_evaluators=True),
-        job=job.training_input.model_dump(mode="json", exclude_none=True),
+        cluster_spec_cluster={spec_names.get(name, name): hosts for name, hosts in spec_cluster.items()},
+        job=job_seen,
+        spec_names=spec_names,
         trial_id=trial.trial_id if trial else None,
         primary_host=hostnames[next(i for i, r in enumerate(replicas) if r.task_type == MASTER)],
         workers=sum(1 for r in replicas if r.task_type == WORKER),
@@ -373,7 +426,9 @@ def _image_and_command(
     ti = job.training_input
     hyperparameters = trial.user_args() if trial else []
     job_dir = ["--job-dir", trial_job_dir(ti.job_dir, trial)] if ti.job_dir else []
-    user_args = [*(ti.args or []), *hyperparameters, *job_dir]
+    contract = inputs.contract
+    args = contract.task_args.get(replica.task_type, ti.args) if contract else ti.args
+    user_args = [*(args or []), *hyperparameters, *job_dir]
     if not ti.uses_custom_container:
         return inputs.runtime_image or "", None, ["sh", "-c", BOOTSTRAP, ti.python_module or "", *user_args]
     if installs_packages(job, inputs):
@@ -452,6 +507,8 @@ def _mounts(job: Job, inputs: PlanInputs, trial: Trial | None) -> tuple[Mount, .
             mounts.append(Mount(path, path, read_only=False))
     if trial and trial.metrics_dir:
         mounts.append(Mount(trial.metrics_dir, HYPERTUNE_DIR, read_only=False))
+    if inputs.contract:
+        mounts.extend(inputs.contract.bucket_mounts(inputs.gcs_root))
     mounts.extend(inputs.extra_mounts)
     return tuple(mounts)
 
@@ -574,6 +631,8 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | N
         if inputs.gcs_endpoint:
             # A custom container keeps its own PATH: only runtime images get the tools on theirs.
             env.update({k: v for k, v in replica_env(inputs.storage_credential).items() if k != "PATH" or installs})
+        if inputs.contract:
+            env.update(inputs.contract.replica_env(replica.task_type, trial))
         containers.append(
             ContainerSpec(
                 name=engine_name(f"{base}-{replica.task_type}-{replica.index}", inputs.installation),
@@ -602,7 +661,7 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | N
             )
         )
     return LaunchPlan(job_id, network, tuple(containers), trial.trial_id if trial else None,
-                      cluster_config(job, replicas, hostnames, trial), inputs.gcs_endpoint)
+                      cluster_config(job, replicas, hostnames, trial, inputs.contract), inputs.gcs_endpoint)
 
 
 # -- what submit leaves for the job's driver ----------------------------------------------------

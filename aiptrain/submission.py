@@ -46,6 +46,7 @@ from aiptrain.planning import (
     LaunchPlan,
     Mount,
     PlanInputs,
+    ReplicaContract,
     gcs_urls_in,
     plan,
     replica_user,
@@ -117,6 +118,8 @@ class Submission:
     # Buckets of other projects the job's replicas may use, (bucket, writable): what a team
     # server's tokens file shares with the job's project (Access.shared_with).
     shared_buckets: tuple[tuple[str, bool], ...] = ()
+    # What a job of another dialect (Vertex AI's) tells its replicas (planning.ReplicaContract).
+    contract: ReplicaContract | None = None
 
     @property
     def remote_job_dir(self) -> bool:
@@ -306,6 +309,7 @@ def plan_inputs(
     host_gateway: str | None = None,
     gcs_endpoint: StorageEndpoint | None = None,
     storage_credential: ProjectCredential | None = None,
+    project: str = "",
 ) -> PlanInputs:
     extra_env: dict[str, str] = {}
     extra_mounts: tuple[Mount, ...] = ()
@@ -331,7 +335,18 @@ def plan_inputs(
         gcs_root=str(submission.gcs_root) if submission.gcs_root else None,
         gcs_endpoint=gcs_endpoint,
         storage_credential=storage_credential if gcs_endpoint else None,
+        contract=_with_buckets(submission, project),
     )
+
+
+def _with_buckets(submission: Submission, project: str) -> ReplicaContract | None:
+    """The contract with the buckets its replicas see as directories: those the job's project
+    may use, as they are at submit (made by then: the job's output bucket among them)."""
+    contract = submission.contract
+    if contract is None or not contract.bucket_mount_dir or submission.gcs_root is None:
+        return contract
+    usable = projects.usable_buckets(submission.gcs_root, project, dict(submission.shared_buckets))
+    return dataclasses.replace(contract, buckets=tuple(sorted(usable.items())))
 
 
 def storage_endpoint(submission: Submission, settings: Settings, prepare_files: bool = True) -> StorageEndpoint | None:
@@ -349,7 +364,8 @@ def storage_endpoint(submission: Submission, settings: Settings, prepare_files: 
 def gcs_places(submission: Submission) -> list[str]:
     """The gs:// places a job writes (its job dir, the staging bucket) and reads (its packages)."""
     ti = submission.job.training_input
-    return [uri for uri in (ti.job_dir, submission.staging_bucket, *submission.remote_packages,
+    output_dir = submission.contract.output_dir if submission.contract else None
+    return [uri for uri in (ti.job_dir, output_dir, submission.staging_bucket, *submission.remote_packages,
                             *(ti.package_uris or [])) if uri and is_gcs(uri)]
 
 
@@ -596,7 +612,8 @@ class Submitter:
             package_files = remote_files + [path.name for path in files]
             staging.link_files(wheels, package_dir / WHEELHOUSE)
             inputs = plan_inputs(submission, package_dir, package_files, bool(wheels), self._host_gateway(submission),
-                                 storage_endpoint(submission, self.settings), credential)
+                                 storage_endpoint(submission, self.settings), credential,
+                                 submission.project or self.settings.default_project)
             install_image = image if package_files and self.backend.host_dirs_reach_replicas else None
             if install_image is not None:
                 # Where the install goes is known before it runs: one plan, checked (the engine's

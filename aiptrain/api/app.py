@@ -13,7 +13,7 @@ from collections.abc import Callable
 from urllib.parse import parse_qs, unquote
 
 from aiptrain import console
-from aiptrain.api import entries, jobs
+from aiptrain.api import entries, jobs, vertex
 from aiptrain.api.access import Access, Refused
 from aiptrain.api.calls import MAX_BODY_BYTES, ApiError, Call, Request, Response, error_response
 from aiptrain.errors import (
@@ -30,6 +30,7 @@ from aiptrain.validation import JOB_ID_PATTERN
 log = logging.getLogger("aiptrain.api")
 
 _PROJECT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
+_LOCATION = re.compile(r"[a-z][a-z0-9-]{0,62}|-")
 Handler = Callable[..., dict]
 
 
@@ -41,6 +42,7 @@ class App:
         self.access = access or Access()
         self._jobs = jobs.JobMethods(self.settings)
         self._entries = entries.EntryMethods(self.settings)
+        self._vertex = vertex.VertexMethods(self.settings, self._jobs)
 
     def handle(self, request: Request) -> Response:
         grant = None
@@ -109,12 +111,49 @@ class App:
                 if verb not in table:
                     raise ApiError(404, f"Method [{verb}] not found on jobs.")
                 return _pick(method, table[verb]), (_project(project), _job_id(job_id))
+            case [("v1" | "v1beta1"), "projects", project, "locations", location, *rest]:
+                return self._vertex_route(method, _project(project), _vertex_location(location), rest)
             case ["v2", "entries:list"]:
                 return _pick(method, {"POST": entries.list}), ()
             case ["v1", "projects", _, "models" | "operations", *_]:  # 404: clients retry a 5xx
                 raise ApiError(404, "Models and versions (prediction) are not served by aiptrain: it runs AI "
                                "Platform Training jobs (projects.jobs) only.")
         raise ApiError(404, "Not found: this server answers ml v1 projects.jobs and logging v2 entries:list.")
+
+
+    def _vertex_route(self, method: str, project: str, location: str, rest: list[str]) -> tuple[Handler, tuple]:
+        """aiplatform v1's `projects.locations.*` (aiptrain.api.vertex)."""
+        methods = self._vertex
+        kinds = methods.kinds
+        match rest:
+            case [kind] if kind in kinds:
+                handlers = {"GET": methods.list(kind, kinds[kind].render), "POST": kinds[kind].create}
+                return _pick(method, handlers), (project, location)
+            case [kind, last] if kind in kinds:
+                numeric, _, verb = last.partition(":")
+                table = {"": {"GET": methods.get(kind, kinds[kind].render), "DELETE": methods.delete(kind)}}
+                if kinds[kind].cancels:
+                    table["cancel"] = {"POST": methods.cancel(kind)}
+                if verb not in table:
+                    raise ApiError(404, f"Method [{verb}] not found on {kind}.")
+                return _pick(method, table[verb]), (project, location, _numeric_id(numeric, kind))
+            case ["operations", numeric]:
+                return _pick(method, {"GET": methods.get_operation}), (project, location, numeric)
+        raise ApiError(404, "Not found: this server answers aiplatform v1 customJobs, hyperparameterTuningJobs, "
+                       "trainingPipelines, models and operations of projects.locations.")
+
+
+def _vertex_location(location: str) -> str:
+    if not _LOCATION.fullmatch(location):
+        raise ApiError(400, f"Invalid location [{location}]: use a region such as us-central1.")
+    return location
+
+
+def _numeric_id(text: str, kind: str) -> str:
+    if not text.isdigit() or len(text) > 20:
+        raise ApiError(400, f"Invalid resource ID [{text}] of {kind}: the server gives numeric IDs; use the "
+                       "number at the end of the name the create returned.")
+    return text
 
 
 def is_console_path(path: str) -> bool:

@@ -15,7 +15,8 @@ MAX_BODY_BYTES = 1 << 20
 STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
           409: "ALREADY_EXISTS", 413: "INVALID_ARGUMENT", 500: "INTERNAL", 503: "UNAVAILABLE"}
 # Query parameters every Google API takes (system parameters); the rest are the method's own.
-SYSTEM_PARAMETERS = frozenset({"alt", "prettyPrint", "fields", "key", "quotaUser", "$.xgafv", "callback",
+# (`$alt=json;enum-encoding=int` is what the generated REST transports of google-cloud-* send.)
+SYSTEM_PARAMETERS = frozenset({"alt", "$alt", "prettyPrint", "fields", "key", "quotaUser", "$.xgafv", "callback",
                                "access_token", "upload_protocol", "uploadType", "oauth_token"})
 
 

@@ -79,17 +79,17 @@ class JobMethods:
         job = _job_body(call.json_body())
         if not job.job_id:
             raise ApiError(400, "Field jobId is required: name the job in the request body.")
-        self._check_host_paths(call, job)
+        self.check_host_paths(call, job)
 
         with self._client(project) as client:
             if client.store.key_of(project, job.job_id) is not None:
                 raise duplicate_job(job.job_id)
             submission = client.prepare(SubmitFlags(job_id=job.job_id, project=project), base=job)
             submission = dataclasses.replace(submission, shared_buckets=call.access.shared_with(project))
-            self._check_runtime_image(submission)
+            self.check_runtime_image(submission)
             return resource(client.queue(submission))
 
-    def _check_runtime_image(self, submission) -> None:
+    def check_runtime_image(self, submission) -> None:
         """503 while the runtime's image is missing: it is built in the background, not in this request."""
         if not (submission.runtime and self.settings.auto_build):
             return  # without auto-build, submit itself refuses a missing image (exit 3: 503)
@@ -99,7 +99,7 @@ class JobMethods:
         if waiting:
             raise ApiError(503, waiting)
 
-    def _check_host_paths(self, call: Call, job: Job) -> None:
+    def check_host_paths(self, call: Call, job: Job) -> None:
         """Paths on this machine (packageUris to read, a jobDir to mount read-write) are taken
         only from a server without tokens: a remote caller must not pick the server's files."""
         if call.access.open:

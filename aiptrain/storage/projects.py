@@ -101,6 +101,15 @@ def check_buckets(gcs_root: Path, project: str, uris: list[str], shared: dict[st
                               "(docs/reference/security.md#what-separates-projects).")
 
 
+def usable_buckets(gcs_root: Path, project: str, shared: dict[str, bool] | None = None) -> dict[str, bool]:
+    """The buckets a job of `project` may use, by name -> writable: its project's, those shared
+    with it, and those of no project where no team server serves the tree (check_buckets' rule)."""
+    files = tree(gcs_root, make=False)
+    usable = {bucket: True for bucket in files.buckets()
+              if files.owner_of(bucket) == project or (files.owner_of(bucket) is None and not files.team)}
+    return {**usable, **{bucket: writable for bucket, writable in (shared or {}).items() if files.bucket_exists(bucket)}}
+
+
 def make_buckets(gcs_root: Path, uris: list[str], project: str) -> None:
     """The buckets `uris` name that do not exist yet, made for `project` (what a submit stages
     to or writes its job dir in: a bucket is made by its first write here)."""

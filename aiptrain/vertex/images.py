@@ -1,0 +1,94 @@
+"""Vertex AI's prebuilt training images, mapped to the runtime images built here.
+
+`pythonPackageSpec.executorImageUri` names one of Google's prebuilt containers
+(`us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-11.py310:latest`, the older
+`gcr.io/cloud-aiplatform/training/tf-cpu.2-3:latest`, `sklearn-cpu.1-0`, `xgboost-cpu.1-1`,
+`pytorch-gpu.1-13`; also `europe-`/`asia-` hosts). None can be pulled here: each is run by the
+runtime version whose frameworks it held, as AI Platform's runtime versions are. An image a
+team maps itself (`aiptrain runtimes add URI --image IMAGE`) is taken first, which is how a
+PyTorch executor image is given one. Pure rules: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from aiptrain.errors import ValidationError
+from aiptrain.runtime_catalog import RUNTIMES, SERVICE_PINS
+
+# (host)/(repository path)/(framework)-(cpu|gpu|xla).(major)-(minor)[.pyNN][:tag]
+PREBUILT = re.compile(
+    r"(?:[a-z0-9-]+-docker\.pkg\.dev/vertex-ai/training|(?:[a-z]+\.)?gcr\.io/cloud-aiplatform/training"
+    r"|gcr\.io/cloud-ml-public/training)/"
+    r"(?P<framework>tf|tf2|sklearn|scikit-learn|xgboost|pytorch)-(?P<flavour>cpu|gpu|xla)"
+    r"\.(?P<major>\d+)-(?P<minor>\d+)(?:\.py\d+)?(?::[\w.-]+)?"
+)
+FRAMEWORK_PINS = {"sklearn": 1, "scikit-learn": 1, "xgboost": 2}  # index in SERVICE_PINS' tuples
+NEWEST_TF = max((v for v in SERVICE_PINS if v.startswith("2.")), key=lambda v: int(v.split(".")[1]))
+
+
+@dataclass(frozen=True)
+class Executor:
+    runtime_version: str  # the runtime that runs it
+    note: str | None = None  # one line when it runs other releases than the image held
+
+
+def is_prebuilt(uri: str) -> bool:
+    return PREBUILT.fullmatch(uri.strip()) is not None
+
+
+def executor(uri: str, mapped: dict[str, dict] | None = None) -> Executor:
+    """The runtime that runs a prebuilt executor image; ValidationError naming what to do for
+    one that is not a prebuilt image, or a framework no runtime here holds."""
+    if mapped and uri in mapped:
+        return Executor(uri)
+    match = PREBUILT.fullmatch(uri.strip())
+    if match is None:
+        raise ValidationError(
+            f"executorImageUri [{uri}] is not one of Vertex AI's prebuilt training images "
+            "(us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-11.py310:latest and the like): use containerSpec for "
+            f"your own image, or map it with `aiptrain runtimes add {uri} --image IMAGE`."
+        )
+    framework, release = match["framework"], (int(match["major"]), int(match["minor"]))
+    if framework == "pytorch":
+        raise ValidationError(
+            f"executorImageUri [{uri}] is a PyTorch image, which no runtime here holds: build one with torch and "
+            f"map it with `aiptrain runtimes add {uri} --image IMAGE`, or use containerSpec with your own image."
+        )
+    if framework in ("tf", "tf2"):
+        return _tensorflow(uri, release)
+    return _by_pin(uri, framework, release)
+
+
+def _tensorflow(uri: str, release: tuple[int, int]) -> Executor:
+    version = f"{release[0]}.{release[1]}"
+    if version in RUNTIMES:
+        return Executor(version)
+    if release[0] == 2 and release > (2, int(NEWEST_TF.split(".")[1])):
+        return Executor(NEWEST_TF, f"NOTE: [{uri}] runs on runtime {NEWEST_TF} (TensorFlow "
+                                   f"{SERVICE_PINS[NEWEST_TF][0]}), the newest built here.")
+    raise ValidationError(f"executorImageUri [{uri}] names TensorFlow {version}, which no runtime here holds: "
+                          f"use tf-cpu.2-1 to tf-cpu.{NEWEST_TF.replace('.', '-')}.")
+
+
+def _by_pin(uri: str, framework: str, release: tuple[int, int]) -> Executor:
+    """The newest runtime whose pinned release of the framework is the image's, else the newest
+    that pinned an older one."""
+    index = FRAMEWORK_PINS[framework]
+
+    def pinned(version: str) -> tuple[int, ...]:
+        pin = SERVICE_PINS[version][index] or "0"
+        return tuple(int(part) for part in re.findall(r"\d+", pin))[:2]
+
+    candidates = sorted((v for v in SERVICE_PINS if v.startswith("2.")), key=lambda v: int(v.split(".")[1]),
+                        reverse=True)
+    for version in candidates:
+        if pinned(version) == release:
+            return Executor(version)
+    older = [v for v in candidates if pinned(v) <= release]
+    if not older:
+        raise ValidationError(f"executorImageUri [{uri}] names a release older than any runtime here holds.")
+    shown = ".".join(map(str, release))
+    return Executor(older[0], f"NOTE: [{uri}] runs on runtime {older[0]} ({framework} "
+                              f"{SERVICE_PINS[older[0]][index]}), the nearest to {shown} built here.")

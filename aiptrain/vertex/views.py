@@ -1,0 +1,87 @@
+"""Vertex AI's resources as the service answered them, made from a record (what the client
+gave) and the ml v1 job that runs it (state, times, error, trials). Pure: no I/O."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from aiptrain.model import Job, rfc3339
+from aiptrain.states import State
+from aiptrain.vertex.records import Record
+from aiptrain.vertex.resources import JobState
+from aiptrain.vertex.translate import vertex_message, vertex_task_name
+
+JOB_STATES = {
+    State.STATE_UNSPECIFIED: JobState.JOB_STATE_UNSPECIFIED,
+    State.QUEUED: JobState.JOB_STATE_QUEUED,
+    State.PREPARING: JobState.JOB_STATE_PENDING,
+    State.RUNNING: JobState.JOB_STATE_RUNNING,
+    State.SUCCEEDED: JobState.JOB_STATE_SUCCEEDED,
+    State.FAILED: JobState.JOB_STATE_FAILED,
+    State.CANCELLING: JobState.JOB_STATE_CANCELLING,
+    State.CANCELLED: JobState.JOB_STATE_CANCELLED,
+}
+# google.rpc.Code of a job's `error`: CANCELLED (1) for a cancelled job, as the service sets it;
+# INVALID_ARGUMENT (3) for a trainer that failed, which the service gave for a replica's non-zero
+# exit; INTERNAL (13) for anything else that ended it.
+CANCELLED_CODE, TRAINER_FAILED_CODE, INTERNAL_CODE = 1, 3, 13
+# What the service fills in that a client may leave out.
+DEFAULT_DISK = {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100}
+
+
+def job_state(job: Job | None) -> JobState:
+    if job is None or job.state is None:
+        return JobState.JOB_STATE_QUEUED
+    return JOB_STATES[job.state]
+
+
+def with_defaults(job_spec: dict[str, Any]) -> dict[str, Any]:
+    """A job spec as the service stores it: every pool that runs replicas with its disk and
+    replica count, empty placeholder pools kept as they are."""
+    spec = copy.deepcopy(job_spec)
+    for pool in spec.get("workerPoolSpecs") or []:
+        if pool.get("containerSpec") or pool.get("pythonPackageSpec"):
+            pool.setdefault("diskSpec", dict(DEFAULT_DISK))
+            pool.setdefault("replicaCount", "1")
+    return spec
+
+
+def error_of(job: Job | None) -> dict[str, Any] | None:
+    if job is None or job.state not in (State.FAILED, State.CANCELLED):
+        return None
+    if job.state is State.CANCELLED:
+        return {"code": CANCELLED_CODE, "message": "CANCELED"}
+    message = vertex_message(job.error_message or "The job failed.")
+    code = TRAINER_FAILED_CODE if "non-zero status" in message else INTERNAL_CODE
+    return {"code": code, "message": message}
+
+
+def times(record: Record, job: Job | None) -> dict[str, str]:
+    """createTime, startTime, endTime and updateTime: the latest of them."""
+    found = {"createTime": record.create_time}
+    if job is not None:
+        if job.start_time:
+            found["startTime"] = rfc3339(job.start_time)
+        if job.end_time:
+            found["endTime"] = rfc3339(job.end_time)
+    found["updateTime"] = max(found.values())
+    return found
+
+
+def custom_job(record: Record, job: Job | None) -> dict[str, Any]:
+    body = record.body
+    resource: dict[str, Any] = {"name": record.name, "displayName": body.get("displayName", "")}
+    resource["jobSpec"] = with_defaults(body.get("jobSpec") or {})
+    resource["state"] = job_state(job).name
+    resource.update(times(record, job))
+    error = error_of(job)
+    if error:
+        resource["error"] = error
+    for field in ("labels", "encryptionSpec"):
+        if body.get(field):
+            resource[field] = body[field]
+    uris = job.training_output.web_access_uris if job and job.training_output else None
+    if uris:
+        resource["webAccessUris"] = {vertex_task_name(task): uri for task, uri in uris.items()}
+    return resource
