@@ -12,6 +12,7 @@ TF_CONFIG. CLUSTER_SPEC names them `workerpoolN` and carries the job spec as a J
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from aiptrain.errors import ValidationError
@@ -193,9 +194,16 @@ def vertex_task_name(task_name: str) -> str:
     return task_name
 
 
+# How ml v1 messages name a replica: "The replica master 0 exited ...", or by its task name.
+_REPLICA_IN_MESSAGE = re.compile(r"\breplica (master|worker|ps|evaluator) (\d+)\b|\b(?:master|worker|ps|evaluator)-replica-\d+\b")
+
+
 def vertex_message(text: str) -> str:
-    """An error message of the ml v1 job in Vertex's words: its replicas by their pool names."""
-    for ours, theirs in (("master replica", "workerpool0"), ("worker replica", "workerpool1"),
-                         ("ps replica", "workerpool2"), ("evaluator replica", "workerpool3"), *REPLICA_NAMES.items()):
-        text = text.replace(ours, theirs)
-    return text
+    """An error message of the ml v1 job in Vertex's words: its replicas by their pool names
+    ("The replica workerpool0-0 exited with a non-zero status of 1.")."""
+    def named(match: re.Match) -> str:
+        if match.group(1):
+            pool = SPEC_NAMES[match.group(1)]
+            return f"replica {pool}-{match.group(2)}"
+        return vertex_task_name(match.group(0))
+    return _REPLICA_IN_MESSAGE.sub(named, text)
