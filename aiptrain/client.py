@@ -58,13 +58,16 @@ class Client:
     (or `with`) releases them."""
 
     def __init__(self, home: str | Path | None = None, settings: Settings | None = None,
-                 backend: Backend | None = None, project: str | None = None):
+                 backend: Backend | None = None, project: str | None = None, store: JobStore | None = None):
         if settings is None:
             settings = Settings(home=Path(home).expanduser().resolve()) if home else Settings()
         self.settings = settings
         self.project = project or settings.default_project
         self._given_backend = backend  # a given backend (a fake in tests) runs every job
         self._backends: dict[str, Backend] = {}
+        if store is not None:  # an open store the caller keeps (aiptrain serve's threads): never closed here
+            self.__dict__["store"] = store
+        self._owns_store = store is None
 
     # -- what the client holds ---------------------------------------------------------------
 
@@ -91,7 +94,7 @@ class Client:
         return jobs.find_key(self.project, job_id, self.settings, self.store)
 
     def close(self) -> None:
-        if "store" in self.__dict__:
+        if "store" in self.__dict__ and self._owns_store:
             self.store.close()
             del self.__dict__["store"]
 

@@ -398,7 +398,9 @@ def listed_only(fields: Iterable[str]) -> bool:
 @dataclass(frozen=True)
 class Condition:
     """`key OP value` over a key the store keeps in a column (`in_columns`). op: IN or NOT_IN
-    (value a tuple), PREFIX, CONTAINS_NOCASE (a superset prefilter), or a comparison <, <=, >, >=."""
+    (value a tuple), PREFIX, CONTAINS_NOCASE (a superset prefilter), a comparison <, <=, >, >=,
+    or PAGE_AFTER (value (createTime, jobId): the jobs after that one in the default order, newest
+    first, the REST list's page token)."""
 
     key: str
     op: str
@@ -455,10 +457,13 @@ def _condition(term: Expr) -> tuple[Condition | None, bool]:
     return _text_condition(key, term.op, values)
 
 
-def plan_query(expr: Expr | None, keys: Sequence[SortKey], limit: int | None) -> Query:
+def plan_query(expr: Expr | None, keys: Sequence[SortKey], limit: int | None,
+               after: tuple[str, str] | None = None) -> Query:
     """The conditions, order and limit the store can apply; `complete` when nothing is left
-    for `select` to do."""
+    for `select` to do. `after`: only the jobs after (createTime, jobId) in the default order."""
     conditions, complete = [], True
+    if after is not None:
+        conditions.append(Condition("createTime", "PAGE_AFTER", after))
     for term in _conjuncts(expr):
         condition, exact = _condition(term)
         if condition is not None:

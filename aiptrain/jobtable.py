@@ -390,6 +390,9 @@ def _sql_condition(sql: dialects.Dialect, condition: Condition) -> tuple[str, li
         return f"substr({column}, 1, ?) = ?", [*params, len(value), value]
     if condition.op == "CONTAINS_NOCASE":
         return sql.contains(f"lower({column})"), [*params, value.lower()]
+    if condition.op == "PAGE_AFTER":  # (createTime, jobId) after a page's last job, newest first
+        create_time, name = value
+        return "(create_time < ? OR (create_time = ? AND name > ?))", [create_time, create_time, name]
     return f"{column} {_SQL_OPERATORS[condition.op]} ?", [*params, value]
 
 

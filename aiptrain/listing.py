@@ -20,20 +20,21 @@ from aiptrain.settings import Settings
 def list_resources(settings: Settings, filter: str | None = None,
                    sort_by: str | Iterable[str] | None = None, limit: int | None = None,
                    fields: Iterable[str] | None = None, table: JobTable | None = None,
-                   project: str | None = None) -> list[dict]:
+                   project: str | None = None, after: tuple[str, str] | None = None) -> list[dict]:
     """The jobs of `project` (default: the settings' default project) that `jobs list` selects
     (gcloud's --filter, --sort-by with `~` for descending, --limit; newest first by default) as
     resources. `fields`: the only keys the caller reads, None for whole resources; `table`: the
-    open store (else the settings' store is opened and closed)."""
+    open store (else the settings' store is opened and closed); `after`: (createTime, jobId) of
+    the last job of the page before (the REST list's page token), for the default order only."""
     expression = filtering.parse(filter) if filter else None
     keys = filtering.parse_sort_keys(sort_by)
     if table is None:
         with JobTable.of(settings) as table:
-            return list_resources(settings, filter, sort_by, limit, fields, table, project)
+            return list_resources(settings, filter, sort_by, limit, fields, table, project, after)
     if table.active_job_ids():
         control.ensure_running(settings)  # a controller that died is replaced: its jobs go on
     project = project or settings.default_project
-    query = filtering.plan_query(expression, keys, limit)
+    query = filtering.plan_query(expression, keys, limit, after)
     if query.complete:
         return table.resources(query, fields, project)
     found = table.resources(query, project=project)

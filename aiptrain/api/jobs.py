@@ -24,6 +24,7 @@ from aiptrain import listing, runtimes
 from aiptrain.api import tensorboards
 from aiptrain.api.builds import RuntimeBuilds
 from aiptrain.api.calls import ApiError, Call
+from aiptrain.api.stores import ThreadStores
 from aiptrain.api.tensorboards import TensorBoards
 from aiptrain.client import Client
 from aiptrain.config import SubmitFlags, pydantic_error_line
@@ -55,8 +56,9 @@ class StaleEtag(Exception):
 
 
 class JobMethods:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, stores: ThreadStores | None = None):
         self.settings = settings
+        self.stores = stores or ThreadStores(settings)
         self._builds = RuntimeBuilds(self._build_runtime)
         self._tensorboards: TensorBoards | None = None  # made at the first request
 
@@ -68,7 +70,7 @@ class JobMethods:
         """The façade over `project`'s jobs: it finds no other project's (JobNotFound: 404, as
         if absent)."""
 
-        with Client(settings=self.settings, project=project) as client:
+        with Client(settings=self.settings, project=project, store=self.stores.get()) as client:
             yield client
 
     # -- methods ---------------------------------------------------------------------------
@@ -126,12 +128,10 @@ class JobMethods:
         after = _decode_token(call.params.get("pageToken") or "")
 
         with self._client(project) as client:
-            found = listing.list_resources(self.settings, call.params.get("filter") or None,
-                                           table=client.store, project=project)
-            found.sort(key=lambda r: r.get("jobId", ""))
-            found.sort(key=lambda r: r.get("createTime", ""), reverse=True)
-            if after is not None:
-                found = [r for r in found if _comes_after(r, *after)]
+            # One more than the page: whether a next page exists. The store's default order is the
+            # list's (newest first, then by ID), and the token's place is a condition in its SQL.
+            found = listing.list_resources(self.settings, call.params.get("filter") or None, limit=page_size + 1,
+                                           table=client.store, project=project, after=after)
             page: list[dict] = []
             more = False
             for item in found:
@@ -247,13 +247,6 @@ def _job_body(body: dict, strip_output: bool = True) -> Job:
         return Job.model_validate(body)
     except PydanticError as exc:
         raise ApiError(400, pydantic_error_line(exc, "Invalid Job in the request body")) from None
-
-
-def _comes_after(item: dict, create_time: str, job_id: str) -> bool:
-    """Whether `item` follows the job (create_time, job_id) in the listing order: newest first,
-    then by ID. A page token names the last job shown, so jobs created meanwhile shift nothing."""
-    item_time = item.get("createTime", "")
-    return item_time < create_time or (item_time == create_time and item.get("jobId", "") > job_id)
 
 
 def _encode_token(item: dict) -> str:

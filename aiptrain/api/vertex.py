@@ -76,7 +76,7 @@ class VertexMethods:
 
     @contextmanager
     def _client(self, project: str) -> Iterator[tuple[Client, VertexRecords]]:
-        with Client(settings=self.settings, project=project) as client:
+        with Client(settings=self.settings, project=project, store=self._ml_jobs.stores.get()) as client:
             yield client, VertexRecords(client.store)
 
     # -- customJobs -------------------------------------------------------------------------
@@ -131,16 +131,22 @@ class VertexMethods:
             call.accept("filter", "pageSize", "pageToken", "readMask")
             call.authorize(project, write=False)
             page_size = call.int_param("pageSize", LIST_PAGE_SIZE, LIST_MOST)
-            offset = _decode_token(call.params.get("pageToken") or "")
+            start = _decode_token(call.params.get("pageToken") or "")
             expr = _vertex_filter(call.params.get("filter") or "")
             with self._client(project) as (client, records):
-                found = [render(record, _job_of(client, record))
-                         for record in records.list(project, kind, _location(location))]
-            matching = [item for item in found if filtering.evaluate(expr, item)]
-            page = matching[offset:offset + page_size]
+                if expr is None:  # the store pages: only the page (and one more, to know of a next) is read
+                    chosen = records.list(project, kind, _location(location), start, page_size + 1)
+                    found = [render(record, _job_of(client, record)) for record in chosen]
+                    offset = 0
+                else:
+                    offset = start
+                    found = [item for item in (render(record, _job_of(client, record))
+                                               for record in records.list(project, kind, _location(location)))
+                             if filtering.evaluate(expr, item)]
+            page = found[offset:offset + page_size]
             answer: dict[str, Any] = {kind: page} if page else {}
-            if offset + page_size < len(matching):
-                answer["nextPageToken"] = _encode_token(offset + page_size)
+            if offset + page_size < len(found):
+                answer["nextPageToken"] = _encode_token(start + page_size)
             return answer
         return list_
 

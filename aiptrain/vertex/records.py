@@ -87,12 +87,18 @@ class VertexRecords:
         found = [_record(row) for row in rows if kind is None or row[1] == kind]
         return found[0] if found else None
 
-    def list(self, project: str, kind: str, location: str | None = None) -> list[Record]:
-        """The project's resources of a kind, newest first."""
+    def list(self, project: str, kind: str, location: str | None = None, offset: int = 0,
+             limit: int | None = None) -> list[Record]:
+        """The project's resources of a kind (in `location`, else in all), newest first; from
+        `offset`, at most `limit`."""
+        where, params = "project = ? AND kind = ?", [project, kind]
+        if location is not None:
+            where, params = where + " AND location = ?", [*params, location]
+        page = " LIMIT ? OFFSET ?" if limit is not None else ""
         rows = self._store.execute(
-            f"SELECT {_FIELDS} FROM vertex_resources WHERE project = ? AND kind = ? ORDER BY create_time DESC, id DESC",
-            (project, kind)).fetchall()
-        return [record for record in map(_record, rows) if location is None or record.location == location]
+            f"SELECT {_FIELDS} FROM vertex_resources WHERE {where} ORDER BY create_time DESC, id DESC{page}",
+            (*params, *([limit, offset] if limit is not None else []))).fetchall()
+        return [_record(row) for row in rows]
 
     def delete(self, record: Record) -> None:
         with self._store.write_transaction():
