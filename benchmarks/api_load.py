@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Benchmark 12's load: Locust (as a library, its own process: it monkey-patches the standard
-library with gevent) sends ml v1 `jobs.get` or `jobs.list` to an `aiptrain serve` at a steady
-rate for a bounded time, and prints one JSON line: requests, failures, the rate achieved, and
-the p50/p99 latency in milliseconds.
+library with gevent) sends ml v1 `jobs.get` or `jobs.list` (or aiplatform v1 `customJobs.get` /
+`customJobs.list` with `--api vertex`) to an `aiptrain serve` at a steady rate for a bounded time,
+and prints one JSON line: requests, failures, the rate achieved, and the p50/p99 latency in
+milliseconds.
 
     python benchmarks/api_load.py --url http://127.0.0.1:PORT --method get --rate 50 --seconds 10 --job JOB
 
@@ -33,9 +34,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="how long the load is measured")
     parser.add_argument("--job", default="", help="jobs.get: the job to get")
     parser.add_argument("--project", default="aiptrain")
+    parser.add_argument("--api", choices=("ml", "vertex"), default="ml",
+                        help="ml v1 jobs, or aiplatform v1 customJobs (--job: the numeric ID)")
     args = parser.parse_args()
 
     jobs = f"/v1/projects/{args.project}/jobs"
+    if args.api == "vertex":
+        jobs = f"/v1/projects/{args.project}/locations/us-central1/customJobs"
     path = f"{jobs}/{args.job}" if args.method == "get" else f"{jobs}?pageSize=20"
     users = max(1, round(args.rate / USER_RATE))
 
@@ -55,7 +60,7 @@ def main() -> None:
     gevent.sleep(args.seconds)
     total = env.stats.total
     result = {
-        "method": args.method, "target_rps": args.rate, "users": users, "seconds": args.seconds,
+        "api": args.api, "method": args.method, "target_rps": args.rate, "users": users, "seconds": args.seconds,
         "requests": total.num_requests, "failures": total.num_failures,
         "achieved_rps": round(total.num_requests / args.seconds, 1),
         "p50_ms": total.get_response_time_percentile(0.5), "p99_ms": total.get_response_time_percentile(0.99),
