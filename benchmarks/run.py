@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from figures import api, controller, gcloud, logs, peers, start, store, tuning
+from figures import api, controller, gcloud, logs, peers, start, store, tuning, vertex
 from harness import IMAGE, RESULTS_DIR, Bench, BenchError, Row, machine, print_report, progress, write_results
 
 BENCHMARKS = {
@@ -38,8 +38,10 @@ BENCHMARKS = {
     "9": ("BASIC and STANDARD_1 vs TorchX", peers.bench_torchx),
     "10": ("controller memory with 1, 10 and 100 running jobs", controller.bench_memory),
     "11": (f"{controller.MANY_JOBS} jobs through admission", controller.bench_many_jobs),
-    "12": ("the REST API under load: jobs.get and jobs.list at 50 and 200 req/s", api.bench_api),
+    "12": ("the REST API under load: get and list of ml v1 jobs and Vertex customJobs at 50 and 200 req/s",
+           api.bench_api),
     "13": ("BASIC submit -> SUCCEEDED through the real gcloud and the shim", gcloud.bench_real_gcloud),
+    "14": ("a Vertex AI custom job vs the AI Platform job of the same trainer", vertex.bench_vertex),
 }
 WITHOUT_ENGINE = {"1", "8", "12"}  # benchmarks that run no container
 
