@@ -120,6 +120,8 @@ class Submission:
     shared_buckets: tuple[tuple[str, bool], ...] = ()
     # What a job of another dialect (Vertex AI's) tells its replicas (planning.ReplicaContract).
     contract: ReplicaContract | None = None
+    # Notices the job's log keeps as well: a REST client never sees `notices`.
+    log_notices: tuple[str, ...] = ()
 
     @property
     def remote_job_dir(self) -> bool:
@@ -548,8 +550,8 @@ class Submitter:
             packages = " ".join(f"{PACKAGES_DIR}/{name}" for name in inputs.package_files)
             job_log.service(f"Installed the packages once for every replica: {packages}")
         job_log.service("Job creation request has been successfully validated.")
-        if submission.trials_notice:
-            job_log.service(submission.trials_notice, "WARNING")
+        for notice in filter(None, (submission.trials_notice, *submission.log_notices)):
+            job_log.service(notice, "WARNING")
         job_log.service(f"Job {job.job_id} is queued.")
         save_plan_inputs(self.settings.job_work_dir(key), inputs)
         verdict = admission.request(self.store, key, job, self.settings.max_running_replicas)
