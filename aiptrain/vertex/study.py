@@ -212,11 +212,13 @@ def _ml_parameter(parameter: ParameterSpec, path: str) -> model.ParameterSpec:
 def _condition_values(child: ConditionalParameterSpec, parent: model.ParameterSpec, path: str) -> list[str]:
     """The parent's values under which a child is searched, as a trial receives them; refused
     unless they are the parent's own values, under the condition of the parent's type."""
-    expected = PARENT_CONDITIONS[parent.type]
+    kind = parent.type
+    assert kind is not None and kind in PARENT_CONDITIONS  # a checked parent, not a DOUBLE one
+    expected = PARENT_CONDITIONS[kind]
     given = [name for name in PARENT_CONDITIONS.values() if getattr(child, name) is not None]
     if given != [expected]:
         raise ValidationError(f"{path} needs {_camel(expected)} (its parent [{parent.name}] is "
-                              f"{parent.type.value}), and no other parent condition.")
+                              f"{kind.value}), and no other parent condition.")
     condition: ValuesCondition = getattr(child, expected)
     if not condition.values:
         raise ValidationError(f"{path}.{_camel(expected)}.values is required: the values of [{parent.name}] "
@@ -226,7 +228,7 @@ def _condition_values(child: ConditionalParameterSpec, parent: model.ParameterSp
         text = _parent_value(value, parent)
         if text is None:
             raise ValidationError(f"{path}.{_camel(expected)}.values: [{value}] is not a value of [{parent.name}]: "
-                                  f"use values its {parent.type.value} spec holds.")
+                                  f"use values its {kind.value} spec holds.")
         texts.append(text)
     return texts
 
