@@ -115,6 +115,10 @@ class NetworkSpec:
     addresses: int = 1  # how many replicas the network holds: the backend sizes its subnet by it
 
 
+# Two numbers are the same value of a condition when this close, as the service matched them.
+CONDITION_TOLERANCE = 1e-10
+
+
 @dataclass(frozen=True)
 class SearchCondition:
     """When a conditional parameter is searched: only in a trial whose `parent` parameter took

@@ -34,7 +34,7 @@ from aiptrain.model import (
     ScaleType,
     State,
 )
-from aiptrain.planning import StudyRules
+from aiptrain.planning import CONDITION_TOLERANCE, StudyRules
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -42,9 +42,6 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 # Median stopping rule: a trial stops when its best report so far is worse than the median of
 # the finished trials' reports at the same step, once this many trials have finished.
 EARLY_STOPPING_STARTUP_TRIALS = 2
-
-# Two numbers are the same value of a condition when this close (Vertex AI Vizier's epsilon).
-CONDITION_TOLERANCE = 1e-10
 
 _TRIAL_ID = "trial_id"  # user attribute: the service's trial id of an optuna trial
 _HISTORY = "history"  # user attribute: a trial of the previous job (resumePreviousJobId)
@@ -137,8 +134,9 @@ class _Grid:
     condition holds only."""
 
     def __init__(self, points: list[dict[str, Any]], seed: int):
+        random.Random(seed).shuffle(points)
         self.points = points
-        random.Random(seed).shuffle(self.points)
+        self._keys = [_point_key(point) for point in points]
 
     @property
     def size(self) -> int:
@@ -146,7 +144,7 @@ class _Grid:
 
     def free_points(self, study: optuna.Study) -> list[dict[str, Any]]:
         held = {_point_key(trial.params) for trial in study.get_trials(deepcopy=False)}
-        return [point for point in self.points if _point_key(point) not in held]
+        return [point for point, key in zip(self.points, self._keys, strict=True) if key not in held]
 
 
 def _point_key(values: dict[str, Any]) -> frozenset:

@@ -3,10 +3,11 @@ trials as the service showed them. Pure: no I/O.
 
 The trialJobSpec is translated as a CustomJob's jobSpec is (aiptrain.vertex.translate); the
 studySpec becomes a HyperparameterSpec (metrics[0] is the metric tag and goal, the four
-parameter types, scales, algorithm, counts, early stopping), and what a HyperparameterSpec
-cannot say becomes the study's rules (planning.StudyRules): conditional parameters, flattened
-after their parents, and BEST_MEASUREMENT. The rules on parameter values are the ml v1 spec's
-own (model.ParameterSpec.problem), told in Vertex's field names.
+parameter types, scales, algorithm, counts; both automated stopping specs run as the study's
+median stopping rule), and what a HyperparameterSpec cannot say becomes the study's rules
+(planning.StudyRules): conditional parameters, flattened after their parents, and
+BEST_MEASUREMENT. The rules on parameter values are the ml v1 spec's own
+(model.ParameterSpec.problem), told in Vertex's field names.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from aiptrain import model
 from aiptrain.config import pydantic_error_line
 from aiptrain.errors import ValidationError
 from aiptrain.model import HyperparameterOutput, ParameterType, State
-from aiptrain.planning import SearchCondition, StudyRules
+from aiptrain.planning import CONDITION_TOLERANCE, SearchCondition, StudyRules
 from aiptrain.vertex.resources import (
     Algorithm,
     ConditionalParameterSpec,
@@ -43,8 +44,7 @@ VALUE_SPECS = {"double_value_spec": ParameterType.DOUBLE, "integer_value_spec": 
                "categorical_value_spec": ParameterType.CATEGORICAL, "discrete_value_spec": ParameterType.DISCRETE}
 PARENT_CONDITIONS = {ParameterType.INTEGER: "parent_int_values", ParameterType.DISCRETE: "parent_discrete_values",
                      ParameterType.CATEGORICAL: "parent_categorical_values"}
-CONDITION_TOLERANCE = 1e-10  # the epsilon of matching a DISCRETE parent's values (study.proto)
-# ml v1's names in the HyperparameterSpec rules' messages -> Vertex's, longest first.
+# ml v1's names in the HyperparameterSpec rules' messages -> Vertex's (whole words).
 VERTEX_WORDS = (("maxParallelTrials", "parallelTrialCount"), ("maxFailedTrials", "maxFailedTrialCount"),
                 ("maxTrials", "maxTrialCount"), ("categoricalValues", "categoricalValueSpec.values"),
                 ("discreteValues", "discreteValueSpec.values"), ("discreteValue", "discreteValueSpec value"),
