@@ -115,14 +115,45 @@ class NetworkSpec:
     addresses: int = 1  # how many replicas the network holds: the backend sizes its subnet by it
 
 
+# Two numbers are the same value of a condition when this close, as the service matched them.
+CONDITION_TOLERANCE = 1e-10
+
+
+@dataclass(frozen=True)
+class SearchCondition:
+    """When a conditional parameter is searched: only in a trial whose `parent` parameter took
+    one of `values` (written as a trial receives them: `4`, `0.5`, `adam`)."""
+
+    parent: str  # a parameter listed before the conditional one
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StudyRules:
+    """What a study of another dialect asks beyond a HyperparameterSpec, as data the study
+    applies without knowing the dialect (aiptrain.search, aiptrain.runner.study)."""
+
+    conditions: dict[str, SearchCondition] = field(default_factory=dict)  # parameter -> when it is searched
+    best_report_is_final: bool = False  # a trial's final metric is its best report, not its last
+
+
+def study_rules_from_dict(data: dict[str, Any] | None) -> StudyRules | None:
+    if not data:
+        return None
+    conditions = {name: SearchCondition(condition["parent"], tuple(condition["values"]))
+                  for name, condition in data.get("conditions", {}).items()}
+    return StudyRules(conditions, bool(data.get("best_report_is_final")))
+
+
 @dataclass(frozen=True)
 class ReplicaContract:
     """What a job of another dialect (Vertex AI's) tells its replicas where AI Platform's
     differs, as data the planner applies without knowing the dialect: CLUSTER_SPEC's names for
     the task types and the job it carries, variables for every replica and per task type, each
     task type's own args, directories under an output prefix (per trial in a study), and the
-    buckets seen as files. Built by the dialect (aiptrain.vertex.translate); saved with the
-    plan inputs, so the controller plans every trial with it."""
+    buckets seen as files; for a tuning job, how its study searches (StudyRules). Built by the
+    dialect (aiptrain.vertex.translate); saved with the plan inputs, so the controller plans
+    every trial with it."""
 
     cluster_spec_names: dict[str, str]  # task type -> its CLUSTER_SPEC name (master -> workerpool0)
     cluster_spec_job: Any = None  # CLUSTER_SPEC's and TF_CONFIG's `job`, as the dialect gives it
@@ -133,6 +164,7 @@ class ReplicaContract:
     output_env: dict[str, str] = field(default_factory=dict)  # variable -> the directory under output_dir
     bucket_mount_dir: str | None = None  # where buckets appear as directories (/gcs)
     buckets: tuple[tuple[str, bool], ...] = ()  # (bucket, writable): the job's project's, at submit
+    study: StudyRules | None = None  # a tuning job's search beyond its HyperparameterSpec
 
     def output_variables(self, trial: Trial | None) -> dict[str, str]:
         if not self.output_dir:
@@ -154,7 +186,8 @@ class ReplicaContract:
 def contract_from_dict(data: dict[str, Any] | None) -> ReplicaContract | None:
     if not data:
         return None
-    return ReplicaContract(**{**data, "buckets": tuple(tuple(pair) for pair in data.get("buckets", ()))})
+    return ReplicaContract(**{**data, "buckets": tuple(tuple(pair) for pair in data.get("buckets", ())),
+                              "study": study_rules_from_dict(data.get("study"))})
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,16 @@ their values and objectives. Samplers: TPE for ALGORITHM_UNSPECIFIED (Bayesian o
 a grid for GRID_SEARCH, random for RANDOM_SEARCH, all seeded so a spec and a seed give the same
 sequence. Storage is in memory: after a controller restart the study rebuilds the Search from
 the stored trials with restore().
+
+Values are drawn define-by-run, parameter by parameter in the spec's order, so a conditional
+parameter (planning.StudyRules: searched only when its parent took one of some values) is
+drawn only in the trials where its condition holds, and TPE models it from those trials.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import warnings
 from collections.abc import Iterable
 from typing import Any, Literal, TypeVar
@@ -29,6 +34,7 @@ from aiptrain.model import (
     ScaleType,
     State,
 )
+from aiptrain.planning import CONDITION_TOLERANCE, StudyRules
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -52,6 +58,7 @@ class _Param:
         self.type = spec.type
         self.distribution = self._distribution(spec)
         self.discrete_values = spec.discrete_values or []  # empty unless DISCRETE
+        self.grid_values = spec.grid_values if on_grid else []
         # UNIT_REVERSE_LOG_SCALE is dense near maxValue: optuna samples y on a log scale and the
         # trial gets low + high - y, `mirror` being low + high. A grid takes every point, so it
         # needs no scale; CATEGORICAL and DISCRETE lists are sampled as choices, so it cannot apply.
@@ -67,6 +74,25 @@ class _Param:
         if self.type is ParameterType.INTEGER:
             return IntDistribution(int(low), int(high), log=spec.scale.is_log)
         return FloatDistribution(low, high, log=spec.scale.is_log)
+
+    def draw(self, trial: optuna.Trial) -> Any:
+        """The sampled value of this parameter in a trial being asked (or the value its
+        enqueued grid point fixes)."""
+        distribution = self.distribution
+        if isinstance(distribution, FloatDistribution):
+            return trial.suggest_float(self.name, distribution.low, distribution.high, log=distribution.log)
+        if isinstance(distribution, IntDistribution):
+            return trial.suggest_int(self.name, distribution.low, distribution.high, log=distribution.log)
+        assert isinstance(distribution, CategoricalDistribution)
+        return trial.suggest_categorical(self.name, distribution.choices)
+
+    def is_one_of(self, sampled: Any, texts: tuple[str, ...]) -> bool:
+        """Whether the value a trial receives is one of `texts` (a condition's values)."""
+        text = self.to_text(sampled)
+        if self.type is ParameterType.CATEGORICAL:
+            return text in texts
+        return any(math.isclose(float(text), float(value), rel_tol=0, abs_tol=CONDITION_TOLERANCE)
+                   for value in texts)
 
     def to_text(self, sampled: Any) -> str:
         """The value as the service passes it: `12`, `0.0123`, `4` (integral DISCRETE), `gru`."""
@@ -100,53 +126,44 @@ class _Param:
         return type(value)(self.mirror - value) if self.mirror is not None else value
 
 
-class _ResumableGridSampler(optuna.samplers.GridSampler):
-    """optuna's GridSampler for an ask-and-tell study that can be rebuilt from its trials.
+class _Grid:
+    """GRID_SEARCH: every point of the search space once, in an order shuffled by the seed. A
+    point is held by any trial with its values, whatever its state (a failed point is not
+    retried), the restored trials and a previous job's included, so a study rebuilt from its
+    trials continues where it was. A conditional parameter is in the points where its
+    condition holds only."""
 
-    optuna gives trial number n grid point n while n is below the grid size, which repeats a
-    point once restored trials hold numbers too; here a new trial always takes the first point
-    (in the sampler's seeded shuffled order) that no trial holds. And optuna calls study.stop()
-    after the last point, which raises outside optimize(); the Search knows when the grid is
-    done without it.
-    """
-
-    def grid_attrs(self, values: dict[str, Any]) -> dict[str, Any]:
-        """The system attributes that mark a trial with these values as holding its grid point."""
-        point = tuple(values[name] for name in self._param_names)
-        return {"search_space": self._search_space, "grid_id": self._all_grids.index(point)}
+    def __init__(self, points: list[dict[str, Any]], seed: int):
+        random.Random(seed).shuffle(points)
+        self.points = points
+        self._keys = [_point_key(point) for point in points]
 
     @property
     def size(self) -> int:
-        return len(self._all_grids)
+        return len(self.points)
 
-    def free_points(self, study: optuna.Study) -> list[int]:
-        """Grid ids no trial holds, whatever its state (a failed point is not retried)."""
-        held = {t.system_attrs.get("grid_id") for t in study.get_trials(deepcopy=False)}
-        return [grid_id for grid_id in range(self.size) if grid_id not in held]
+    def free_points(self, study: optuna.Study) -> list[dict[str, Any]]:
+        held = {_point_key(trial.params) for trial in study.get_trials(deepcopy=False)}
+        return [point for point, key in zip(self.points, self._keys, strict=True) if key not in held]
 
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        if "grid_id" in trial.system_attrs:
-            return
-        grid_id = self.free_points(study)[0]  # Search.suggest asks only while one is free
-        study._storage.set_trial_system_attr(trial._trial_id, "search_space", self._search_space)
-        study._storage.set_trial_system_attr(trial._trial_id, "grid_id", grid_id)
 
-    def after_trial(self, study, trial, state, values) -> None:
-        pass
+def _point_key(values: dict[str, Any]) -> frozenset:
+    return frozenset(values.items())
 
 
 class Search:
     """The search of one HP job. Trials are named by the service's trial ids ("1", "2", ...)."""
 
-    def __init__(self, spec: HyperparameterSpec, seed: int = 0):
+    def __init__(self, spec: HyperparameterSpec, seed: int = 0, rules: StudyRules | None = None):
         self.spec = spec
         on_grid = spec.search is Algorithm.GRID_SEARCH
         self._params = [_Param(param, on_grid) for param in spec.parameters]
-        self._distributions = {param.name: param.distribution for param in self._params}
+        self._by_name = {param.name: param for param in self._params}
+        self._conditions = rules.conditions if rules else {}
         self._grid = None
-        if on_grid:
-            self._grid = _ResumableGridSampler({p.name: p.grid_values for p in spec.parameters}, seed=seed)
-            sampler: optuna.samplers.BaseSampler = self._grid
+        if on_grid:  # a grid point is enqueued before each ask: the sampler draws nothing
+            self._grid = _Grid(self._grid_points(), seed)
+            sampler: optuna.samplers.BaseSampler = optuna.samplers.RandomSampler(seed=seed)
         elif spec.search is Algorithm.RANDOM_SEARCH:
             sampler = optuna.samplers.RandomSampler(seed=seed)
         else:  # constant_liar: running trials count as bad, so parallel trials spread out
@@ -166,6 +183,29 @@ class Search:
         if self._grid is not None:
             return min(self.spec.trials_limit, self._grid.size)
         return self.spec.trials_limit
+
+    def _searched(self, param: _Param, sampled: dict[str, Any]) -> bool:
+        """Whether a trial holding the values `sampled` so far draws `param`: always, unless it
+        is conditional and its parent was not drawn or took none of the condition's values."""
+        condition = self._conditions.get(param.name)
+        if condition is None:
+            return True
+        return condition.parent in sampled and self._by_name[condition.parent].is_one_of(
+            sampled[condition.parent], condition.values)
+
+    def _grid_points(self) -> list[dict[str, Any]]:
+        """Every combination of the parameters' grid values, a conditional parameter's only
+        under the values of its parent that its condition names."""
+        points: list[dict[str, Any]] = [{}]
+        for param in self._params:
+            grown: list[dict[str, Any]] = []
+            for point in points:
+                if self._searched(param, point):
+                    grown.extend({**point, param.name: value} for value in param.grid_values)
+                else:
+                    grown.append(point)
+            points = grown
+        return points
 
     def add_history(self, trials: Iterable[HyperparameterOutput]) -> None:
         """Inform the sampler of a previous job's finished trials (resumePreviousJobId). Trials
@@ -189,19 +229,21 @@ class Search:
             self._steps[output.trial_id] = set()
 
     def _add(self, output: HyperparameterOutput, user_attrs: dict[str, Any]) -> FrozenTrial:
-        values = {param.name: param.from_text(output.hyperparameters[param.name]) for param in self._params
-                  if param.name in output.hyperparameters}
-        if len(values) != len(self._params):
-            raise ValueError(f"trial {output.trial_id} lacks values for some parameters")
+        values: dict[str, Any] = {}
+        for param in self._params:
+            if not self._searched(param, values):
+                continue  # a value the trial holds for it anyway is not part of its point
+            if param.name not in output.hyperparameters:
+                raise ValueError(f"trial {output.trial_id} lacks a value for {param.name}")
+            values[param.name] = param.from_text(output.hyperparameters[param.name])
         state, value = _optuna_outcome(output)
         self._study.add_trial(create_trial(
             state=state,
             value=value if state is TrialState.COMPLETE else None,
             intermediate_values=_reports(output) if state is not TrialState.RUNNING else None,
             params=values,
-            distributions=self._distributions,
+            distributions={name: self._by_name[name].distribution for name in values},
             user_attrs=user_attrs,
-            system_attrs=self._grid.grid_attrs(values) if self._grid is not None else None,
         ))
         return self._study.get_trials(deepcopy=False)[-1]
 
@@ -210,13 +252,20 @@ class Search:
         point left that a trial has not taken."""
         if trial_id in self._trials:
             raise ValueError(f"trial {trial_id} already exists")
-        if self._grid is not None and not self._grid.free_points(self._study):
-            return None  # every point is held by a trial, the previous job's included
-        trial = self._study.ask(fixed_distributions=self._distributions)
+        if self._grid is not None:
+            free = self._grid.free_points(self._study)
+            if not free:
+                return None  # every point is held by a trial, the previous job's included
+            self._study.enqueue_trial(free[0])
+        trial = self._study.ask()
+        sampled: dict[str, Any] = {}
+        for param in self._params:
+            if self._searched(param, sampled):
+                sampled[param.name] = param.draw(trial)
         trial.set_user_attr(_TRIAL_ID, trial_id)
         self._trials[trial_id] = trial
         self._steps[trial_id] = set()
-        return {param.name: param.to_text(trial.params[param.name]) for param in self._params}
+        return {name: self._by_name[name].to_text(value) for name, value in sampled.items()}
 
     def report(self, trial_id: str, step: int, value: float) -> bool:
         """Record an intermediate objective; True when the trial should stop early (only with

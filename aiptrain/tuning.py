@@ -11,7 +11,7 @@ import logging
 import math
 from dataclasses import dataclass
 
-from aiptrain.model import HyperparameterSpec, State
+from aiptrain.model import Goal, HyperparameterSpec, State
 from aiptrain.planning import Trial
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,15 @@ def schedule(counts: StudyCounts, max_parallel: int, max_failed: int | None) -> 
             return StudyStep(end=State.SUCCEEDED)
         return StudyStep(end=State.FAILED, reason="No trial succeeded.")
     return StudyStep()
+
+
+def final_report(reports: list[tuple[int, float]], goal: Goal, best: bool) -> tuple[int, float]:
+    """A trial's final metric out of its (step, value) reports, oldest first: its last, or with
+    `best` its best for the goal (the earliest of equal ones)."""
+    if not best:
+        return reports[-1]
+    pick = min if goal is Goal.MINIMIZE else max
+    return pick(reports, key=lambda report: report[1])
 
 
 def sampler_seed(trials_known: int) -> int:

@@ -36,8 +36,18 @@ from aiptrain.model import Job, rfc3339, utc_now
 from aiptrain.runtimes import mapped as mapped_runtimes
 from aiptrain.settings import Settings
 from aiptrain.vertex import views
-from aiptrain.vertex.records import CUSTOM_JOBS, OPERATIONS, Record, VertexRecords, new_id, resource_name
-from aiptrain.vertex.resources import CustomJob
+from aiptrain.vertex.records import (
+    CUSTOM_JOBS,
+    JOB_PREFIX,
+    OPERATIONS,
+    TUNING_JOBS,
+    Record,
+    VertexRecords,
+    new_id,
+    resource_name,
+)
+from aiptrain.vertex.resources import CustomJob, HyperparameterTuningJob
+from aiptrain.vertex.study import translate_tuning_job
 from aiptrain.vertex.translate import Translation, translate
 
 log = logging.getLogger("aiptrain.api")
@@ -46,7 +56,7 @@ DISPLAY_NAME_MOST = 128
 EMPTY = "type.googleapis.com/google.protobuf.Empty"
 DELETE_METADATA = "type.googleapis.com/google.cloud.aiplatform.v1.DeleteOperationMetadata"
 # The Vertex kinds' singular names, as the service's messages say them.
-SINGULAR = {CUSTOM_JOBS: "CustomJob"}
+SINGULAR = {CUSTOM_JOBS: "CustomJob", TUNING_JOBS: "HyperparameterTuningJob"}
 
 
 def parse_body(model: type[BaseModel], body: dict, what: str) -> Any:
@@ -72,6 +82,7 @@ class VertexMethods:
         self._ml_jobs = ml_jobs  # the checks a create shares with ml v1's (runtime images, host paths)
         self.kinds: dict[str, Kind] = {
             CUSTOM_JOBS: Kind(self.create_custom_job, views.custom_job),
+            TUNING_JOBS: Kind(self.create_tuning_job, views.tuning_job),
         }
 
     @contextmanager
@@ -97,6 +108,24 @@ class VertexMethods:
             record, job = self.queue(call, client, records, project, location, CUSTOM_JOBS, given, translation,
                                      numeric)
             return views.custom_job(record, job)
+
+    # -- hyperparameterTuningJobs ------------------------------------------------------------
+
+    def create_tuning_job(self, call: Call, project: str, location: str) -> dict:
+        """A study run as the ml v1 tuning job `hp_tuning_job_<id>` (aiptrain.vertex.study)."""
+        call.accept()
+        call.authorize(project, write=True)
+        body = call.json_body()
+        resource: HyperparameterTuningJob = parse_body(HyperparameterTuningJob, _without_output(body),
+                                                       "HyperparameterTuningJob")
+        _check_display_name(resource.display_name)
+        numeric = new_id()
+        with self._client(project) as (client, records):
+            translation = translate_tuning_job(JOB_PREFIX[TUNING_JOBS] + numeric, numeric, resource,
+                                               mapped_runtimes(self.settings.home))
+            record, job = self.queue(call, client, records, project, location, TUNING_JOBS,
+                                     resource.to_resource(), translation, numeric)
+            return views.tuning_job(record, job)
 
     def queue(self, call: Call, client: Client, records: VertexRecords, project: str, location: str, kind: str,
               body: dict, translation: Translation, numeric: str) -> tuple[Record, Job]:

@@ -24,13 +24,13 @@ from aiptrain.admission import trials_at_once, trials_held
 from aiptrain.errors import AiptrainError, ValidationError
 from aiptrain.lifecycle import Decision
 from aiptrain.model import HyperparameterOutput, HyperparameterSpec, Job, Metric, State, TrainingOutput, utc_now
-from aiptrain.planning import PlanInputs, Trial, load_plan_inputs, plan
+from aiptrain.planning import PlanInputs, StudyRules, Trial, load_plan_inputs, plan
 from aiptrain.replicas import ReplicaObservation, ReplicaStatus
 from aiptrain.runner.groups import DRAIN_LOOK_SECONDS, GroupEnding, Groups
 from aiptrain.storage import local_gcs_path
 from aiptrain.topology import MASTER_TASK, replicas_for
 from aiptrain.trial_metrics import read_hypertune, read_summary_events
-from aiptrain.tuning import LAUNCHED_DIR, StudyCounts, StudyStep, sampler_seed, schedule, stop_now
+from aiptrain.tuning import LAUNCHED_DIR, StudyCounts, StudyStep, final_report, sampler_seed, schedule, stop_now
 
 
 @dataclass
@@ -81,7 +81,8 @@ class Study:
         self.output.hyperparameter_metric_tag = self.spec.metric_tag
         self.output.trials = self.trials = self.output.trials or []  # the same list: saved with the output
         history = self._history()
-        self.search = Search(self.spec, seed=sampler_seed(len(history) + len(self.trials)))
+        self.rules = (self.inputs.contract.study if self.inputs.contract else None) or StudyRules()
+        self.search = Search(self.spec, seed=sampler_seed(len(history) + len(self.trials)), rules=self.rules)
         self.running: dict[str, RunningTrial] = {}
         self.endings: dict[str, tuple[GroupEnding, Decision]] = {}  # trials being torn down
         self.closing: tuple[Decision, State] | None = None  # the study's end, once decided
@@ -309,11 +310,12 @@ class Study:
         return reports
 
     def end_trial(self, running: RunningTrial, state: State) -> None:
-        """Record how the trial ended, with its final metric: the last report under the tag."""
+        """Record how the trial ended, with its final metric: the last report under the tag (or
+        the best, where the study's rules say so)."""
         record = running.record
         reports = self.reports(running) if state is State.SUCCEEDED else []
         if reports:
-            step, value = reports[-1]
+            step, value = final_report(reports, self.spec.effective_goal, self.rules.best_report_is_final)
             record.final_metric = Metric(training_step=step, objective_value=value)
         elif state is State.SUCCEEDED:
             self.groups.writer.service(

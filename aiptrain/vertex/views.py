@@ -9,7 +9,8 @@ from typing import Any
 from aiptrain.model import Job, rfc3339
 from aiptrain.states import State
 from aiptrain.vertex.records import Record
-from aiptrain.vertex.resources import JobState
+from aiptrain.vertex.resources import JobState, StudySpec
+from aiptrain.vertex.study import trial_resources
 from aiptrain.vertex.translate import vertex_message, vertex_task_name
 
 JOB_STATES = {
@@ -84,4 +85,27 @@ def custom_job(record: Record, job: Job | None) -> dict[str, Any]:
     uris = job.training_output.web_access_uris if job and job.training_output else None
     if uris:
         resource["webAccessUris"] = {vertex_task_name(task): uri for task, uri in uris.items()}
+    return resource
+
+
+def tuning_job(record: Record, job: Job | None) -> dict[str, Any]:
+    """A HyperparameterTuningJob: what its client gave (counts as given, the trial job spec with
+    the service's defaults), its job's state and times, and its trials (aiptrain.vertex.study)."""
+    body = record.body
+    resource: dict[str, Any] = {"name": record.name, "displayName": body.get("displayName", "")}
+    for field in ("studySpec", "maxTrialCount", "parallelTrialCount", "maxFailedTrialCount"):
+        if body.get(field):
+            resource[field] = body[field]
+    resource["trialJobSpec"] = with_defaults(body.get("trialJobSpec") or {})
+    output = job.training_output if job else None
+    if output and output.trials:
+        resource["trials"] = trial_resources(StudySpec.model_validate(body.get("studySpec") or {}), output.trials)
+    resource["state"] = job_state(job).name
+    resource.update(times(record, job))
+    error = error_of(job)
+    if error:
+        resource["error"] = error
+    for field in ("labels", "encryptionSpec"):
+        if body.get(field):
+            resource[field] = body[field]
     return resource

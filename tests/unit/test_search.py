@@ -7,6 +7,7 @@ import math
 import pytest
 
 from aiptrain.model import HyperparameterOutput, HyperparameterSpec, Metric, State
+from aiptrain.planning import SearchCondition, StudyRules
 from aiptrain.search import Search
 
 GRID_PARAMS = [
@@ -265,3 +266,54 @@ def test_discrete_values_in_any_order_are_the_same_search_as_sorted(algorithm):
     assert {values["batch"] for values in seen} == {"16", "32", "64"}
     hp = spec(algorithm=algorithm, params=[{"parameterName": "batch", "type": "DISCRETE", "discreteValues": [64, 16]}])
     Search(hp).restore([stored(1, {"batch": "16"}, State.SUCCEEDED, 0.5)])  # a stored trial's value is found
+
+
+# A conditional search space: momentum only with sgd, depth only with a discrete width of 2 or 4.
+CONDITIONAL_PARAMS = [
+    {"parameterName": "opt", "type": "CATEGORICAL", "categoricalValues": ["adam", "sgd"]},
+    {"parameterName": "momentum", "type": "DISCRETE", "discreteValues": [0.5, 0.9]},
+    {"parameterName": "width", "type": "DISCRETE", "discreteValues": [1, 2, 4]},
+    {"parameterName": "depth", "type": "INTEGER", "minValue": 1, "maxValue": 3},
+]
+CONDITIONS = StudyRules(conditions={"momentum": SearchCondition("opt", ("sgd",)),
+                                    "depth": SearchCondition("width", ("2", "4.0"))})
+
+
+def conditional_search(algorithm: str, max_trials: int = 40, seed: int = 0) -> Search:
+    return Search(spec(algorithm=algorithm, maxTrials=max_trials, params=CONDITIONAL_PARAMS), seed, CONDITIONS)
+
+
+def holds_its_conditions(values: dict[str, str]) -> bool:
+    return ("momentum" in values) == (values["opt"] == "sgd") and ("depth" in values) == (values["width"] in ("2", "4"))
+
+
+@pytest.mark.parametrize("algorithm", ["RANDOM_SEARCH", "ALGORITHM_UNSPECIFIED"])
+def test_a_conditional_parameter_is_drawn_only_where_its_condition_holds(algorithm):
+    seen = run(conditional_search(algorithm), 40, objective=lambda v: float(v.get("momentum", 0)))
+    assert len(seen) == 40 and all(holds_its_conditions(values) for values in seen)
+    assert {"momentum" in values for values in seen} == {True, False}  # both branches explored
+    assert {"depth" in values for values in seen} == {True, False}
+
+
+def test_a_conditional_grid_visits_every_point_of_the_tree_once():
+    search = conditional_search("GRID_SEARCH")
+    points = (1 + 2) * (1 + 2 * 3)  # opt: adam, or sgd with 2 momentums; width 1, or 2 and 4 with 3 depths each
+    assert search.trial_budget == points
+    seen = run(search, 40)
+    assert len(seen) == points == len({as_point(values) for values in seen})
+    assert all(holds_its_conditions(values) for values in seen)
+
+
+@pytest.mark.parametrize("algorithm", ["GRID_SEARCH", "RANDOM_SEARCH", "ALGORITHM_UNSPECIFIED"])
+def test_a_conditional_study_is_restored_from_its_trials(algorithm):
+    first = conditional_search(algorithm, 6)
+    taken = [first.suggest(str(number)) for number in range(1, 4)]
+    search = conditional_search(algorithm, 6, seed=3)
+    search.restore([stored(1, taken[0], State.SUCCEEDED, 0.5), stored(2, taken[1], State.FAILED),
+                    stored(3, {**taken[2], "momentum": "0.5", "depth": "2"}, State.RUNNING)])  # extra values: ignored
+    rest = run(search, 6, first=4)
+    assert all(holds_its_conditions(values) for values in rest)
+    if algorithm == "GRID_SEARCH":
+        assert {as_point(v) for v in rest}.isdisjoint({as_point(v) for v in taken})
+    with pytest.raises(ValueError, match="lacks a value for momentum"):  # sgd's momentum is missing
+        conditional_search(algorithm).restore([stored(1, {"opt": "sgd", "width": "1"}, State.SUCCEEDED, 0.5)])

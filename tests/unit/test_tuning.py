@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from aiptrain.model import State
+from aiptrain.model import Goal, State
 from aiptrain.trial_metrics import parse_hypertune, read_hypertune
-from aiptrain.tuning import StudyCounts, StudyStep, failure_limit, schedule, stop_now
+from aiptrain.tuning import StudyCounts, StudyStep, failure_limit, final_report, schedule, stop_now
 
 
 def counts(budget=6, started=0, running=0, succeeded=0, failed=0):
@@ -75,3 +75,16 @@ def test_read_metrics_skips_values_that_are_not_numbers():
 )
 def test_a_trial_is_stopped_early_only_after_a_report_past_the_condemning_one(name, condemned_at, reports, stop):
     assert stop_now(condemned_at, reports) is stop, name
+
+
+REPORTS = [(1, 0.5), (2, 0.9), (3, 0.2), (4, 0.9), (5, 0.7)]
+
+
+@pytest.mark.parametrize("goal, best, expected", [
+    (Goal.MAXIMIZE, False, (5, 0.7)),  # the last report, as the service took it
+    (Goal.MINIMIZE, False, (5, 0.7)),
+    (Goal.MAXIMIZE, True, (2, 0.9)),  # the best for the goal, the earliest of equals
+    (Goal.MINIMIZE, True, (3, 0.2)),
+])
+def test_final_report_is_the_last_or_the_best(goal, best, expected):
+    assert final_report(REPORTS, goal, best) == expected
