@@ -6,7 +6,8 @@ A create translates the resource into the ml v1 job that runs it (aiptrain.verte
 records what only Vertex's resource has (aiptrain.vertex.records) and queues the job as the ml v1
 create does: the answer comes at once, JOB_STATE_QUEUED or PENDING, and the job starts in the
 background. Deletes answer with a long-running operation that is already done, which
-`operations.get` returns.
+`operations.get` returns. What the service did when a job ended (a trainingPipeline uploading its
+Model) is done by the first read after it (`Kind.refresh`).
 """
 
 from __future__ import annotations
@@ -145,7 +146,8 @@ class VertexMethods:
             except BaseException:
                 records.delete(backing)
                 raise
-            records.set_job_key(backing, record.job_key or "")
+            assert record.job_key  # queued
+            records.set_job_key(backing, record.job_key)
             return pipelines.training_pipeline(record, job)
 
     def upload_model(self, call: Call, project: str, location: str) -> dict:
@@ -163,9 +165,7 @@ class VertexMethods:
                 self._upload_model(records, record, job)
 
     def _upload_model(self, records: VertexRecords, pipeline: Record, job: Job) -> None:
-        spec = pipeline.body.get("trainingTaskInputs") or {}
-        output_dir = (spec.get("baseOutputDirectory") or spec.get("base_output_directory") or {})
-        output_dir = output_dir.get("outputUriPrefix") or output_dir.get("output_uri_prefix") or ""
+        output_dir = pipelines.output_dir_of(pipeline)
         if self._holds_no_files(pipelines.artifact_uri(output_dir)):
             records.update_body(pipeline, pipelines.with_upload_error(
                 pipeline, pipelines.FAILED_PRECONDITION, pipelines.no_artifacts_message(output_dir)))

@@ -151,6 +151,12 @@ def base_output_dir(spec: CustomJobSpec) -> str | None:
     return directory.output_uri_prefix if directory and directory.output_uri_prefix else None
 
 
+def output_dir_of(pipeline: Record) -> str:
+    """The baseOutputDirectory of a recorded pipeline that has a Model to upload (checked at create)."""
+    spec = CustomJobSpec.model_validate(_from_value(pipeline.body["trainingTaskInputs"]))
+    return base_output_dir(spec) or ""
+
+
 def artifact_uri(output_dir: str) -> str:
     """Where the Model's artifacts are: AIP_MODEL_DIR without its trailing slash."""
     return f"{output_dir.rstrip('/')}/{MODEL_DIR}"

@@ -178,6 +178,10 @@ def test_the_model_id_is_the_clients_or_one_number_per_pipeline():
     assert pipelines.model_numeric_id("1235") != number
 
 
+def test_the_model_dir_is_read_from_the_task_inputs_as_sent():
+    assert pipelines.output_dir_of(record()) == "gs://b/out"
+
+
 # -- the SDK's script launcher -----------------------------------------------------------------
 
 # What CustomJob.from_local_script(..., container_uri=<not a prebuilt image>, args=["--a", "1"]) gives
