@@ -20,8 +20,6 @@ from aiptrain.settings import Settings
 from conftest import SAMPLE_TRAINER, require_image, runtime_image
 from test_real_gcloud import serving
 
-aiplatform = pytest.importorskip("google.cloud.aiplatform")
-
 PROJECT, LOCATION, BUCKET = "sdk-training", "us-central1", "aiptrain-sdk-training"
 PREBUILT = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-11.py310:latest"  # runtime 2.11 here
 SERVING = "us-docker.pkg.dev/vertex-ai/prediction/sklearn-cpu.1-0:latest"
@@ -40,18 +38,25 @@ SAVE_MODEL = textwrap.dedent("""\
 
 
 @pytest.fixture
-def vertex(gcs_home, docker_api, monkeypatch):
-    """The SDK pointed at a server of this test's home: its URL."""
-    from google.cloud.aiplatform import jobs, training_jobs
-
+def server_url(gcs_home, docker_api, monkeypatch):
+    """A server of this test's home; Cloud Storage clients of this process pointed at it."""
     require_image(docker_api, runtime_image("2.11"))
-    for module in (jobs, training_jobs):
-        monkeypatch.setattr(module, "_JOB_WAIT_TIME", 1)  # the SDK polls every 5 s otherwise
     with serving() as url:
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)  # the SDK's uploads, with google-cloud-storage
-        aiplatform.init(project=PROJECT, location=LOCATION, api_endpoint=url, api_transport="rest",
-                        credentials=AnonymousCredentials(), staging_bucket=f"gs://{BUCKET}/staging")
         yield url
+
+
+@pytest.fixture
+def aiplatform(server_url, monkeypatch):
+    """The SDK (imported here: it takes seconds) pointed at the server."""
+    from google.cloud import aiplatform
+    from google.cloud.aiplatform import jobs, training_jobs
+
+    for module in (jobs, training_jobs):
+        monkeypatch.setattr(module, "_JOB_WAIT_TIME", 1)  # the SDK polls every 5 s otherwise
+    aiplatform.init(project=PROJECT, location=LOCATION, api_endpoint=server_url, api_transport="rest",
+                    credentials=AnonymousCredentials(), staging_bucket=f"gs://{BUCKET}/staging")
+    return aiplatform
 
 
 def kept(uri: str):
@@ -59,11 +64,13 @@ def kept(uri: str):
     return Settings().gcs_root / uri.removeprefix("gs://")
 
 
-def backing_job(training_job) -> aiplatform.CustomJob:
+def backing_job(training_job):
+    from google.cloud import aiplatform
+
     return aiplatform.CustomJob.get(training_job.gca_resource.training_task_metadata["backingCustomJob"])
 
 
-def test_a_custom_training_job_runs_its_script_and_returns_its_model(vertex, tmp_path):
+def test_a_custom_training_job_runs_its_script_and_returns_its_model(aiplatform, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SAVE_MODEL)
     job = aiplatform.CustomTrainingJob(display_name="script-job", script_path=str(script), container_uri=PREBUILT,
@@ -91,7 +98,7 @@ def test_a_custom_training_job_runs_its_script_and_returns_its_model(vertex, tmp
     assert [found.resource_name for found in aiplatform.CustomTrainingJob.list()] == [job.resource_name]
 
 
-def test_a_custom_container_training_job_and_its_deletes(vertex):
+def test_a_custom_container_training_job_and_its_deletes(aiplatform):
     save = ["python3", "-c", SAVE_MODEL]
     job = aiplatform.CustomContainerTrainingJob(display_name="container-job", container_uri=runtime_image("2.11"),
                                                 command=save, model_serving_container_image_uri=SERVING)
@@ -110,7 +117,7 @@ def test_a_custom_container_training_job_and_its_deletes(vertex):
     assert aiplatform.CustomJob.list() == [] and aiplatform.Model.list() == []
 
 
-def test_a_trainer_that_saved_no_model_fails_its_pipeline(vertex):
+def test_a_trainer_that_saved_no_model_fails_its_pipeline(aiplatform):
     job = aiplatform.CustomContainerTrainingJob(display_name="no-model", container_uri=runtime_image("2.11"),
                                                 command=["true"], model_serving_container_image_uri=SERVING)
     with pytest.raises(RuntimeError, match=f'There are no files under \\\\"gs://{BUCKET}/nothing/model\\\\" to copy'):
@@ -120,7 +127,7 @@ def test_a_trainer_that_saved_no_model_fails_its_pipeline(vertex):
     assert aiplatform.Model.list() == []
 
 
-def test_a_python_package_training_job_runs_the_package_it_was_given(vertex):
+def test_a_python_package_training_job_runs_the_package_it_was_given(aiplatform):
     from google.cloud import storage
 
     from aiptrain.packaging import cached_sdist
@@ -138,7 +145,7 @@ def test_a_python_package_training_job_runs_the_package_it_was_given(vertex):
 
 
 @pytest.mark.parametrize("image", [PREBUILT, runtime_image("2.11")], ids=["prebuilt", "own-image"])
-def test_custom_job_from_a_local_script(vertex, tmp_path, image):
+def test_custom_job_from_a_local_script(aiplatform, tmp_path, image):
     """A prebuilt image runs the SDK's package as a pythonPackageSpec; another image runs the
     SDK's own `pip install /gcs/...` command, which installs offline here (numpy is the image's)."""
     script = tmp_path / "train.py"
@@ -153,7 +160,7 @@ def test_custom_job_from_a_local_script(vertex, tmp_path, image):
     assert json.loads(kept(f"gs://{BUCKET}/local/model/model.json").read_text())["args"] == ["--a", "1"]
 
 
-def test_cancelling_a_pipeline_cancels_its_backing_job(vertex):
+def test_cancelling_a_pipeline_cancels_its_backing_job(aiplatform):
     job = aiplatform.CustomContainerTrainingJob(display_name="long-job", container_uri=runtime_image("2.11"),
                                                 command=["sleep", "600"])
     job.submit(base_output_dir=f"gs://{BUCKET}/long")
@@ -173,11 +180,11 @@ def test_cancelling_a_pipeline_cancels_its_backing_job(vertex):
                                 "automl_tabular_1.0.0.yaml"}, "AutoML training has no equivalent"),
     ({"inputDataConfig": {"datasetId": "1"}}, "inputDataConfig (a managed dataset) is not served here"),
 ])
-def test_what_the_custom_task_cannot_run_is_refused_over_rest(vertex, change, message):
+def test_what_the_custom_task_cannot_run_is_refused_over_rest(server_url, aiplatform, change, message):
     body = {"displayName": "refused", "trainingTaskDefinition": "gs://google-cloud-aiplatform/schema/trainingjob/"
             "definition/custom_task_1.0.0.yaml", "trainingTaskInputs": {"workerPoolSpecs": [
                 {"replicaCount": 1, "containerSpec": {"imageUri": runtime_image("2.11")}}]}, **change}
-    request = urllib.request.Request(f"{vertex}/v1/projects/{PROJECT}/locations/{LOCATION}/trainingPipelines",
+    request = urllib.request.Request(f"{server_url}/v1/projects/{PROJECT}/locations/{LOCATION}/trainingPipelines",
                                      data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=30)
