@@ -31,6 +31,7 @@ log = logging.getLogger("aiptrain.api")
 
 _PROJECT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
 _LOCATION = re.compile(r"[a-z][a-z0-9-]{0,62}|-")
+_NAMED_ID = re.compile(r"[a-z0-9_][a-z0-9_-]{0,62}(@[A-Za-z0-9][A-Za-z0-9-]{0,127})?")
 Handler = Callable[..., dict]
 
 
@@ -136,7 +137,8 @@ class App:
                     table["cancel"] = {"POST": methods.cancel(kind)}
                 if verb not in table:
                     raise ApiError(404, f"Method [{verb}] not found on {kind}.")
-                return _pick(method, table[verb]), (project, location, _numeric_id(numeric, kind))
+                resource_id = _named_id(numeric, kind) if kinds[kind].named_ids else _numeric_id(numeric, kind)
+                return _pick(method, table[verb]), (project, location, resource_id)
             case ["operations", numeric]:
                 return _pick(method, {"GET": methods.get_operation}), (project, location, numeric)
         raise ApiError(404, "Not found: this server answers aiplatform v1 customJobs, hyperparameterTuningJobs, "
@@ -153,6 +155,15 @@ def _numeric_id(text: str, kind: str) -> str:
     if not text.isdigit() or len(text) > 20:
         raise ApiError(400, f"Invalid resource ID [{text}] of {kind}: the server gives numeric IDs; use the "
                        "number at the end of the name the create returned.")
+    return text
+
+
+def _named_id(text: str, kind: str) -> str:
+    """A resource ID the client may have chosen (a Model's modelId) or the server's number, and a
+    version or alias after `@`."""
+    if not _NAMED_ID.fullmatch(text):
+        raise ApiError(400, f"Invalid resource ID [{text}] of {kind}: use the ID at the end of its name (digits, "
+                       "or a-z, 0-9, _ and -), with @VERSION or @ALIAS for one version.")
     return text
 
 

@@ -6,7 +6,8 @@ A create translates the resource into the ml v1 job that runs it (aiptrain.verte
 records what only Vertex's resource has (aiptrain.vertex.records) and queues the job as the ml v1
 create does: the answer comes at once, JOB_STATE_QUEUED or PENDING, and the job starts in the
 background. Deletes answer with a long-running operation that is already done, which
-`operations.get` returns.
+`operations.get` returns. What the service did when a job ended (a trainingPipeline uploading its
+Model) is done by the first read after it (`Kind.refresh`).
 """
 
 from __future__ import annotations
@@ -35,11 +36,15 @@ from aiptrain.errors import ValidationError
 from aiptrain.model import Job, rfc3339, utc_now
 from aiptrain.runtimes import mapped as mapped_runtimes
 from aiptrain.settings import Settings
-from aiptrain.vertex import views
+from aiptrain.states import State
+from aiptrain.storage import gcs_root_for, local_gcs_path
+from aiptrain.vertex import pipelines, views
 from aiptrain.vertex.records import (
     CUSTOM_JOBS,
     JOB_PREFIX,
+    MODELS,
     OPERATIONS,
+    PIPELINES,
     TUNING_JOBS,
     Record,
     VertexRecords,
@@ -56,7 +61,8 @@ DISPLAY_NAME_MOST = 128
 EMPTY = "type.googleapis.com/google.protobuf.Empty"
 DELETE_METADATA = "type.googleapis.com/google.cloud.aiplatform.v1.DeleteOperationMetadata"
 # The Vertex kinds' singular names, as the service's messages say them.
-SINGULAR = {CUSTOM_JOBS: "CustomJob", TUNING_JOBS: "HyperparameterTuningJob"}
+SINGULAR = {CUSTOM_JOBS: "CustomJob", TUNING_JOBS: "HyperparameterTuningJob", PIPELINES: "TrainingPipeline",
+            MODELS: "Model"}
 
 
 def parse_body(model: type[BaseModel], body: dict, what: str) -> Any:
@@ -74,6 +80,11 @@ class Kind:
     create: Callable[..., dict]
     render: Callable[[Record, Job | None], dict]
     cancels: bool = True  # has a :cancel method
+    # What a read of the kind brings up to date first, given the client, the records and the
+    # project (a succeeded pipeline's Model is uploaded then).
+    refresh: Callable[[Client, VertexRecords, str], None] | None = None
+    # Named by the client too (a Model's modelId), and read by version: `ID@1`, `ID@default`.
+    named_ids: bool = False
 
 
 class VertexMethods:
@@ -83,6 +94,9 @@ class VertexMethods:
         self.kinds: dict[str, Kind] = {
             CUSTOM_JOBS: Kind(self.create_custom_job, views.custom_job),
             TUNING_JOBS: Kind(self.create_tuning_job, views.tuning_job),
+            PIPELINES: Kind(self.create_training_pipeline, pipelines.training_pipeline, refresh=self.upload_models),
+            MODELS: Kind(self.upload_model, pipelines.model, cancels=False, refresh=self.upload_models,
+                         named_ids=True),
         }
 
     @contextmanager
@@ -127,6 +141,87 @@ class VertexMethods:
                                      resource.to_resource(), translation, numeric)
             return views.tuning_job(record, job)
 
+    # -- trainingPipelines and the Models they upload ------------------------------------------
+
+    def create_training_pipeline(self, call: Call, project: str, location: str) -> dict:
+        """A pipeline of the custom task: its backing CustomJob recorded first, then the pipeline
+        with the ml v1 job both share (aiptrain.vertex.pipelines)."""
+        call.accept()
+        call.authorize(project, write=True)
+        body = call.json_body()
+        pipeline: pipelines.TrainingPipeline = parse_body(pipelines.TrainingPipeline, pipelines.without_output(body),
+                                                          "TrainingPipeline")
+        _check_display_name(pipeline.display_name)
+        spec = pipelines.custom_task(pipeline)
+        numeric, backing_id = new_id(), new_id()
+        with self._client(project) as (client, records):
+            if pipeline.model_id and records.get(project, MODELS, pipeline.model_id) is not None:
+                raise ApiError(409, f"Model [{resource_name(project, location, MODELS, pipeline.model_id)}] already "
+                               "exists: give another modelId, or leave it out for a number.")
+            translation = translate(f"training_pipeline_{numeric}", backing_id, spec, pipeline.labels,
+                                    where="trainingTaskInputs", mapped_runtimes=mapped_runtimes(self.settings.home))
+            backing = records.add(project, CUSTOM_JOBS, location, pipelines.backing_custom_job(pipeline, spec),
+                                  numeric_id=backing_id)
+            try:
+                record, job = self.queue(call, client, records, project, location, PIPELINES,
+                                         pipelines.recorded(pipeline, backing.name), translation, numeric)
+            except BaseException:
+                records.delete(backing)
+                raise
+            assert record.job_key  # queued
+            records.set_job_key(backing, record.job_key)
+            return pipelines.training_pipeline(record, job)
+
+    def upload_model(self, call: Call, project: str, location: str) -> dict:
+        raise ApiError(404, "Models are not created directly here: a trainingPipeline with a modelToUpload "
+                       "uploads its Model when its job succeeds (models.upload is not served).")
+
+    def upload_models(self, client: Client, records: VertexRecords, project: str) -> None:
+        """Upload the Model of each of the project's pipelines whose job succeeded since the last
+        read: what the service did when the job ended, done by the first read after it."""
+        for record in records.list(project, PIPELINES):
+            if not pipelines.awaits_upload(record):
+                continue
+            job = _job_of(client, record)
+            if job is not None and job.state is State.SUCCEEDED:
+                self._upload_model(records, record, job)
+
+    def _upload_model(self, records: VertexRecords, pipeline: Record, job: Job) -> None:
+        output_dir = pipelines.output_dir_of(pipeline)
+        if self._holds_no_files(pipelines.artifact_uri(output_dir)):
+            records.update_body(pipeline, pipelines.with_upload_error(
+                pipeline, pipelines.FAILED_PRECONDITION, pipelines.no_artifacts_message(output_dir)))
+            return
+        model_id = pipelines.model_id_of(pipeline)
+        at = rfc3339(job.end_time or utc_now())
+        model = pipelines.uploaded_model(pipeline, model_id, output_dir, at)
+        existing = records.get(pipeline.project, MODELS, model_id)
+        if existing is None:
+            try:
+                existing = records.add(pipeline.project, MODELS, pipeline.location, model, numeric_id=model_id)
+            except Exception:  # another reader uploaded it first (the store's unique key)
+                existing = records.get(pipeline.project, MODELS, model_id)
+                if existing is None:
+                    raise
+        if existing.body.get("trainingPipeline") != pipeline.name:  # the modelId was taken meanwhile
+            records.update_body(pipeline, pipelines.with_upload_error(
+                pipeline, pipelines.ALREADY_EXISTS, f"Model [{existing.name}] already exists."))
+            return
+        records.update_body(pipeline, pipelines.with_upload(pipeline, existing.name))
+        log.info("uploaded %s from %s", existing.name, pipeline.name)
+
+    def _holds_no_files(self, uri: str) -> bool:
+        """Whether a gs:// directory kept on this machine holds no file (False for Cloud Storage
+        itself, which this server does not list)."""
+        root, _ = gcs_root_for(self.settings.gcs_mode, self.settings.gcs_root)
+        if root is None:
+            return False
+        try:
+            directory = local_gcs_path(root, uri)
+        except ValidationError:
+            return True
+        return not directory.is_dir() or not any(path.is_file() for path in directory.rglob("*"))
+
     def queue(self, call: Call, client: Client, records: VertexRecords, project: str, location: str, kind: str,
               body: dict, translation: Translation, numeric: str) -> tuple[Record, Job]:
         """Queue the ml v1 job of a translated resource and record the resource: the record first,
@@ -149,9 +244,14 @@ class VertexMethods:
         def get(call: Call, project: str, location: str, numeric: str) -> dict:
             call.accept()
             call.authorize(project, write=False)
+            numeric, _, version = numeric.partition("@")
             with self._client(project) as (client, records):
+                self._refresh(kind, client, records, project)
                 record = _find(records, project, location, kind, numeric)
-                return render(record, _job_of(client, record))
+                resource = render(record, _job_of(client, record))
+            if version and version not in (resource.get("versionId"), *resource.get("versionAliases", ())):
+                raise ApiError(404, f"The {SINGULAR.get(kind, kind)} does not exist: {record.name}@{version}.")
+            return resource
         return get
 
     def list(self, kind: str, render: Callable[[Record, Job | None], dict]) -> Callable[..., dict]:
@@ -162,6 +262,7 @@ class VertexMethods:
             start = _decode_token(call.params.get("pageToken") or "")
             expr = _vertex_filter(call.params.get("filter") or "")
             with self._client(project) as (client, records):
+                self._refresh(kind, client, records, project)
                 if expr is None:  # the store pages: only the page (and one more, to know of a next) is read
                     chosen = records.list(project, kind, _location(location), start, page_size + 1)
                     found = [render(record, _job_of(client, record)) for record in chosen]
@@ -190,7 +291,8 @@ class VertexMethods:
                     state = views.job_state(job).name
                     raise ApiError(400, f"Cannot cancel {SINGULAR.get(kind, kind)} [{record.name}] in state "
                                    f"{state}: only a job that has not ended can be cancelled.", "FAILED_PRECONDITION")
-                client.cancel(record.job_id, timeout=0)  # answered at once; the job ends CANCELLED soon
+                # The job's own ID: a pipeline's backing CustomJob runs on the pipeline's job.
+                client.cancel(job.job_id, timeout=0)  # answered at once; the job ends CANCELLED soon
             return {}
         return cancel
 
@@ -205,11 +307,16 @@ class VertexMethods:
                     raise ApiError(400, f"{SINGULAR.get(kind, kind)} [{record.name}] is "
                                    f"{views.job_state(job).name}: cancel it first; only an ended job can be "
                                    "deleted.", "FAILED_PRECONDITION")
-                if record.job_key and job is not None:
+                if record.job_key and job is not None and not _shares_its_job(records, record):
                     job_files.forget(record.job_key, self.settings, client.store)
                 records.delete(record)
                 return self._done_operation(records, project, record.location, record.name)
         return delete
+
+    def _refresh(self, kind: str, client: Client, records: VertexRecords, project: str) -> None:
+        refresh = self.kinds[kind].refresh
+        if refresh is not None:
+            refresh(client, records, project)
 
     def _done_operation(self, records: VertexRecords, project: str, location: str, target: str) -> dict:
         now = rfc3339(utc_now())
@@ -259,6 +366,14 @@ def _find(records: VertexRecords, project: str, location: str, kind: str, numeri
         raise ApiError(404, f"The {SINGULAR.get(kind, kind)} does not exist: "
                        f"{resource_name(project, location, kind, numeric)}.")
     return record
+
+
+def _shares_its_job(records: VertexRecords, record: Record) -> bool:
+    """Whether another resource runs on the record's job (a pipeline and its backing CustomJob):
+    the job is kept until the last of them is deleted."""
+    assert record.job_key
+    return any(records.of_job(record.job_key, kind) is not None
+               for kind in (CUSTOM_JOBS, TUNING_JOBS, PIPELINES) if kind != record.kind)
 
 
 def _job_of(client: Client, record: Record) -> Job | None:

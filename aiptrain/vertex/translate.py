@@ -22,6 +22,7 @@ from aiptrain.storage import is_gcs
 from aiptrain.topology import EVALUATOR, MASTER, PS, WORKER
 from aiptrain.vertex.images import executor
 from aiptrain.vertex.resources import CustomJobSpec, EnvVar, Strategy, WorkerPoolSpec
+from aiptrain.vertex.scripts import offline_env
 
 POOL_TASK_TYPES = (MASTER, WORKER, PS, EVALUATOR)  # worker pool N runs AI Platform's task type N
 SPEC_NAMES = {task_type: f"workerpool{index}" for index, task_type in enumerate(POOL_TASK_TYPES)}
@@ -62,7 +63,7 @@ def translate(job_id: str, numeric_id: str, spec: CustomJobSpec, labels: dict[st
             config.image_uri = container.image_uri
             config.container_command = container.command or None
             config.container_args = container.args or None
-            task_env[task_type] = _env(container.env)
+            task_env[task_type] = {**offline_env(container), **_env(container.env)}
         else:
             note = _package(ti, task_type, pool, task_args, where, mapped_runtimes)
             if note and note not in notices:
