@@ -240,13 +240,13 @@ class Client:
         """The job's log records in batches as they are written, until the job has ended;
         `on_poll` sees the job each time it is looked at."""
         key = self.key(job_id)
-        return logs.follow(self.settings.job_log_path(key), self._ended(key, on_poll), poll_seconds, task=task_name)
+        return logs.follow(self.settings.job_paths(key).log, self._ended(key, on_poll), poll_seconds, task=task_name)
 
     def log_blocks(self, job_id: str, poll_seconds: float = 0.2) -> Iterator[bytes]:
         """log_batches' lines unparsed (JSON lines, whole ones), for `logs.format_lines`: what
         printing a million lines costs is mostly building a record for each."""
         key = self.key(job_id)
-        return logs.follow_blocks(self.settings.job_log_path(key), self._ended(key), poll_seconds)
+        return logs.follow_blocks(self.settings.job_paths(key).log, self._ended(key), poll_seconds)
 
     def _ended(self, key: JobKey, on_poll: Callable[[Job], None] | None = None) -> Callable[[], bool]:
         jobs.get_job(key, self.settings, self.store)  # driven.

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from aiptrain.backends.engine import connect
+from aiptrain.jobpaths import JobPaths
 from aiptrain.model import Job
 from aiptrain.packaging import build_sdist
 from aiptrain.planning import LaunchPlan, plan
@@ -53,12 +54,13 @@ def dry_run_plan(submission: Submission) -> LaunchPlan:
     project = submission.project or settings.default_project
     credential = ProjectCredential(project, "<the project's credential>", "<home>/storage-endpoint/credentials/"
                                    f"<{project}>.json")  # made by submit (aiptrain.storage.projects)
-    inputs = plan_inputs(submission, Path("<job work dir>/packages"), files, wheelhouse,
+    paths = JobPaths(Path("<home>"), "<key>")  # submit's own: its key is chosen when the job is recorded
+    inputs = plan_inputs(submission, paths.packages, files, wheelhouse,
                          gcs_endpoint=storage_endpoint(submission, settings, prepare_files=False),
                          storage_credential=credential, project=project)
     trial = None
     if submission.job.training_input.hyperparameters:
-        trial = first_trial(submission.job.training_input.hyperparameters, "<job work dir>/trials/1")
+        trial = first_trial(submission.job.training_input.hyperparameters, str(paths.trial_dir("1")))
     return plan(submission.job, submission.replicas, inputs, trial)
 
 

@@ -2,7 +2,7 @@
 
 Two projects may both have a job `census_1` (as on the service). The store keys each job by its
 `JobKey`, and everything the installation keeps per job derives from that key alone: its row and
-events, its log (`logs/<key>.jsonl`), lock and work dir (aiptrain.settings), its containers,
+events, its log (`logs/<key>.jsonl`), lock and work dir (aiptrain.jobpaths), its containers,
 networks and services and their `LABEL_JOB` label (aiptrain.planning), its folder in the default
 staging bucket. The key is chosen once, when the job is created, and stored:
 

@@ -12,6 +12,7 @@ import time
 from aiptrain.backends import Backend, ReplicaStatus
 from aiptrain.errors import JobNotFound
 from aiptrain.jobkeys import KEY_PATTERN, JobKey
+from aiptrain.jobpaths import LOCK_SUFFIX
 from aiptrain.jobtable import DamagedRecord
 from aiptrain.model import TERMINAL_STATES, Job, State
 from aiptrain.ownership import remove_if_unowned
@@ -24,7 +25,7 @@ def remove_stale_locks(settings: Settings, store: JobStore) -> int:
     """Remove lock files of jobs that ended or were never recorded (left by a submit killed
     at the wrong moment, or by older versions); return how many went."""
     removed = 0
-    for path in sorted(settings.locks_dir.glob("*.lock")):
+    for path in sorted(settings.locks_dir.glob(f"*{LOCK_SUFFIX}")):
         try:
             job = store.get(path.stem)
         except DamagedRecord as exc:
@@ -41,8 +42,9 @@ def find_key(project: str, job_id: str, settings: Settings, store: JobStore) -> 
     key = store.key_of(project, job_id)
     if key is None:
         would_be = store.new_key(project, job_id)
-        if KEY_PATTERN.fullmatch(would_be) and settings.job_lock_path(would_be).exists():
-            remove_if_unowned(settings.job_lock_path(would_be))  # a submit killed before it recorded the job
+        lock = settings.job_paths(would_be).lock
+        if KEY_PATTERN.fullmatch(would_be) and lock.exists():
+            remove_if_unowned(lock)  # a submit killed before it recorded the job
         raise JobNotFound(job_id)
     return key
 
@@ -95,5 +97,6 @@ def forget(key: str, settings: Settings, store: JobStore) -> None:
     """Delete an ended job: its record, its log and its work dir (what a Vertex AI delete of a
     job does; its output in the bucket stays). The caller checked that it has ended."""
     store.delete(key)
-    settings.job_log_path(key).unlink(missing_ok=True)
-    shutil.rmtree(settings.job_work_dir(key), ignore_errors=True)
+    paths = settings.job_paths(key)
+    paths.log.unlink(missing_ok=True)
+    shutil.rmtree(paths.work_dir, ignore_errors=True)

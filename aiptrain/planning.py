@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aiptrain.jobpaths import metric_file_name
 from aiptrain.labels import LABEL_INSTALLATION, LABEL_JOB, LABEL_TASK, LABEL_TASK_INDEX, LABEL_TASK_TYPE, LABEL_TRIAL
 from aiptrain.model import Job, ReplicaConfig, TrainingInput
 from aiptrain.storage.endpoint import (
@@ -276,10 +277,6 @@ class Trial:
     def user_args(self) -> list[str]:
         return [f"--{name}={value}" for name, value in self.hyperparameters.items()]
 
-    @staticmethod
-    def metric_file(task_name: str) -> str:
-        return f"{task_name}.metrics"
-
 
 @dataclass(frozen=True)
 class PlanInputs:
@@ -518,7 +515,7 @@ def _trial_env(trial: Trial | None, replica: Replica) -> dict[str, str]:
         return {}
     return {
         "CLOUD_ML_TRIAL_ID": trial.trial_id,
-        "CLOUD_ML_HP_METRIC_FILE": f"{HYPERTUNE_DIR}/{Trial.metric_file(replica.task_name)}",
+        "CLOUD_ML_HP_METRIC_FILE": f"{HYPERTUNE_DIR}/{metric_file_name(replica.task_name)}",
     }
 
 
@@ -699,13 +696,12 @@ def plan(job: Job, replicas: list[Replica], inputs: PlanInputs, trial: Trial | N
 
 # -- what submit leaves for the job's driver ----------------------------------------------------
 
-PLAN_INPUTS_FILE = "plan-inputs.json"  # in the job's work dir: what the job (or every trial) is planned from
+
+def save_plan_inputs(path: Path, inputs: PlanInputs) -> None:
+    """Write the inputs to `path` (the job's JobPaths.plan_inputs), making its directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(inputs_to_dict(inputs)))
 
 
-def save_plan_inputs(work_dir: Path, inputs: PlanInputs) -> None:
-    work_dir.mkdir(parents=True, exist_ok=True)
-    (work_dir / PLAN_INPUTS_FILE).write_text(json.dumps(inputs_to_dict(inputs)))
-
-
-def load_plan_inputs(work_dir: Path) -> PlanInputs:
-    return inputs_from_dict(json.loads((work_dir / PLAN_INPUTS_FILE).read_text()))
+def load_plan_inputs(path: Path) -> PlanInputs:
+    return inputs_from_dict(json.loads(path.read_text()))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from aiptrain.errors import ValidationError
 from aiptrain.jobkeys import DEFAULT_PROJECT
+from aiptrain.jobpaths import LOCKS_DIR, LOGS_DIR, JobPaths
 
 DEFAULT_RUNTIME_VERSION = "2.11"
 DEFAULT_IMAGE_REPOSITORY = "aiptrain/runtime"
@@ -243,18 +244,26 @@ class Settings:
 
     @property
     def logs_dir(self) -> Path:
-        return self.home / "logs"
+        """The jobs' logs (JobPaths.log)."""
+        return self.home / LOGS_DIR
 
     @property
     def locks_dir(self) -> Path:
-        return self.home / "locks"
+        """The locks of jobs whose submit is at work (JobPaths.lock)."""
+        return self.home / LOCKS_DIR
 
     @property
     def cache_dir(self) -> Path:
         return self.home / "cache"
 
-    def job_log_path(self, job_id: str) -> Path:
-        return self.logs_dir / f"{job_id}.jsonl"
+    def job_paths(self, key: str) -> JobPaths:
+        """Every file of the job of this key (aiptrain.jobkeys) in this home."""
+        return JobPaths(self.home, key)
+
+    def job_log_path(self, key: str) -> Path:
+        """The job's log: job_paths(key).log. Kept for aiptrain/api/entries.py, which names it;
+        new code names job_paths."""
+        return self.job_paths(key).log
 
     @property
     def controller_lock_path(self) -> Path:
@@ -275,13 +284,6 @@ class Settings:
     def controller_log_path(self) -> Path:
         """The controller's own output: what it did at --verbosity info, and tracebacks."""
         return self.home / "controller.log"
-
-    def job_lock_path(self, job_id: str) -> Path:
-        return self.locks_dir / f"{job_id}.lock"
-
-    def job_work_dir(self, job_id: str) -> Path:
-        """Host-side scratch for one job: the packages its replicas mount read-only."""
-        return self.home / "work" / job_id
 
     def ensure_dirs(self) -> None:
         for path in (self.home, self.logs_dir, self.locks_dir, self.cache_dir):

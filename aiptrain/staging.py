@@ -26,12 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aiptrain.jobpaths import WHEELHOUSE
 from aiptrain.safe_files import partial_name
 from aiptrain.storage import Bucket, is_gcs, open_bucket, split_url
 from aiptrain.storage.local import feed_file, link_or_copy, md5_base64
 
 log = logging.getLogger(__name__)
-WHEELHOUSE = "wheelhouse"  # beside the packages, in the bucket and in the replicas' package dir
 
 
 @dataclass

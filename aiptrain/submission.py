@@ -35,6 +35,7 @@ from aiptrain.config import SubmitFlags, build_job, config_scale_tier, pydantic_
 from aiptrain.errors import EnvironmentNotReady, JobExists, ValidationError
 from aiptrain.installs import PureTrainer, ensure_installed, install_target
 from aiptrain.jobkeys import new_key, qualified_key
+from aiptrain.jobpaths import WHEELHOUSE
 from aiptrain.labels import LABEL_INSTALL_FOR, LABEL_INSTALLATION
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import TERMINAL_STATES, Job, ScaleTier, State
@@ -58,7 +59,6 @@ from aiptrain.runtime_catalog import Runtime
 from aiptrain.runtimes import check_available, ensure_image, image_contents, is_current
 from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings, gcloud_property
-from aiptrain.staging import WHEELHOUSE
 from aiptrain.storage import check_gcs_uri, emulator_host, gcs_root_for, is_gcs, local_path, projects
 from aiptrain.storage.endpoint import TLS_DIR_NAME, ProjectCredential, StorageEndpoint
 from aiptrain.storage.gcs import replica_access
@@ -427,7 +427,7 @@ class Submitter:
             control.ensure_running(self.settings)
             threading.Thread(target=self._get_ready, args=(submission,), daemon=True).start()
             control.wake(self.settings, key)
-            with JobLogWriter(self.settings.job_log_path(key)) as job_log:
+            with JobLogWriter(self.settings.job_paths(key).log) as job_log:
                 self._record(submission, job, key, job_log)
         except BaseException:
             lock.remove()  # rejected: nobody will drive this job
@@ -445,7 +445,7 @@ class Submitter:
         default = self.store.default_project
         for key in dict.fromkeys((new_key(project, job.job_id, default, plain_taken=False),
                                   qualified_key(project, job.job_id))):
-            lock = JobLock.try_acquire(self.settings.job_lock_path(key))
+            lock = JobLock.try_acquire(self.settings.job_paths(key).lock)
             if lock is None:
                 raise duplicate_job(job.job_id)  # another process is submitting this very ID
             try:
@@ -553,7 +553,7 @@ class Submitter:
         for notice in filter(None, (submission.trials_notice, *submission.log_notices)):
             job_log.service(notice, "WARNING")
         job_log.service(f"Job {job.job_id} is queued.")
-        save_plan_inputs(self.settings.job_work_dir(key), inputs)
+        save_plan_inputs(self.settings.job_paths(key).plan_inputs, inputs)
         verdict = admission.request(self.store, key, job, self.settings.max_running_replicas)
         if not verdict.admitted:
             self._step("Queued: the job starts when the machine has room for it")
@@ -563,12 +563,12 @@ class Submitter:
         """Package, resolve dependencies, stage, fetch and plan; on any error leave no trace
         of the job. What can be refused (the build, a missing gs:// package, a dependency with
         no wheel) is refused before anything is written to the bucket."""
-        work_dir = self.settings.job_work_dir(key)
-        package_dir = work_dir / "packages"
+        paths = self.settings.job_paths(key)
+        package_dir = paths.packages
         with contextlib.ExitStack() as undo:  # a refused submission: its steps undone in reverse
             for forget in (functools.partial(self.store.delete, key),
-                           functools.partial(self.settings.job_log_path(key).unlink, missing_ok=True),
-                           functools.partial(shutil.rmtree, work_dir, ignore_errors=True)):
+                           functools.partial(paths.log.unlink, missing_ok=True),
+                           functools.partial(shutil.rmtree, paths.work_dir, ignore_errors=True)):
                 undo.callback(_tried, forget)
             image = self._runtime_image(submission)
             created = self._ensure_job_dir(Path(submission.job_dir_mount), submission.gcs_root) \
@@ -612,7 +612,7 @@ class Submitter:
                 if not (package_dir / path.name).exists():
                     copy_regular(path, package_dir / path.name)
             package_files = remote_files + [path.name for path in files]
-            staging.link_files(wheels, package_dir / WHEELHOUSE)
+            staging.link_files(wheels, paths.wheelhouse)
             inputs = plan_inputs(submission, package_dir, package_files, bool(wheels), self._host_gateway(submission),
                                  storage_endpoint(submission, self.settings), credential,
                                  submission.project or self.settings.default_project)

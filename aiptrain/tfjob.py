@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from aiptrain.errors import ValidationError
+from aiptrain.jobpaths import WHEELHOUSE
 from aiptrain.model import Job
 from aiptrain.planning import (
     HOSTNAME_MAX,
@@ -45,7 +46,6 @@ from aiptrain.planning import (
     plan,
     primary_task_type,
 )
-from aiptrain.staging import WHEELHOUSE
 from aiptrain.topology import EVALUATOR, MASTER, PS, WORKER, Replica
 
 # -- the TFJob API, from the training operator's API reference (docs/api, kubeflow.org/v1) ------

@@ -17,7 +17,6 @@ from aiptrain.planning import Trial
 log = logging.getLogger(__name__)
 
 STUDY_SEED = 0  # the same spec explores the same points: studies are reproducible
-LAUNCHED_DIR = "launched"  # in the job's work dir (never mounted): a file per trial whose launch completed
 
 
 # -- the study rule (pure) --------------------------------------------------------------------

@@ -61,7 +61,7 @@ class EntryMethods:
         if not found_in:
             return {}
         project, key = found_in[0]
-        found = _matching(self.settings.job_log_path(key), project, job_id, expression)
+        found = _matching(self.settings.job_paths(key).log, project, job_id, expression)
         if descending:
             found.reverse()
         if start is not None:

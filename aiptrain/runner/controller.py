@@ -146,7 +146,7 @@ class Controller:
         for job_id in active:
             if job_id in self.drivers:
                 continue
-            lock = JobLock.try_acquire(self.settings.job_lock_path(job_id))
+            lock = JobLock.try_acquire(self.settings.job_paths(job_id).lock)
             if lock is None:  # its submit starts the storage endpoint meanwhile (Submitter._get_ready)
                 waiting = True
                 continue

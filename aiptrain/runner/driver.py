@@ -23,7 +23,6 @@ import shutil
 import threading
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 
 from aiptrain import admission
 from aiptrain.backends import Backend
@@ -49,7 +48,6 @@ STUDY_IMPORT = threading.Lock()
 
 INTERRUPTED = "The job's submission was interrupted before all replicas started."
 QUEUED_LOOK_SECONDS = 5.0  # how often a job behind the head of the queue looks (for maxWaitTime)
-LAUNCH_STARTED = "launch-started"  # in the job's work dir: a launch began (a new controller cleans up first)
 
 
 class Phase(str, enum.Enum):
@@ -71,7 +69,8 @@ class JobDriver:
         self.settings = settings
         self.store = store
         self.backend = backend
-        self.log_path = settings.job_log_path(job_id)
+        self.paths = settings.job_paths(job_id)
+        self.log_path = self.paths.log
         self.writer = JobLogWriter(self.log_path, keep_going=True)  # a full disk loses lines, not the job
         followers = LogFollowers(backend, self.writer, last_times_by_task(self.log_path), self.log_path)
         self.groups = Groups(job_id, settings, store, backend, self.log_path, self.writer, followers)
@@ -169,8 +168,9 @@ class JobDriver:
             return 0
         self.writer.service("Waiting for job to be provisioned.")
         if not job.training_input.hyperparameters:
-            launch_plan = plan(job, replicas_for(job.training_input), load_plan_inputs(self.work_dir), key=self.job_id)
-            started = self.work_dir / LAUNCH_STARTED
+            launch_plan = plan(job, replicas_for(job.training_input), load_plan_inputs(self.paths.plan_inputs),
+                               key=self.job_id)
+            started = self.paths.launch_started
             if started.exists():  # a controller died launching it: what it made goes first
                 self.backend.remove(self.job_id)
             started.touch()
@@ -223,10 +223,6 @@ class JobDriver:
 
     # -- the job's own ------------------------------------------------------------------------
 
-    @property
-    def work_dir(self) -> Path:
-        return self.settings.job_work_dir(self.job_id)
-
     def ran_too_long(self, job: Job) -> bool:
         """Past scheduling.maxRunningTime the job is cancelled, as the service does."""
         max_running = scheduling_seconds(job, "max_running_time")
@@ -271,7 +267,7 @@ class JobDriver:
                 self.writer.service("Job failed.")
             else:
                 self.writer.service("Job cancelled.")
-        shutil.rmtree(self.work_dir, ignore_errors=True)
+        shutil.rmtree(self.paths.work_dir, ignore_errors=True)
         assert decision.state is not None
         job = self.store.transition(self.job_id, decision.state, ACTIVE_STATES, error_message=error)
         return job.state if job and job.state else decision.state
@@ -286,7 +282,7 @@ class JobDriver:
         tear down and record why. Each part is tried even when another fails."""
         for part in (lambda: self.backend.remove(self.job_id),
                      lambda: self.writer.write(SERVICE, "ERROR", f"aiptrain's controller failed: {reason}"),
-                     lambda: shutil.rmtree(self.work_dir, ignore_errors=True),
+                     lambda: shutil.rmtree(self.paths.work_dir, ignore_errors=True),
                      lambda: self.store.transition(self.job_id, State.FAILED, ACTIVE_STATES,
                                                    error_message=f"aiptrain's controller failed: {reason}")):
             try:

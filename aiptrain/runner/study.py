@@ -30,7 +30,7 @@ from aiptrain.runner.groups import DRAIN_LOOK_SECONDS, GroupEnding, Groups
 from aiptrain.storage import local_gcs_path
 from aiptrain.topology import MASTER_TASK, replicas_for
 from aiptrain.trial_metrics import read_hypertune, read_summary_events
-from aiptrain.tuning import LAUNCHED_DIR, StudyCounts, StudyStep, final_report, sampler_seed, schedule, stop_now
+from aiptrain.tuning import StudyCounts, StudyStep, final_report, sampler_seed, schedule, stop_now
 
 
 @dataclass
@@ -73,8 +73,8 @@ class Study:
         self.spec: HyperparameterSpec = job.training_input.hyperparameters
         self.replicas = replicas_for(job.training_input)
         self.expected = [r.task_name for r in self.replicas]
-        self.work_dir = groups.settings.job_work_dir(self.job_id)
-        self.inputs = load_plan_inputs(self.work_dir)
+        self.paths = groups.settings.job_paths(self.job_id)
+        self.inputs = load_plan_inputs(self.paths.plan_inputs)
         self.job_dir_on_host = _job_dir_on_host(job.training_input.job_dir, self.inputs)
         self.output = job.training_output or TrainingOutput()
         self.output.is_hyperparameter_tuning_job = True
@@ -118,7 +118,7 @@ class Study:
         self.search.restore(self.trials)
         for record in self.trials:
             if record.state is State.RUNNING:
-                self.running[record.trial_id] = RunningTrial(record, self._metrics_dir(record.trial_id),
+                self.running[record.trial_id] = RunningTrial(record, self.paths.trial_dir(record.trial_id),
                                                              launched=self._launch_recorded(record.trial_id))
 
     # -- counting -------------------------------------------------------------------------
@@ -193,7 +193,7 @@ class Study:
         )
         self.trials.append(record)
         self.save()  # recorded before anything exists, so a successor controller knows it
-        running = RunningTrial(record, self._metrics_dir(trial_id), launched=False)
+        running = RunningTrial(record, self.paths.trial_dir(trial_id), launched=False)
         self.running[trial_id] = running
         shown = " ".join(f"--{k}={v}" for k, v in values.items())
         self.groups.writer.service(f"Starting trial {trial_id}: {shown}", trial=trial_id)
@@ -213,12 +213,17 @@ class Study:
             self.groups.writer.service(f"Trial {trial_id} could not start: {exc}", "ERROR", trial_id)
             self.end_trial(running, State.FAILED)
             return
-        safe_files.make_dirs(self.work_dir, LAUNCHED_DIR)
-        (self.work_dir / LAUNCHED_DIR / trial_id).touch()
+        self._record_launch(running)
+
+    def _record_launch(self, running: RunningTrial) -> None:
+        """The trial's launch completed: its marker, which a successor controller goes by."""
+        marker = self.paths.launched(running.record.trial_id)
+        safe_files.make_dirs(self.paths.work_dir, marker.parent.relative_to(self.paths.work_dir))
+        marker.touch()
         running.launched = True
 
     def _launch_recorded(self, trial_id: str) -> bool:
-        return (self.work_dir / LAUNCHED_DIR / trial_id).is_file()
+        return self.paths.launched(trial_id).is_file()
 
     def finish_launch(self, running: RunningTrial, group: list[ReplicaObservation]) -> None:
         """A trial a killed controller recorded but did not finish launching. Replicas created
@@ -239,12 +244,7 @@ class Study:
         for observation in group:
             if observation.status is ReplicaStatus.CREATED:
                 self.groups.backend.restart(observation.container_id or "")
-        safe_files.make_dirs(self.work_dir, LAUNCHED_DIR)
-        (self.work_dir / LAUNCHED_DIR / trial_id).touch()
-        running.launched = True
-
-    def _metrics_dir(self, trial_id: str) -> Path:
-        return self.work_dir / "trials" / trial_id
+        self._record_launch(running)
 
     def _prepare_dirs(self, running: RunningTrial) -> None:
         """The trial's metric directory, and its job dir (`<jobDir>/<trialId>`) when the job dir
@@ -252,7 +252,7 @@ class Study:
         link they left at `<trialId>` is refused, never followed (aiptrain.safe_files)."""
         uid, gid = (int(part) for part in self.inputs.user.split(":"))
         owner = (uid, gid) if os.getuid() == 0 else None
-        safe_files.make_dirs(self.work_dir, running.metrics_dir.relative_to(self.work_dir), owner)
+        safe_files.make_dirs(self.paths.work_dir, running.metrics_dir.relative_to(self.paths.work_dir), owner)
         if self.inputs.job_dir_mount:
             safe_files.make_dirs(Path(self.inputs.job_dir_mount), running.record.trial_id, owner)
 
@@ -299,7 +299,8 @@ class Study:
         trial_id, tag = running.record.trial_id, self.spec.metric_tag
         try:
             # The master's reports are the trial's metric, as on the service.
-            reports = read_hypertune(running.metrics_dir, Trial.metric_file(MASTER_TASK), tag)
+            metric_file = self.paths.metric_file(trial_id, MASTER_TASK)
+            reports = read_hypertune(metric_file.parent, metric_file.name, tag)
         except (safe_files.UnsafePath, OSError) as exc:
             if not running.warned:
                 self.groups.writer.service(f"Trial {trial_id}'s metric file is not read: {exc}", "WARNING", trial_id)
@@ -357,5 +358,5 @@ class Study:
         if self.endings:
             return self.next_look()
         self.save()
-        shutil.rmtree(self.work_dir / "trials", ignore_errors=True)
+        shutil.rmtree(self.paths.trials_dir, ignore_errors=True)
         return self.closing[0]

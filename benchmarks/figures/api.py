@@ -28,6 +28,7 @@ def locust_installed() -> bool:
 def bench_api(b: Bench) -> list[Row]:
     """jobs.get and jobs.list at steady rates against `aiptrain serve` on loopback (Locust),
     beside `aiptrain jobs describe` of the same job as a process."""
+    from aiptrain.jobpaths import JobPaths
     from aiptrain.ownership import JobLock
 
     describe_label = "aiptrain jobs describe JOB (a process)"
@@ -43,7 +44,7 @@ def bench_api(b: Bench) -> list[Row]:
     progress(f"recording {API_JOBS} jobs through the store's API")
     running = fill_store(home, API_JOBS)
     custom_job = _record_custom_jobs(home)
-    locks = [JobLock.try_acquire(home / "locks" / f"{job_id}.lock") for job_id in running]  # driven: no reconcile
+    locks = [JobLock.try_acquire(JobPaths(home, job_id).lock) for job_id in running]  # driven: no reconcile
     env = {**os.environ, "AIPTRAIN_HOME": str(home)}
     env.pop("AIPTRAIN_API", None)
     log = b.tmp / "serve.log"

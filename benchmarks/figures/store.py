@@ -48,6 +48,7 @@ def fill_store(home: Path, count: int) -> list[str]:
 
 
 def bench_list(b: Bench) -> list[Row]:
+    from aiptrain.jobpaths import JobPaths
     from aiptrain.ownership import JobLock
 
     click_label = f"{Path(sys.executable).name} -c 'import click'"
@@ -61,7 +62,7 @@ def bench_list(b: Bench) -> list[Row]:
     running = [(large, job_id) for job_id in fill_store(large, STORE_JOBS)]
     running += [(small, job_id) for job_id in fill_store(small, SMALL_STORE_JOBS)]
     # Held by this process as a submit at work would: the controller `jobs list` starts leaves them alone.
-    locks = [JobLock.try_acquire(home / "locks" / f"{job_id}.lock") for home, job_id in running]
+    locks = [JobLock.try_acquire(JobPaths(home, job_id).lock) for home, job_id in running]
     click_cmd = [sys.executable, "-c", "import click"]
 
     def aiptrain(home: Path, *args: str) -> float:

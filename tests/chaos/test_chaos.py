@@ -118,11 +118,13 @@ def wait_terminal(job_id: str, timeout: float = 180) -> str | None:
 
 def orphans(home: Path, docker_api, job_ids: list[str]) -> list[str]:
     """What is left of jobs that ended (or never existed) and that nothing needs."""
+    from aiptrain.jobpaths import JobPaths
+
     found = []
     for job_id in job_ids:
         found += job_resources(docker_api, job_id)
-        found += [str(p.relative_to(home)) for p in (home / "locks" / f"{job_id}.lock", home / "work" / job_id)
-                  if p.exists()]
+        paths = JobPaths(home, job_id)
+        found += [str(p.relative_to(home)) for p in (paths.lock, paths.work_dir) if p.exists()]
     return found
 
 
@@ -260,7 +262,7 @@ def job_records(home: Path, job_id: str, task: str) -> list[str]:
     from aiptrain.logs import records_of_task
     from aiptrain.settings import Settings
 
-    path = Settings(home=home).job_log_path(job_id)
+    path = Settings(home=home).job_paths(job_id).log
     return [r.message for r in records_of_task(path, task)] if path.exists() else []
 
 
@@ -303,7 +305,7 @@ def teardown_run(home: Path, docker_api, runtime: str, config: str, tmp_path: Pa
     lines, bye = 200, 20_000
     expected = "CANCELLED" if cancel else "SUCCEEDED"
     job_id = f"kill_td_{uuid.uuid4().hex[:6]}"
-    log_path = Settings(home=home).job_log_path(job_id)
+    log_path = Settings(home=home).job_paths(job_id).log
     job_dir = tmp_path / job_id
     since = time.time() - 1
     submitted = aiptrain("jobs", "submit", "training", job_id, "--config", config, "--package-path", str(PROBE),
@@ -535,6 +537,7 @@ def test_malformed_config_corpus(tally, home, tmp_path, capsys):
 
 NASTY = r'''
 import sys
+from aiptrain.jobpaths import JobPaths
 out = sys.stdout.buffer
 out.write(b"escape \x1b[31mred\x1b[0m \x1b]0;title\x07 bell\n")
 out.write(b"invalid utf-8 \xff\xfe here\n")

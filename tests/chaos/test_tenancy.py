@@ -186,6 +186,6 @@ def test_a_hostile_trainer_reaches_nothing_of_another_project(backend, gcs_home,
         aiptrain("--project", "team-a", "jobs", "cancel", victim)
     wait_for(lambda: yaml.safe_load(aiptrain("--project", "team-a", "jobs", "describe", victim).stdout)["state"] ==
              "CANCELLED", timeout=180, what="team-a's job to end")
-    victim_log = Settings().job_log_path(key).read_text()
+    victim_log = Settings().job_paths(key).log.read_text()
     assert victim_log.count("listening") == 2 and "ACCEPTED" not in victim_log  # no connection reached team-a
     assert (gcs_home / "gcs" / "team-a-data" / "secret.txt").read_text() == "team-a's secret"

@@ -55,7 +55,7 @@ def ended(home):
     """A FAILED job with a two-line message from each of two replicas."""
     with Client() as client:
         client.store.create(Job(job_id="ended", labels={"a": "1"}))
-        with JobLogWriter(client.settings.job_log_path("ended")) as log:
+        with JobLogWriter(client.settings.job_paths("ended").log) as log:
             log.write("master-replica-0", "INFO", "first\nsecond")
             log.write("worker-replica-0", "ERROR", "boom\nagain")
         client.store.transition("ended", State.FAILED, [State.QUEUED], error_message="It failed.\nTail.")
@@ -106,7 +106,7 @@ def test_each_project_sees_its_own_job_of_one_id(home, run, monkeypatch):
         with Client(project=project) as client:
             client.store.create(Job(job_id="census_1", labels={"team": project}), project=project)
             key = client.key("census_1")
-            with JobLogWriter(client.settings.job_log_path(key)) as log:
+            with JobLogWriter(client.settings.job_paths(key).log) as log:
                 log.write("master-replica-0", "INFO", f"{project} says")
             client.store.transition(key, state, [State.QUEUED])
     for project, state in (("team-a", "SUCCEEDED"), ("team-b", "FAILED")):

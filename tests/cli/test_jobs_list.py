@@ -173,7 +173,7 @@ def _fill(store: JobStore) -> list[dict]:
 def _hold_running(settings: Settings, resources: list[dict]) -> list[JobLock]:
     """The RUNNING jobs' locks, as if their submits were still at work (the controller that listing
     starts leaves such jobs alone)."""
-    return [JobLock.try_acquire(settings.job_lock_path(r["jobId"])) for r in resources if r["state"] == "RUNNING"]
+    return [JobLock.try_acquire(settings.job_paths(r["jobId"]).lock) for r in resources if r["state"] == "RUNNING"]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -435,7 +435,7 @@ def test_listing_starts_the_homes_controller_only_while_jobs_are_active(home):
     assert len(listing.list_resources(client.settings, fields=["jobId"])) == 3
     assert control.running(client.settings) is None
     client.store.create(Job(job_id="active"))
-    lock = JobLock.try_acquire(client.settings.job_lock_path("active"))  # its submit is still at work
+    lock = JobLock.try_acquire(client.settings.job_paths("active").lock)  # its submit is still at work
     assert len(listing.list_resources(client.settings, "state:QUEUED", fields=["jobId"])) == 1
     assert control.running(client.settings) is not None
     lock.release()

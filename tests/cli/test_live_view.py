@@ -28,13 +28,13 @@ def finished_job(home):
     with Client() as client:
         client.store.create(Job(job_id="shown"))
         client.store.transition("shown", State.RUNNING, [State.QUEUED])
-        with JobLogWriter(client.settings.job_log_path("shown")) as log:
+        with JobLogWriter(client.settings.job_paths("shown").log) as log:
             log.service("Waiting for training program to start.")
             log.write("master-replica-0", "INFO", "step 1 of 2")
             log.write("worker-replica-0", "WARNING", "slow\nsecond line")
             log.write("master-replica-0", "ERROR", "clear screen: \x1b[2J done")
         client.store.transition("shown", State.SUCCEEDED, [State.RUNNING])
-        records = read_records(client.settings.job_log_path("shown"))[0]
+        records = read_records(client.settings.job_paths("shown").log)[0]
     return [line for record in records for line in format_record(record)]
 
 

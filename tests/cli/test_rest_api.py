@@ -378,7 +378,7 @@ def assert_refused_and_nothing_created(serve, api_home, method, path, body, head
 
 def write_log(job_id: str, lines: list[tuple[str, str, str, str]]) -> None:
     """(stamp, task, severity, message) lines into the job's log, in the order given."""
-    with JobLogWriter(Settings().job_log_path(job_id)) as writer:
+    with JobLogWriter(Settings().job_paths(job_id).log) as writer:
         for stamp, task, severity, message in lines:
             writer.write(task, severity, message, stamp)
 
@@ -432,7 +432,7 @@ def test_entries_list_answers_stream_logs_filters_with_pages(serve, api_home):
 def test_entries_list_filters_on_timestamp_past_a_line_without_a_time(serve):
     seed("timeless")
     write_log("timeless", [("2026-01-01T00:00:01Z", "master-replica-0", "INFO", "stamped")])
-    with Settings().job_log_path("timeless").open("a") as log:
+    with Settings().job_paths("timeless").log.open("a") as log:
         log.write(json.dumps({"task": "master-replica-0", "message": "no time"}) + "\n")  # damaged, but JSON
     body = {"resourceNames": [f"projects/{PROJECT}"],
             "filter": 'resource.labels.job_id="timeless" AND timestamp>"2026-01-01T00:00:00Z"'}

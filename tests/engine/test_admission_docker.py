@@ -51,7 +51,7 @@ def test_jobs_over_the_cap_wait_and_start_in_submission_order(cli, submit_args, 
         assert after.start_time >= before.end_time
     events = [state for _, state, _ in client.store.events("third")]
     assert events[:4] == ["QUEUED", "PREPARING", "RUNNING", "SUCCEEDED"]
-    said = [r.message for r in read_records(client.settings.job_log_path("third"))[0] if r.task == SERVICE]
+    said = [r.message for r in read_records(client.settings.job_paths("third").log)[0] if r.task == SERVICE]
     assert said[said.index("Job third is queued.") + 1].startswith("Waiting behind 1 job submitted earlier")
     assert job_resources(docker_api, "second") == [] and job_resources(docker_api, "third") == []
 
@@ -74,7 +74,7 @@ def test_describe_cancel_and_max_wait_time_of_queued_jobs(cli, submit_args, clie
     job = client.get("waiting")
     assert job.state == "CANCELLED" and job.error_message == "Job cancelled by the user."
     assert job.start_time is None and job_resources(docker_api, "waiting") == []
-    assert not client.settings.job_work_dir("waiting").exists()
+    assert not client.settings.job_paths("waiting").work_dir.exists()
 
     expired = wait_for(lambda: (j := client.wait("impatient", timeout=1)).state.is_terminal and j, timeout=120,
                        what="maxWaitTime to cancel the job")
@@ -141,5 +141,5 @@ def test_a_study_asking_more_trials_at_once_than_the_cap_runs_them_one_at_a_time
     for before, after in itertools.pairwise(trials):
         assert after.start_time >= before.end_time  # one at a time
     assert job.training_input.hyperparameters.max_parallel_trials == 3
-    said = [r.message for r in read_records(client.settings.job_log_path("wide"))[0] if r.task == SERVICE]
+    said = [r.message for r in read_records(client.settings.job_paths("wide").log)[0] if r.task == SERVICE]
     assert said.count(warning.removeprefix("WARNING: ")) == 1

@@ -51,8 +51,8 @@ def test_a_failed_launch_is_submits_error_and_leaves_neither_packages_nor_lock(h
         # The launch fails after the submission was staged and planned (the install "succeeds").
         Submitter(settings, store, failing_launch).submit(prepare(flags, settings))
     assert store.get("launch_fails").state.value == "FAILED"  # recorded: replicas were to start
-    assert not settings.job_work_dir("launch_fails").exists()
-    assert not settings.job_lock_path("launch_fails").exists()
+    assert not settings.job_paths("launch_fails").work_dir.exists()
+    assert not settings.job_paths("launch_fails").lock.exists()
 
 
 def test_a_finished_job_leaves_no_lock_work_dir_or_other_log(cli, home, docker_api, submit_args):
@@ -78,7 +78,7 @@ def test_a_job_whose_submit_died_before_queueing_it_is_failed_by_the_controller(
     job_id = f"killed_{uuid.uuid4().hex[:8]}"
     with JobStore(settings.store_path) as store:
         store.create(Job.model_validate({"jobId": job_id}))
-    lock = JobLock.try_acquire(settings.job_lock_path(job_id))
+    lock = JobLock.try_acquire(settings.job_paths(job_id).lock)
     lock.release()  # its submit died
     job = wait_for(lambda: (j := yaml.safe_load(cli("jobs", "describe", job_id, check_code=0).stdout))["state"]
                    == "FAILED" and j, timeout=30, what="the job failed")

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aiptrain.jobpaths import JobPaths
+
 from conftest import REPO, job_resources, kill_controller, wait_for
 
 TUNER = Path(__file__).parents[1] / "trainers" / "tuner"
@@ -119,7 +121,7 @@ def test_cancel_mid_study_stops_every_trial_and_leaves_nothing(cli, study, docke
     assert job["state"] == "CANCELLED"
     assert {t["state"] for t in trials_of(job).values()} == {"CANCELLED"}
     assert job_resources(docker_api, "cancel_me") == []
-    assert not (home / "work" / "cancel_me").exists()
+    assert not JobPaths(home, "cancel_me").work_dir.exists()
 
 
 def test_a_killed_controller_is_replaced_and_the_study_loses_no_trial(cli, study, docker_api, home):

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aiptrain.jobpaths import JobPaths
+
 from conftest import job_resources, kill_controller, require_image, runtime_image, wait_for
 from test_tuning_docker import describe, trials_of
 
@@ -110,7 +112,7 @@ def test_cancel_is_not_held_up_by_a_fifo_metric_file(cli, study, docker_api, min
     study("fifo_cancel", spec, "hostile", minimal_runtime, "--sleep", "600", wait=False, code=0)
     wait_for(lambda: docker_api.containers(filters={"label": "aiptrain.job-id=fifo_cancel", "status": "running"}),
              timeout=120, what="the trial running")
-    wait_for(lambda: list((home / "work" / "fifo_cancel" / "trials").glob("*/*.metrics")), timeout=60,
+    wait_for(lambda: list(JobPaths(home, "fifo_cancel").trials_dir.glob("*/*.metrics")), timeout=60,
              what="the FIFO planted")
     cli("jobs", "cancel", "fifo_cancel", check_code=0, timeout=120)
     job = wait_for(lambda: (lambda j: j if j["state"] == "CANCELLED" else None)(describe(cli, "fifo_cancel")),
@@ -143,7 +145,7 @@ def test_a_trial_created_but_never_started_is_started_by_the_next_controller(cli
                                 environment=config["Env"], user=config["User"], working_dir=config["WorkingDir"],
                                 hostname=config["Hostname"], labels=config["Labels"], name=info["Name"].lstrip("/"),
                                 host_config=info["HostConfig"])
-    (home / "work" / "created_only" / "launched" / "1").unlink(missing_ok=True)
+    JobPaths(home, "created_only").launched("1").unlink(missing_ok=True)
     runs.write_text("")  # trial 1's first run never happened, as if it had been killed before starting
     describe(cli, "created_only")  # takes the job over
     wait_for(lambda: runs.read_text().split() == ["1"], timeout=120, what="trial 1 to run")

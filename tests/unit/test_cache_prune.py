@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from aiptrain import cache
+from aiptrain.jobpaths import JobPaths
 
 DAY = 86400.0
 
@@ -48,8 +49,9 @@ def test_cache_prune_command_removes_old_entries_and_stale_locks(cli, home):
     long_ago = time.time() - 90 * DAY
     os.utime(old, (long_ago, long_ago))
     os.utime(index, (long_ago, long_ago))
-    (home / "locks").mkdir()
-    (home / "locks" / "gone_job.lock").touch()
+    gone_lock = JobPaths(home, "gone_job").lock
+    gone_lock.parent.mkdir()
+    gone_lock.touch()
 
     dry = cli("cache", "prune", "--dry-run", check_code=0)
     assert old.exists() and "Would remove 2 cache entries" in dry.stderr
@@ -57,4 +59,4 @@ def test_cache_prune_command_removes_old_entries_and_stale_locks(cli, home):
     assert not old.exists() and not index.exists() and fresh.exists()
     assert "Removed 2 cache entries" in result.stderr and "1 stale lock file(s)" in result.stderr
     assert result.stderr.count("\n") == 1
-    assert not (home / "locks" / "gone_job.lock").exists()
+    assert not gone_lock.exists()

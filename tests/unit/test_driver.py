@@ -15,11 +15,10 @@ from aiptrain.errors import EnvironmentNotReady
 from aiptrain.logs import read_records
 from aiptrain.model import Job, ReplicaConfig, Scheduling, State, TrainingInput, utc_now
 from aiptrain.planning import PlanInputs, save_plan_inputs
-from aiptrain.runner.driver import INTERRUPTED, LAUNCH_STARTED, JobDriver, Phase
+from aiptrain.runner.driver import INTERRUPTED, JobDriver, Phase
 from aiptrain.runner.groups import DRAIN_LOOK_SECONDS
 from aiptrain.settings import Settings
 from aiptrain.store import JobStore
-from aiptrain.tuning import LAUNCHED_DIR
 
 from fakes import FakeBackend, plan_of
 
@@ -48,7 +47,7 @@ def submitted(store: JobStore, settings: Settings, job_id: str = "job", training
               cap: int | None = None, **fields) -> Job:
     """A job as submit leaves it: recorded, its plan inputs saved, asked for admission."""
     job = store.create(Job(job_id=job_id, training_input=training_input, **fields))
-    save_plan_inputs(settings.job_work_dir(job_id), PlanInputs(runtime_image="aiptrain/runtime:minimal"))
+    save_plan_inputs(settings.job_paths(job_id).plan_inputs, PlanInputs(runtime_image="aiptrain/runtime:minimal"))
     request(store, job_id, job, cap)
     return job
 
@@ -67,7 +66,7 @@ def drive(driver: JobDriver, backend: FakeBackend, between=None, max_steps: int 
 
 
 def service_lines(settings: Settings, job_id: str = "job") -> list[str]:
-    return [r.message for r in read_records(settings.job_log_path(job_id))[0] if r.task == "service"]
+    return [r.message for r in read_records(settings.job_paths(job_id).log)[0] if r.task == "service"]
 
 
 @pytest.mark.parametrize("script, state, restarts, error", [
@@ -87,7 +86,7 @@ def test_a_basic_job_from_launch_to_its_end(settings, store, script, state, rest
     if error:
         assert error in job.error_message
     assert backend.removed[-1] == ("job", None) and not backend.replicas
-    assert not settings.job_work_dir("job").exists()
+    assert not settings.job_paths("job").work_dir.exists()
     lines = service_lines(settings)
     assert lines[0] == "Waiting for job to be provisioned." and lines[-1] in (
         "Job completed successfully.", "Job failed.")
@@ -177,7 +176,7 @@ def test_a_launch_cut_by_a_dead_controller_is_redone_from_scratch(settings, stor
     """The launch-started marker: what the dead controller made goes before the launch is redone."""
     submitted(store, settings)
     backend = FakeBackend(script={"master-replica-0": [0]})
-    (settings.job_work_dir("job") / LAUNCH_STARTED).touch()  # the dead controller's half of a launch
+    settings.job_paths("job").launch_started.touch()  # the dead controller's half of a launch
     backend.launch(plan_of("job"))
     assert drive(JobDriver("job", settings, store, backend), backend) is State.SUCCEEDED
     assert [c[0] for c in backend.calls if c[0] in ("remove", "launch")][:3] == ["launch", "remove", "launch"]
@@ -273,7 +272,7 @@ def test_a_bounded_study_is_warned_of_once_at_submit_and_its_log_keeps_it(settin
                                           "2 of the study's trials at once")
     assert [notice for notice in submission.notices if "maxParallelTrials" in notice] == [warning]
     job = store.create(submission.job)
-    with JobLogWriter(settings.job_log_path("job")) as job_log:
+    with JobLogWriter(settings.job_paths("job").log) as job_log:
         Submitter(settings, store, FakeBackend())._record(submission, job, "job", job_log)
     assert service_lines(settings).count(warning) == 1
     assert store.held_replicas("job") == 2
@@ -289,7 +288,7 @@ def test_the_controller_leaves_a_job_its_submit_still_stages_alone(settings, sto
     store.create(Job(job_id="job", training_input=BASIC))
     backend = FakeBackend()
     monkeypatch.setattr(controller_module, "open_backend", lambda s, name: backend)
-    submit_lock = JobLock.try_acquire(settings.job_lock_path("job"))  # as submit holds it while staging
+    submit_lock = JobLock.try_acquire(settings.job_paths("job").lock)  # as submit holds it while staging
     controller = controller_module.Controller(settings, JobLock.try_acquire(settings.controller_lock_path))
     try:
         assert controller.adopt() is True  # left to its submit, which wakes the controller when done
@@ -374,7 +373,7 @@ def test_a_trial_whose_replicas_all_exist_but_never_started_is_started_in_place(
         killed.step()
     replica = backend.replica("job", "master-replica-0", "1")  # created, its start not seen yet
     replica.status, replica.runs = ReplicaStatus.CREATED, 0
-    (settings.job_work_dir("job") / LAUNCHED_DIR / "1").unlink()
+    settings.job_paths("job").launched("1").unlink()
     assert drive(JobDriver("job", settings, store, backend), backend) is State.SUCCEEDED
     assert [plan.trial_id for plan in backend.launched] == ["1"]
     assert backend.restarted == [replica.container_id]

@@ -34,19 +34,19 @@ def test_a_successor_keeps_the_word_of_a_controller_killed_after_its_closing_lin
     store.create(custom_job("ended"))
     store.transition("ended", State.PREPARING, [State.QUEUED])
     store.transition("ended", State.RUNNING, [State.PREPARING])
-    with JobLogWriter(settings.job_log_path("ended")) as log:
+    with JobLogWriter(settings.job_paths("ended").log) as log:
         log.service("Waiting for training program to start.")
         for line in closing:
             log.service(*(line if isinstance(line, tuple) else (line,)))
     store.record_verdict("ended", {"state": state, "error_message": error, "failed_task": None, "failed_trial": ""})
-    before = read_records(settings.job_log_path("ended"))[0]
+    before = read_records(settings.job_paths("ended").log)[0]
 
     backend = FakeBackend()  # the job's replicas are gone
     assert drive_to_end(JobDriver("ended", settings, store, backend)) is State[state]
     job = store.get("ended")
     assert job.state is State[state]
     assert (job.error_message or "").startswith(error or "") and (error is None) == (job.error_message is None)
-    assert read_records(settings.job_log_path("ended"))[0] == before and backend.removed == [("ended", None)]
+    assert read_records(settings.job_paths("ended").log)[0] == before and backend.removed == [("ended", None)]
 
 
 def test_a_network_the_engine_keeps_does_not_change_how_the_job_ended(tmp_path):
@@ -71,7 +71,7 @@ def test_a_network_the_engine_keeps_does_not_change_how_the_job_ended(tmp_path):
         "Docker keeps the job's network 0123456789ab although its replicas are gone.")})
     assert drive_to_end(JobDriver("kept", settings, store, stuck)) is State.SUCCEEDED
     assert store.get("kept").state is State.SUCCEEDED
-    lines = [(r.severity, r.message) for r in read_records(settings.job_log_path("kept"))[0]]
+    lines = [(r.severity, r.message) for r in read_records(settings.job_paths("kept").log)[0]]
     assert lines[-2:] == [("WARNING", "Tearing down left something behind: Docker keeps the job's network "
                                       "0123456789ab although its replicas are gone."),
                           ("INFO", "Job completed successfully.")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from aiptrain.jobpaths import JobPaths
 from aiptrain.ownership import JobLock, remove_if_unowned
 
 # -- lock files ---------------------------------------------------------------------------------
@@ -36,11 +37,12 @@ def test_only_unheld_lock_files_are_removed(tmp_path):
 
 
 def test_reading_a_job_removes_the_lock_of_a_submit_killed_before_it_recorded_it(cli, home, tmp_path):
-    (home / "locks").mkdir(parents=True)
-    (home / "locks" / "never_recorded.lock").touch()
+    lock = JobPaths(home, "never_recorded").lock
+    lock.parent.mkdir(parents=True)
+    lock.touch()
     outside = tmp_path / "outside.lock"
     outside.touch()
     assert cli("jobs", "describe", "never_recorded").returncode == 2
-    assert not (home / "locks" / "never_recorded.lock").exists()
+    assert not lock.exists()
     cli("jobs", "describe", f"../../{outside.stem}")  # not a job ID: nothing outside the home is touched
     assert outside.exists()

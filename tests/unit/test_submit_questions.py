@@ -51,7 +51,7 @@ def questions(monkeypatch, settings) -> Questions:
     monkeypatch.setattr(JobStore, "exists", asked.count("job exists?", JobStore.exists))
     monkeypatch.setattr(JobStore, "create", asked.count("job recorded", JobStore.create))
     job_lock = staticmethod(asked.count("job locked", JobLock.try_acquire,
-                                         lambda path: path == settings.job_lock_path("job")))
+                                         lambda path: path == settings.job_paths("job").lock))
     monkeypatch.setattr(JobLock, "try_acquire", job_lock)
     monkeypatch.setattr(staging, "fetch", asked.count("fetch", staging.fetch))
     monkeypatch.setattr(submission, "plan", asked.count("plan", submission.plan))
@@ -127,4 +127,4 @@ def test_a_taken_id_is_refused_by_the_one_reservation_before_anything_else(setti
     assert questions.asked == {"job locked": 1, "job recorded": 1}
     # No image looked at, nothing installed or checked (the controller drives the first job meanwhile).
     assert [call for call in backend.calls if call[0] in ("inspect_image", "run_to_completion", "check_ready")] == []
-    assert settings.job_lock_path("job").exists()  # the lock of the job that has the ID stays its own
+    assert settings.job_paths("job").lock.exists()  # the lock of the job that has the ID stays its own
