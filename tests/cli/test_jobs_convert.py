@@ -4,14 +4,20 @@ stderr, one line and exit 2 for bad input (jobs put straight into an isolated st
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
 
 from aiptrain.client import Client
 from aiptrain.model import Job
+
+from conftest import IN_CI
 
 STORED = {"jobId": "census_1", "labels": {"team": "ml"}, "trainingInput": {
     "scaleTier": "STANDARD_1", "packageUris": ["gs://b/trainer-0.1.tar.gz"], "pythonModule": "trainer.task",
@@ -183,3 +189,81 @@ def test_the_cli_imports_the_vertex_dialect_only_when_converting():
     code = "import sys, aiptrain.cli, aiptrain.cli.jobs; print(any(m.startswith('aiptrain.vertex') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+# -- Google's gcloud takes what `--gcloud-config` prints -------------------------------------------
+
+class _Recorder(BaseHTTPRequestHandler):
+    """Answers a create as the service does (the resource, named and PENDING) and keeps the body."""
+
+    bodies: list[tuple[str, dict]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+        path = self.path.split("?")[0]
+        self.bodies.append((path, body))
+        answer = json.dumps({**body, "name": f"{path.removeprefix('/v1/')}/123", "state": "JOB_STATE_PENDING"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def gcloud(tmp_path):
+    """run(*args) -> CompletedProcess of Google's gcloud, its aiplatform endpoint a recorder on a free port."""
+    binary = shutil.which("gcloud")
+    if binary is None:
+        if IN_CI:
+            pytest.fail("Google's gcloud is not on PATH (CI=true: this test must run)")
+        pytest.skip("Google's gcloud is not on PATH (the google-cloud-cli package)")
+    _Recorder.bodies = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    config = tmp_path / "gcloud-config"
+    config.mkdir()
+    (config / "gce").write_text("False")  # no metadata server to look for
+    (tmp_path / "token").write_text("token")
+    environment = {**{k: v for k, v in os.environ.items() if not k.startswith("CLOUDSDK_")},
+                   "CLOUDSDK_CONFIG": str(config), "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
+                   "CLOUDSDK_CORE_PROJECT": "p", "CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK": "true",
+                   "CLOUDSDK_CORE_DISABLE_USAGE_REPORTING": "true",
+                   "CLOUDSDK_API_ENDPOINT_OVERRIDES_AIPLATFORM": f"http://127.0.0.1:{server.server_address[1]}/"}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([binary, *args, f"--access-token-file={tmp_path / 'token'}"], env=environment,
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+    yield run
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_gcloud_creates_what_gcloud_config_prints_as_it_is(run, gcloud, tmp_path):
+    config, study = tmp_path / "census.yaml", tmp_path / "study.yaml"
+    config.write_text(CONFIG)
+    study.write_text(TUNING)
+    _, custom_spec, _ = run("jobs", "convert", "--config", str(config), "--module-name", "trainer.task", "--packages",
+                            "gs://b/t-0.1.tar.gz", "--job-dir", "gs://b/out", "--gcloud-config")
+    _, tuning_job, _ = run("jobs", "convert", "--config", str(study), "--runtime-version", "2.11",
+                           "--scale-tier", "basic-gpu", "--gcloud-config")
+    (tmp_path / "custom.yaml").write_text(custom_spec)
+    (tmp_path / "tuning.yaml").write_text(tuning_job)
+
+    created = gcloud("ai", "custom-jobs", "create", "--region=us-central1", "--display-name=census", "--config=custom.yaml")
+    assert created.returncode == 0, created.stderr
+    assert "CustomJob [projects/p/locations/us-central1/customJobs/123] is submitted successfully." in created.stderr
+    created = gcloud("ai", "hp-tuning-jobs", "create", "--region=us-central1", "--display-name=study",
+                     "--config=tuning.yaml")
+    assert created.returncode == 0, created.stderr
+    (custom_path, custom_body), (tuning_path, tuning_body) = _Recorder.bodies
+    assert custom_path == "/v1/projects/p/locations/us-central1/customJobs"
+    assert custom_body == {"displayName": "census", "jobSpec": yaml.safe_load(custom_spec)}
+    assert tuning_path == "/v1/projects/p/locations/us-central1/hyperparameterTuningJobs"
+    assert tuning_body == yaml.safe_load(tuning_job)
