@@ -340,8 +340,8 @@ def export(job_id) -> None:
         return
     manifests = _manifest_format()
     if spec and not manifests:
-        raise click.UsageError(f"jobs export prints Kubeflow manifests or a Vertex AI job: use --format trainjob (the "
-                               f"default), tfjob (legacy) or vertex, not [{spec}].")
+        raise click.UsageError(f"jobs export prints Kubeflow manifests: use --format trainjob (the default) or "
+                               f"tfjob (legacy), or vertex for the Vertex AI job it would be, not [{spec}].")
     if manifests and manifests.kind == "tfjob":
         _print_manifests(_client().export_tfjob(job_id))
     else:
