@@ -12,6 +12,7 @@ import click
 
 from aiptrain.errors import ValidationError
 from aiptrain.vertex.convert import CUSTOM_JOB, TUNING_JOB, Conversion
+from aiptrain.vertex.records import CUSTOM_JOBS, JOB_PREFIX, TUNING_JOBS
 
 QUIET_VERBOSITIES = ("error", "critical", "none")
 
@@ -36,6 +37,23 @@ def read_document(path: str, flag: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise ValidationError(f"{flag} file [{path}] is not valid YAML or JSON{where}: fix the syntax.") from None
+
+
+def recorded_vertex_job(client: Any, job_id: str) -> Conversion | None:
+    """A stored job that runs a Vertex AI job (custom_job_ID, hp_tuning_job_ID) converts to that
+    job as its client created it; None for any other job, or where the store is not at hand
+    (client mode: the server keeps the records)."""
+    if not job_id.startswith(tuple(JOB_PREFIX.values())) or not hasattr(client, "store"):
+        return None
+    from aiptrain.vertex.records import VertexRecords
+
+    record = VertexRecords(client.store).of_job(client.key(job_id))
+    kinds = {CUSTOM_JOBS: CUSTOM_JOB, TUNING_JOBS: TUNING_JOB}
+    if record is None or record.kind not in kinds:
+        return None
+    note = f"Job {job_id} runs the Vertex AI job {record.name}: this is that job as it was created."
+    return Conversion(kinds[record.kind], record.body, (note,), record.body.get("displayName") or job_id,
+                      record.location)
 
 
 def creation_hint(conversion: Conversion, region: str) -> str:

@@ -336,7 +336,8 @@ def export(job_id) -> None:
     if _asks_for_vertex(spec):
         from aiptrain.vertex.convert import to_vertex
 
-        _print_conversion(to_vertex(_client().get(job_id), Settings().default_runtime_version))
+        _print_conversion(_recorded_vertex_job(job_id)
+                          or to_vertex(_client().get(job_id), Settings().default_runtime_version))
         return
     manifests = _manifest_format()
     if spec and not manifests:
@@ -426,12 +427,22 @@ def convert(job_id, config, from_file, target, display_name, gcloud_config, pack
     else:
         from aiptrain.vertex.convert import to_vertex
 
-        job = _client().get(job_id) if job_id else _job_of_config(config, display_name, region, packages, labels,
-                                                                  user_args, flags)
-        if display_name:
-            job = job.model_copy(update={"job_id": display_name})
-        conversion = to_vertex(job, Settings().default_runtime_version)
+        conversion = _recorded_vertex_job(job_id) if job_id and not display_name else None
+        if conversion is None:
+            job = _client().get(job_id) if job_id else _job_of_config(config, display_name, region, packages, labels,
+                                                                      user_args, flags)
+            if display_name:
+                job = job.model_copy(update={"job_id": display_name})
+            conversion = to_vertex(job, Settings().default_runtime_version)
     _print_conversion(conversion, gcloud_config)
+
+
+def _recorded_vertex_job(job_id: str):
+    from aiptrain.cli.convert import recorded_vertex_job
+
+    with _client() as client:
+        client.get(job_id)  # JobNotFound first, as for any job
+        return recorded_vertex_job(client, job_id)
 
 
 def _job_of_config(config, display_name, region, packages, labels, user_args, flags):

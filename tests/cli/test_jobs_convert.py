@@ -145,6 +145,24 @@ def test_a_vertex_file_converts_back_to_the_job_submit_takes(run, tmp_path):
     assert "displayName 'from sdk' -> jobId from_sdk: a job ID takes letters, digits and underscores only." in notes(err)
 
 
+def test_a_job_that_runs_a_vertex_job_converts_to_that_job_as_created(run, home):
+    from aiptrain.vertex.records import CUSTOM_JOBS, VertexRecords
+
+    body = {"displayName": "census training", "labels": {"team": "ml"}, "jobSpec": {"workerPoolSpecs": [
+        {"replicaCount": "1", "containerSpec": {"imageUri": "aiptrain/runtime:minimal", "args": ["--x"]}}]}}
+    job_id = "custom_job_1234567890123456789"
+    with Client() as client:
+        client.store.create(Job(job_id=job_id))
+        VertexRecords(client.store).add(client.project, CUSTOM_JOBS, "europe-west4", body, job_key=client.key(job_id),
+                                        numeric_id="1234567890123456789")
+    code, out, err = run("jobs", "convert", job_id)
+    assert code == 0 and yaml.safe_load(out) == body
+    assert notes(err) == [f"Job {job_id} runs the Vertex AI job projects/{client.project}/locations/europe-west4/"
+                          "customJobs/1234567890123456789: this is that job as it was created."]
+    assert "--region=europe-west4 --display-name='census training'" in err
+    assert run("jobs", "export", job_id, "--format", "vertex")[1] == out
+
+
 def test_verbosity_error_keeps_stderr_quiet(run, stored):
     code, out, err = run("jobs", "convert", stored, "--verbosity", "error")
     assert code == 0 and out and err == ""
