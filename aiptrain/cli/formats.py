@@ -18,7 +18,7 @@ from aiptrain.errors import ValidationError
 from aiptrain.filtering import lookup as _lookup
 
 _FORMAT = re.compile(
-    r"\s*(?P<kind>json|yaml|value|none|table|csv|tfjob|trainjob)\s*(?:\[(?P<attrs>[^\]]*)\])?\s*(?:\((?P<fields>.*)\))?\s*",
+    r"\s*(?P<kind>json|yaml|value|none|table|csv|tfjob|trainjob|vertex)\s*(?:\[(?P<attrs>[^\]]*)\])?\s*(?:\((?P<fields>.*)\))?\s*",
     re.DOTALL,
 )
 _COLUMN = re.compile(r"\s*(?P<key>[A-Za-z_][\w\[\]]*(?:\.[A-Za-z_][\w\[\]]*)*?)"
@@ -26,11 +26,13 @@ _COLUMN = re.compile(r"\s*(?P<key>[A-Za-z_][\w\[\]]*(?:\.[A-Za-z_][\w\[\]]*)*?)"
 SUPPORTED = ("json, yaml, none, value(FIELD,...), json(FIELD,...), yaml(FIELD,...), table(FIELD,...) "
              "or csv[no-heading](FIELD,...); a FIELD may end in .basename() or .date(FORMAT) and carry :label=NAME; "
              "trainjob, trainjob[torch], trainjob[tensorflow] (a Kubeflow Trainer v2 TrainJob) or tfjob (a "
-             "Kubeflow TFJob, legacy) on `jobs export` and `jobs submit training --dry-run`")
+             "Kubeflow TFJob, legacy) on `jobs export` and `jobs submit training --dry-run`; vertex (a Vertex AI CustomJob) "
+             "on `jobs export`")
 # Not views of the resource: the job as Kubeflow manifests (aiptrain.trainjob, aiptrain.tfjob).
 TFJOB = "tfjob"
 TRAINJOB = "trainjob"
 MANIFESTS = (TRAINJOB, TFJOB)
+VERTEX = "vertex"  # the job as a Vertex AI CustomJob (aiptrain.vertex.convert): `jobs export JOB --format vertex`
 TRAINJOB_RUNTIMES = ("torch", "tensorflow")  # trainjob[RUNTIME]: which Trainer runtime, instead of the job's
 
 
@@ -106,6 +108,8 @@ def parse_format(spec: str) -> Format:
         raise _refuse(spec, " (transforms are for value, table and csv)")
     if kind == TFJOB and (columns or attrs):
         raise _refuse(spec, " (tfjob takes no fields)")
+    if kind == VERTEX and (columns or attrs):
+        raise _refuse(spec, " (vertex takes no fields)")
     if kind == TRAINJOB and (columns or attrs.strip() not in ("", *TRAINJOB_RUNTIMES)):
         raise _refuse(spec, " (trainjob takes no fields, and [torch] or [tensorflow] at most)")
     return Format(kind, columns, no_heading="no-heading" in attrs, runtime=attrs.strip() if kind == TRAINJOB else "")
@@ -220,6 +224,9 @@ def render(data: dict | list[dict], spec: str) -> str:
             f"--format {kind} prints a job as Kubeflow manifests: use it with `aiptrain jobs export JOB` or "
             "`aiptrain jobs submit training ... --dry-run`."
         )
+    if kind == VERTEX:
+        raise ValidationError("--format vertex prints a job as a Vertex AI CustomJob: use it with `aiptrain jobs export "
+                              "JOB`, or convert a --config with `aiptrain jobs convert --config FILE`.")
     if kind in ("value", "table", "csv"):
         columns = parsed.columns or _flat_columns(items)
         rows = [[_cell(item, column) for column in columns] for item in items]

@@ -167,6 +167,10 @@ def training(job_id, user_args, config, labels, packages, async_, stream_logs, d
             "asynchronously; it can be omitted. For synchronous behavior, please pass --stream-logs.",
             err=True,
         )
+    if _asks_for_vertex(_global_flags().format):
+        raise click.UsageError("--format vertex prints a job as a Vertex AI job: convert the command line with "
+                               "`aiptrain jobs convert --config FILE [flags]`, or a submitted job with "
+                               "`aiptrain jobs export JOB --format vertex`.")
     manifests = _manifest_format()
     if manifests and not dry_run:
         raise click.UsageError(f"--format {manifests.kind} prints the job as Kubeflow manifests instead of submitting "
@@ -326,16 +330,147 @@ def export(job_id) -> None:
     """Print a job as Kubeflow manifests: a Trainer v2 TrainJob and the ClusterTrainingRuntime it
     references (--format trainjob, the default; trainjob[torch] or trainjob[tensorflow] picks the
     runtime), or a legacy TFJob (--format tfjob):
-    `aiptrain jobs export JOB > trainjob.yaml && kubectl apply -f trainjob.yaml`."""
+    `aiptrain jobs export JOB > trainjob.yaml && kubectl apply -f trainjob.yaml`. --format vertex
+    prints the Vertex AI CustomJob it would be, as `jobs convert JOB` does."""
     spec = _global_flags().format
+    if _asks_for_vertex(spec):
+        from aiptrain.vertex.convert import to_vertex
+
+        _print_conversion(_recorded_vertex_job(job_id)
+                          or to_vertex(_client().get(job_id), Settings().default_runtime_version))
+        return
     manifests = _manifest_format()
     if spec and not manifests:
         raise click.UsageError(f"jobs export prints Kubeflow manifests: use --format trainjob (the default) or "
-                               f"tfjob (legacy), not [{spec}].")
+                               f"tfjob (legacy), or vertex for the Vertex AI job it would be, not [{spec}].")
     if manifests and manifests.kind == "tfjob":
         _print_manifests(_client().export_tfjob(job_id))
     else:
         _print_manifests(_client().export_trainjob(job_id, _trainjob_runtime(manifests)))
+
+
+def _asks_for_vertex(spec: str | None) -> bool:
+    from aiptrain.cli.formats import VERTEX, parse_format
+
+    if not spec:
+        return False
+    return parse_format(spec).kind == VERTEX
+
+
+def _print_conversion(conversion, gcloud_config: bool = False) -> None:
+    from aiptrain.cli.convert import print_conversion
+
+    spec = _global_flags().format
+    print_conversion(conversion, None if _asks_for_vertex(spec) else spec, gcloud_config, _global_flags().verbosity,
+                     Settings().default_region)
+
+
+class _TrainerArgsCommand(click.Command):
+    """A command whose JOB is optional: the trainer's args after `--` are set apart before click
+    parses the rest (click would give the first of them to JOB)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            at = args.index("--")
+            ctx.meta["aiptrain.user_args"] = args[at + 1:]
+            args = args[:at]
+        return super().parse_args(ctx, args)
+
+
+@jobs.command(cls=_TrainerArgsCommand, epilog="Arguments after `--` are the trainer's (with --config).")
+@click.argument("job_id", metavar="[JOB]", required=False, shell_complete=_complete_job_ids)
+@click.option("--config", help="A gcloud --config file (a Job resource, YAML or JSON) to convert, with the submit "
+              "flags below merged over it as `jobs submit training` merges them.")
+@click.option("--from-file", help="A Vertex AI CustomJob, CustomJobSpec or HyperparameterTuningJob (YAML or JSON) "
+              "to convert to an AI Platform job.")
+@click.option("--to", "target", type=click.Choice(["vertex", "ai-platform"]),
+              help="Which way: vertex for JOB and --config, ai-platform for --from-file (the default each way).")
+@click.option("--display-name", help="The converted job's displayName (--to vertex; default: the job ID, the "
+              "config's jobId or the file's name) or jobId (--to ai-platform; default: from the displayName).")
+@click.option("--gcloud-config", is_flag=True, help="Print what `gcloud ai custom-jobs create --config` takes "
+              "(the CustomJob's jobSpec) instead of the REST resource.")
+@click.option("--module-name", help="As for `jobs submit training`, with --config.")
+@click.option("--packages", multiple=True, help="gs:// URLs of the trainer's packages, comma-separated, with --config.")
+@click.option("--runtime-version", help="As for `jobs submit training`, with --config: names the executor image.")
+@click.option("--region", help="The region, the Vertex AI location (with --config or --from-file).")
+@click.option("--scale-tier", help="As for `jobs submit training`, with --config: written out as worker pools.")
+@click.option("--master-image-uri", help="As for `jobs submit training`, with --config: a containerSpec.")
+@click.option("--job-dir", help="As for `jobs submit training`, with --config: the baseOutputDirectory.")
+@click.option("--labels", help="KEY=VALUE,... labels, with --config.")
+def convert(job_id, config, from_file, target, display_name, gcloud_config, packages, labels, region,
+            **flags) -> None:
+    """Convert between an AI Platform job and the Vertex AI job it would be: a stored JOB or a
+    --config (with submit flags) to a CustomJob, or a HyperparameterTuningJob when it tunes;
+    --from-file with a Vertex AI job to the AI Platform job (what `jobs submit training --config`
+    takes). The job goes to stdout (YAML, or --format json), what has no equivalent to stderr, one
+    NOTE a line. Nothing is created."""
+    ctx = click.get_current_context()
+    user_args = ctx.meta.get("aiptrain.user_args", [])
+    sources = [name for name, given in (("JOB", job_id), ("--config", config), ("--from-file", from_file)) if given]
+    if len(sources) != 1:
+        raise click.UsageError("Give one of JOB (a job in the store), --config FILE or --from-file FILE"
+                               + (f", not {' and '.join(sources)}." if sources else "."))
+    wanted = "ai-platform" if from_file else "vertex"
+    if target and target != wanted:
+        raise click.UsageError(f"{sources[0]} converts --to {wanted} only: an AI Platform job becomes a Vertex AI job, "
+                               "a Vertex AI job (--from-file) an AI Platform job.")
+    only_config = [f"--{name.replace('_', '-')}" for name, value in
+                   (*flags.items(), ("packages", packages), ("labels", labels)) if value]
+    only_config += ["-- ARGS"] if user_args else []
+    if only_config and not config:
+        raise click.UsageError(f"{only_config[0]} goes with --config: a stored job or a Vertex AI file is converted "
+                               "as it is.")
+    if region and job_id:
+        raise click.UsageError("--region goes with --config or --from-file: a stored job has its own region.")
+    if from_file:
+        conversion = _from_vertex_file(from_file, display_name, region)
+    else:
+        from aiptrain.vertex.convert import to_vertex
+
+        conversion = _recorded_vertex_job(job_id) if job_id and not display_name else None
+        if conversion is None:
+            job = _client().get(job_id) if job_id else _job_of_config(config, display_name, region, packages, labels,
+                                                                      user_args, flags)
+            if display_name:
+                job = job.model_copy(update={"job_id": display_name})
+            conversion = to_vertex(job, Settings().default_runtime_version)
+    _print_conversion(conversion, gcloud_config)
+
+
+def _recorded_vertex_job(job_id: str):
+    from aiptrain.cli.convert import recorded_vertex_job
+
+    with _client() as client:
+        client.get(job_id)  # JobNotFound first, as for any job
+        return recorded_vertex_job(client, job_id)
+
+
+def _job_of_config(config, display_name, region, packages, labels, user_args, flags):
+    """The Job that `jobs submit training` would build from --config and the flags (gcloud's merge rule)."""
+    from pathlib import Path
+
+    from aiptrain.config import SubmitFlags, build_job, load_config
+
+    base = load_config(config)
+    name = display_name or base.job_id or Path(config).stem
+    job = build_job(SubmitFlags(job_id=name, config=config, labels=_labels(labels), region=region,
+                                user_args=list(user_args), **flags), base=base)
+    if packages:
+        job.training_input.package_uris = _packages(packages)
+    return job
+
+
+def _from_vertex_file(path: str, display_name: str | None, region: str | None):
+    from pathlib import Path
+
+    from aiptrain.cli.convert import read_document
+    from aiptrain.runtimes import mapped
+    from aiptrain.vertex.convert import to_ai_platform
+
+    data = read_document(path, "--from-file")
+    if display_name and isinstance(data, dict) and "workerPoolSpecs" not in data:  # a CustomJobSpec has no name
+        data = {**data, "displayName": display_name}
+    return to_ai_platform(data, path, display_name or Path(path).stem, region, mapped(Settings().home))
 
 
 LIST_FORMAT = "table(jobId.basename(), state:label=STATUS, createTime.date(tz=LOCAL):label=CREATED)"

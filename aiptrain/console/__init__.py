@@ -1,7 +1,8 @@
 """The browser console's files (static/), served by `aiptrain serve` at `/` and `/console/NAME`.
 
 The console is a page of plain JavaScript that reads only the REST API of the same server
-(projects.jobs and entries:list) with the caller's token; nothing here touches the store.
+(projects.jobs, entries:list, and projects.locations.customJobs / hyperparameterTuningJobs get
+for the Vertex AI jobs among the jobs) with the caller's token; nothing here touches the store.
 Imported only when a console path is asked for, so the CLI never loads it.
 """
 

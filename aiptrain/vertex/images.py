@@ -1,4 +1,4 @@
-"""Vertex AI's prebuilt training images, mapped to the runtime images built here.
+"""Vertex AI's prebuilt training images, mapped to the runtime images built here, and back.
 
 `pythonPackageSpec.executorImageUri` names one of Google's prebuilt containers
 (`us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-11.py310:latest`, the older
@@ -6,7 +6,9 @@
 `pytorch-gpu.1-13`; also `europe-`/`asia-` hosts). None can be pulled here: each is run by the
 runtime version whose frameworks it held, as AI Platform's runtime versions are. An image a
 team maps itself (`aiptrain runtimes add URI --image IMAGE`) is taken first, which is how a
-PyTorch executor image is given one. Pure rules: no I/O.
+PyTorch executor image is given one. The other way (`prebuilt_image`), an AI Platform runtime
+version names the prebuilt TensorFlow image of its release, for `aiptrain jobs convert`.
+Pure rules: no I/O.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ PREBUILT = re.compile(
 )
 FRAMEWORK_PINS = {"sklearn": 1, "scikit-learn": 1, "xgboost": 2}  # index in SERVICE_PINS' tuples
 NEWEST_TF = max((v for v in SERVICE_PINS if v.startswith("2.")), key=lambda v: int(v.split(".")[1]))
+# Vertex AI's prebuilt TensorFlow training images with the Python 3.7 of AI Platform's runtimes
+# (`tf-cpu.2-8:latest`; the `.py310` ones came later): 1.15 and 2.1-2.11, but none of 2.10
+# (cloud.google.com/vertex-ai/docs/training/pre-built-containers).
+TRAINING_IMAGES = "us-docker.pkg.dev/vertex-ai/training"
+TF_IMAGE_RELEASES = ("1.15", *(f"2.{minor}" for minor in range(1, 12) if minor != 10))
 
 
 @dataclass(frozen=True)
@@ -92,3 +99,42 @@ def _by_pin(uri: str, framework: str, release: tuple[int, int]) -> Executor:
     shown = ".".join(map(str, release))
     return Executor(older[0], f"NOTE: [{uri}] runs on runtime {older[0]} ({framework} "
                               f"{SERVICE_PINS[older[0]][index]}), the nearest to {shown} built here.")
+
+
+@dataclass(frozen=True)
+class Image:
+    uri: str  # a prebuilt executor image
+    note: str | None = None  # one line when it holds another release than the runtime did
+
+
+def prebuilt_image(runtime_version: str, gpu: bool = False) -> Image:
+    """The prebuilt training image that runs what `runtime_version` ran: `tf-cpu.2-11:latest`
+    for 2.11 (`tf-gpu` for replicas with GPUs); the nearest release where Vertex AI has none.
+    A runtime version that is itself a prebuilt image (mapped with `aiptrain runtimes add`) is
+    that image. `executor` maps each image back to the runtime version."""
+    if is_prebuilt(runtime_version):
+        return Image(runtime_version.strip())
+    flavour = "gpu" if gpu else "cpu"
+    release = _nearest_release(runtime_version)
+    uri = f"{TRAINING_IMAGES}/tf-{flavour}.{release.replace('.', '-')}:latest"
+    if release == runtime_version:
+        return Image(uri)
+    if runtime_version in RUNTIMES and runtime_version != "minimal":
+        return Image(uri, f"runtimeVersion {runtime_version} has no prebuilt training image on Vertex AI: "
+                          f"{uri} (TensorFlow {release}) is the nearest; check the trainer on it.")
+    return Image(uri, f"runtimeVersion {runtime_version} is aiptrain's own, not one of Google's: {uri} "
+                      f"(TensorFlow {release}) is given; pick the prebuilt image the trainer needs.")
+
+
+def _nearest_release(runtime_version: str) -> str:
+    """The image release for a runtime version: its own, else the next one up within its major
+    version (2.10 -> 2.11, 1.14 -> 1.15), else the newest."""
+    if runtime_version in TF_IMAGE_RELEASES:
+        return runtime_version
+    try:
+        wanted = tuple(int(part) for part in runtime_version.split("."))
+    except ValueError:
+        return TF_IMAGE_RELEASES[-1]
+    later = [r for r in TF_IMAGE_RELEASES if r.split(".")[0] == str(wanted[0])
+             and tuple(int(part) for part in r.split(".")) > wanted]
+    return later[0] if later else TF_IMAGE_RELEASES[-1]

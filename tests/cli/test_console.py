@@ -20,6 +20,7 @@ from aiptrain.api.server import make_server
 from aiptrain.client import Client
 from aiptrain.model import Job, TrainingInput
 from aiptrain.settings import Settings
+from aiptrain.vertex.records import CUSTOM_JOBS, VertexRecords
 
 import test_rest_api
 from conftest import IN_CI, wait_for
@@ -213,6 +214,42 @@ def test_a_log_growing_fast_keeps_at_most_5000_rows(serve, browser):
     assert len(shown) == 5000 and shown[0] == "line 1001"
     find(browser, "#log-earlier").click()
     wait_for(lambda: messages(browser)[:1] == ["line 501"], timeout=WAIT, what="the 500 lines before")
+
+
+def seed_vertex(numeric_id: str, display_name: str, location: str = "us-central1") -> str:
+    """A Vertex AI custom job that ended: its ml v1 job and its record, as a create leaves them."""
+    job_id = f"custom_job_{numeric_id}"
+    seed(job_id)
+    with Client(settings=Settings()) as client:
+        body = {"displayName": display_name, "jobSpec": {"workerPoolSpecs": [
+            {"replicaCount": "1", "containerSpec": {"imageUri": "aiptrain/runtime:minimal"}}]}}
+        VertexRecords(client.store).add(PROJECT, CUSTOM_JOBS, location, body, job_key=client.key(job_id),
+                                        numeric_id=numeric_id)
+    return job_id
+
+
+def test_vertex_jobs_read_as_vertex_jobs_beside_ai_platform_jobs(serve, browser):
+    seed("plain_job", minutes_ago=2)
+    seed("custom_job_42", minutes_ago=1)  # named like one, but no Vertex AI job behind it
+    vertex_job = seed_vertex("1234567890123456789", "census training")
+    browser.get(serve() + "/")
+    marker = find(browser, f'tr[data-job="{vertex_job}"] .vertex', "Vertex AI")
+    assert marker.get_attribute("title") == "projects/team-a/locations/us-central1/customJobs/1234567890123456789"
+    link = browser.find_element("css selector", f'tr[data-job="{vertex_job}"] td.id a')
+    assert (link.text, link.get_attribute("title")) == ("census training", vertex_job)
+    wait_for(lambda: set(rows(browser)) == {"plain_job", "custom_job_42", vertex_job}, timeout=WAIT, what="the rows")
+    assert browser.find_elements("css selector", ".vertex") == [marker]  # the ml v1 jobs read as they are
+    assert browser.find_element("css selector", 'tr[data-job="custom_job_42"] td.id a').text == "custom_job_42"
+
+    link.click()
+    find(browser, "#job-title", "census training")
+    find(browser, "#job-kind .vertex", "Vertex AI")
+    details = find(browser, "#job-details", "projects/team-a/locations/us-central1/customJobs/1234567890123456789")
+    assert f"Runs as ml v1 job\n{vertex_job}" in details.text
+    browser.get(f"{serve()}/#/jobs/plain_job")
+    find(browser, "#job-title", "plain_job")
+    assert not browser.find_elements("css selector", "#job-kind .vertex")
+    assert "Vertex AI resource" not in find(browser, "#job-details", "Created").text
 
 
 def messages(driver) -> list[str]:

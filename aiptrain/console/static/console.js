@@ -1,6 +1,7 @@
-// aiptrain's console: a page that reads only this server's REST API (ml v1 projects.jobs and
-// logging v2 entries:list) with the caller's token. No build step, no library: the DOM, fetch
-// and chart.js (inline SVG). Untrusted text (log lines, labels, messages) goes in as textContent.
+// aiptrain's console: a page that reads only this server's REST API (ml v1 projects.jobs, logging
+// v2 entries:list, and aiplatform v1 customJobs and hyperparameterTuningJobs for the Vertex AI jobs
+// among them) with the caller's token. No build step, no library: the DOM, fetch and chart.js
+// (inline SVG). Untrusted text (log lines, labels, messages) goes in as textContent.
 "use strict";
 
 const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
@@ -13,6 +14,9 @@ const REFRESH_MS = 3000;
 const LOG_POLL_MS = 1000;
 const LOG_PAGE = 500;          // entries fetched per request
 const LOG_MAX_ROWS = 5000;     // rows kept in the page; older ones are dropped (Load earlier brings them back)
+// The ml v1 job that runs a Vertex AI job is named by its kind and numeric ID (aiptrain.vertex.records).
+const VERTEX_JOB = /^(custom_job|hp_tuning_job)_(\d+)$/;
+const VERTEX_KINDS = {custom_job: "customJobs", hp_tuning_job: "hyperparameterTuningJobs"};
 
 const $ = (id) => document.getElementById(id);
 
@@ -69,7 +73,46 @@ const api = {
     return this.call("POST", `${this.jobs(project)}/${encodeURIComponent(jobId)}:tensorboard`, {});
   },
   entries(body) { return this.call("POST", "/v2/entries:list", body); },
+  // A Vertex AI job of the project, in any location (`-`), by kind and numeric ID.
+  vertexJob(project, kind, id) {
+    return this.call("GET", `/v1/projects/${encodeURIComponent(project)}/locations/-/${kind}/${id}`);
+  },
 };
+
+// -- Vertex AI jobs ------------------------------------------------------------------------------
+// A Vertex AI job is run by an ml v1 job (custom_job_ID, hp_tuning_job_ID), which the jobs list
+// returns with the others; its displayName and resource name come from aiplatform v1's get. Both
+// are fixed once the job exists, so each is asked for once per page load. A job whose get fails
+// (none recorded, or its kind not served) is shown as the ml v1 job it is.
+
+const vertex = {
+  found: new Map(),  // "project/jobId" -> the Vertex AI resource, or null when there is none
+
+  key(jobId) { return `${state.project}/${jobId}`; },
+
+  of(jobId) { return this.found.get(this.key(jobId)) || null; },
+
+  // Ask for the Vertex AI resources of these jobs not asked for yet; true when any arrived.
+  async load(jobIds) {
+    const asked = jobIds.filter((jobId) => VERTEX_JOB.test(jobId) && !this.found.has(this.key(jobId)));
+    const answers = await Promise.all(asked.map(async (jobId) => {
+      const [, kind, id] = jobId.match(VERTEX_JOB);
+      const key = this.key(jobId);
+      try {
+        this.found.set(key, await api.vertexJob(state.project, VERTEX_KINDS[kind], id));
+        return true;
+      } catch (error) {
+        if (error.code !== 401) this.found.set(key, null);  // 401: asked again once there is a token
+        return false;
+      }
+    }));
+    return answers.some(Boolean);
+  },
+};
+
+function vertexMarker(resource) {
+  return el("span", {class: "chip vertex", text: "Vertex AI", title: resource.name});
+}
 
 function askForToken(message) {
   const dialog = $("token-dialog");
@@ -189,6 +232,7 @@ const jobsPage = {
       this.jobs = []; this.next = "";
     }
     this.render();
+    if (await vertex.load(this.jobs.map((job) => job.jobId))) this.render();
   },
 
   sorted() {
@@ -200,13 +244,15 @@ const jobsPage = {
 
   render() {
     const rows = this.sorted().map((job) => {
-      const link = el("a", {href: `#/jobs/${encodeURIComponent(job.jobId)}`, text: job.jobId});
+      const resource = vertex.of(job.jobId);
+      const link = el("a", {href: `#/jobs/${encodeURIComponent(job.jobId)}`,
+        text: resource ? resource.displayName || job.jobId : job.jobId, title: job.jobId});
       const cancel = TERMINAL.has(job.state) || job.state === "CANCELLING" ? "" :
         el("button", {type: "button", class: "danger small", text: "Cancel", onclick: async () => {
           if (await cancelJob(job.jobId, (error) => showError("jobs-error", error))) this.load();
         }});
       return el("tr", {"data-job": job.jobId},
-        el("td", {class: "id"}, link), el("td", {}, stateBadge(job.state)),
+        el("td", {class: "id"}, link, resource ? vertexMarker(resource) : ""), el("td", {}, stateBadge(job.state)),
         el("td", {text: when(job.createTime)}), el("td", {text: duration(durationMs(job))}),
         el("td", {}, labelChips(job.labels)), el("td", {}, cancel));
     });
@@ -258,6 +304,7 @@ const jobPage = {
     this.jobId = jobId;
     this.job = null;
     $("job-title").textContent = jobId;
+    $("job-kind").replaceChildren();
     $("job-state").replaceChildren();
     $("tuning").hidden = true;
     $("tensorboard-link").hidden = true;
@@ -274,6 +321,7 @@ const jobPage = {
       showError("job-error", error);
       return;
     }
+    await vertex.load([this.jobId]);
     this.render(this.job);
   },
 
@@ -282,6 +330,9 @@ const jobPage = {
   },
 
   render(job) {
+    const resource = vertex.of(job.jobId);
+    $("job-title").textContent = resource ? resource.displayName || job.jobId : job.jobId;
+    $("job-kind").replaceChildren(resource ? vertexMarker(resource) : "");
     $("job-state").replaceChildren(stateBadge(job.state));
     $("job-cancel").hidden = TERMINAL.has(job.state) || job.state === "CANCELLING";
     $("tensorboard-button").hidden = !(job.trainingInput && job.trainingInput.jobDir);
@@ -289,6 +340,7 @@ const jobPage = {
     $("job-message").textContent = job.errorMessage || "";
     const input = job.trainingInput || {};
     details("job-details", [
+      ["Vertex AI resource", resource && resource.name], ["Runs as ml v1 job", resource && job.jobId],
       ["Created", when(job.createTime)], ["Started", when(job.startTime)], ["Ended", when(job.endTime)],
       ["Duration", duration(durationMs(job))], ["Labels", labelChips(job.labels)],
       ["Position in queue", job.jobPosition], ["Region", input.region],
