@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError as PydanticError
+from pydantic.alias_generators import to_camel
 
 from aiptrain.config import pydantic_error_line
 from aiptrain.errors import ValidationError
@@ -54,6 +54,8 @@ from aiptrain.topology import (
 from aiptrain.validation import JOB_ID_PATTERN
 from aiptrain.vertex import resources as vx
 from aiptrain.vertex.images import is_prebuilt, prebuilt_image
+from aiptrain.vertex.study import VALUE_SPECS as VALUE_SPEC_FIELDS
+from aiptrain.vertex.study import ml_parameter
 from aiptrain.vertex.translate import OUTPUT_ENV, POOL_TASK_TYPES, translate
 
 CUSTOM_JOB, TUNING_JOB, ML_JOB = "CustomJob", "HyperparameterTuningJob", "Job"
@@ -163,10 +165,10 @@ def _without_tpus(ti: TrainingInput, notes: Notes) -> TrainingInput:
         accelerator = config.accelerator_config
         if accelerator and (accelerator.type or "").upper().startswith("TPU"):
             config.accelerator_config = None
-            notes.add(f"{_camel(field)}.acceleratorConfig {accelerator.type}: the TPU is left out; {TPU_ADVICE}.")
+            notes.add(f"{to_camel(field)}.acceleratorConfig {accelerator.type}: the TPU is left out; {TPU_ADVICE}.")
         if config.tpu_tf_version:
             config.tpu_tf_version = None
-            notes.add(f"{_camel(field)}.tpuTfVersion has no equivalent: the TPU runtime comes with the TPU machine.")
+            notes.add(f"{to_camel(field)}.tpuTfVersion has no equivalent: the TPU runtime comes with the TPU machine.")
     return runnable
 
 
@@ -443,7 +445,7 @@ def _from_pools(ti: TrainingInput, spec: vx.CustomJobSpec, contract: Any, notes:
                                             boot_disk_size_gb=pool.disk_spec.boot_disk_size_gb)
         for name in POOL_ONLY:
             if getattr(pool, name):
-                notes.add(f"{field}.{_camel(name)} has no equivalent in ml v1: left out.")
+                notes.add(f"{field}.{to_camel(name)} has no equivalent in ml v1: left out.")
         _note_machine(field, pool.machine_spec, notes)
 
 
@@ -469,7 +471,7 @@ def _note_machine(field: str, machine: vx.MachineSpec | None, notes: Notes) -> N
                   "choose one of its GPUs before submitting.")
     for name in MACHINE_ONLY:
         if getattr(machine, name):
-            notes.add(f"{field}.machineSpec.{_camel(name)} has no equivalent in ml v1: left out.")
+            notes.add(f"{field}.machineSpec.{to_camel(name)} has no equivalent in ml v1: left out.")
 
 
 def _from_scheduling(spec: vx.CustomJobSpec, notes: Notes) -> None:
@@ -485,13 +487,13 @@ def _from_scheduling(spec: vx.CustomJobSpec, notes: Notes) -> None:
     for name, why in (("restart_job_on_worker_restart", "AI Platform restarted the replica that failed only"),
                       ("disable_retries", "AI Platform retried a job's replicas as it saw fit")):
         if getattr(scheduling, name):
-            notes.add(f"scheduling.{_camel(name)} has no equivalent: {why}.")
+            notes.add(f"scheduling.{to_camel(name)} has no equivalent: {why}.")
 
 
 def _note_spec_only(spec: vx.CustomJobSpec, notes: Notes) -> None:
     for name in SPEC_ONLY:
         if getattr(spec, name):
-            notes.add(f"{_camel(name)} has no equivalent in ml v1: left out.")
+            notes.add(f"{to_camel(name)} has no equivalent in ml v1: left out.")
 
 
 def _hyperparameters(job: vx.HyperparameterTuningJob, notes: Notes) -> HyperparameterSpec:
@@ -508,7 +510,7 @@ def _hyperparameters(job: vx.HyperparameterTuningJob, notes: Notes) -> Hyperpara
                       ("convex_automated_stopping_spec", "left out"),
                       ("study_stopping_config", "left out")):
         if getattr(study, name) is not None:
-            notes.add(f"studySpec.{_camel(name)} has no equivalent in ml v1: {why}.")
+            notes.add(f"studySpec.{to_camel(name)} has no equivalent in ml v1: {why}.")
     algorithm = study.algorithm.name if study.algorithm and study.algorithm.value else None
     goal = metric.goal.name if metric.goal and metric.goal.value else None
     data = {"params": params, "goal": goal, "hyperparameterMetricTag": metric.metric_id, "algorithm": algorithm,
@@ -520,34 +522,19 @@ def _hyperparameters(job: vx.HyperparameterTuningJob, notes: Notes) -> Hyperpara
         raise ValidationError(pydantic_error_line(exc, "studySpec as trainingInput.hyperparameters")) from None
 
 
-_VALUE_SPECS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
-    "double_value_spec": ("DOUBLE", lambda s: {"minValue": s.min_value, "maxValue": s.max_value}),
-    "integer_value_spec": ("INTEGER", lambda s: {"minValue": s.min_value, "maxValue": s.max_value}),
-    "categorical_value_spec": ("CATEGORICAL", lambda s: {"categoricalValues": s.values}),
-    "discrete_value_spec": ("DISCRETE", lambda s: {"discreteValues": s.values}),
-}
-
-
 def _ml_parameter(index: int, param: vx.ParameterSpec, notes: Notes) -> dict[str, Any]:
+    """A studySpec parameter as ml v1's (aiptrain.vertex.study's mapping), saying what is left out."""
     field = f"studySpec.parameters[{index}]" + (f" ({param.parameter_id})" if param.parameter_id else "")
-    given = [name for name in _VALUE_SPECS if getattr(param, name) is not None]
-    if len(given) != 1:
-        raise ValidationError(f"{field} needs exactly one of doubleValueSpec, integerValueSpec, categoricalValueSpec "
-                              "and discreteValueSpec.")
-    kind, values = _VALUE_SPECS[given[0]]
-    value_spec = getattr(param, given[0])
-    if getattr(value_spec, "default_value", None) is not None:
-        notes.add(f"{field}.{_camel(given[0])}.defaultValue has no equivalent in ml v1: left out.")
+    try:
+        mapped = ml_parameter(param, field)
+    except PydanticError as exc:
+        raise ValidationError(pydantic_error_line(exc, field)) from None
+    given = next(name for name in VALUE_SPEC_FIELDS if getattr(param, name) is not None)
+    if getattr(getattr(param, given), "default_value", None) is not None:
+        notes.add(f"{field}.{to_camel(given)}.defaultValue has no equivalent in ml v1: left out.")
     if param.conditional_parameter_specs:
         children = ", ".join(child.parameter_spec.parameter_id or "?" for child in param.conditional_parameter_specs
                              if child.parameter_spec)
         notes.add(f"{field}.conditionalParameterSpecs ({children}): AI Platform had no conditional parameters: left "
                   "out.")
-    scale = param.scale_type.name if param.scale_type and param.scale_type.value else None
-    result = {"parameterName": param.parameter_id, "type": kind, **values(value_spec), "scaleType": scale}
-    return {key: value for key, value in result.items() if value is not None}
-
-
-def _camel(snake: str) -> str:
-    head, *rest = snake.split("_")
-    return head + "".join(part.title() for part in rest)
+    return mapped.to_resource()

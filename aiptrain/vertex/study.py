@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError as PydanticError
+from pydantic.alias_generators import to_camel
 
 from aiptrain import model
 from aiptrain.config import pydantic_error_line
@@ -81,7 +82,7 @@ def study_of(resource: HyperparameterTuningJob) -> tuple[model.HyperparameterSpe
         flat.add(parameter, f"studySpec.parameters[{index}]")
     for count in ("max_trial_count", "parallel_trial_count"):
         if not getattr(resource, count):
-            raise ValidationError(f"{_camel(count)} is required: a number of trials, at least 1.")
+            raise ValidationError(f"{to_camel(count)} is required: a number of trials, at least 1.")
     fields = {
         "goal": "MINIMIZE" if metric.goal is GoalType.MINIMIZE else "MAXIMIZE",  # unspecified: maximize
         "hyperparameter_metric_tag": metric.metric_id,
@@ -146,7 +147,7 @@ class _Flattened:
     conditions: dict[str, SearchCondition] = field(default_factory=dict)
 
     def add(self, parameter: ParameterSpec, path: str, condition: SearchCondition | None = None) -> None:
-        spec = _ml_parameter(parameter, path)
+        spec = ml_parameter(parameter, path)
         problem = spec.problem()
         if problem:
             raise ValidationError(f"{path} ({parameter.parameter_id or 'no parameterId'}): {_vertex_words(problem)}.")
@@ -189,7 +190,8 @@ def _children(parameter: ParameterSpec, spec: model.ParameterSpec,
     return list(merged.values())
 
 
-def _ml_parameter(parameter: ParameterSpec, path: str) -> model.ParameterSpec:
+def ml_parameter(parameter: ParameterSpec, path: str) -> model.ParameterSpec:
+    """One studySpec parameter (its own value spec, without its children) as an ml v1 parameter."""
     given = [name for name in VALUE_SPECS if getattr(parameter, name) is not None]
     if len(given) != 1:
         raise ValidationError(f"{path} needs exactly one of doubleValueSpec, integerValueSpec, "
@@ -217,17 +219,17 @@ def _condition_values(child: ConditionalParameterSpec, parent: model.ParameterSp
     expected = PARENT_CONDITIONS[kind]
     given = [name for name in PARENT_CONDITIONS.values() if getattr(child, name) is not None]
     if given != [expected]:
-        raise ValidationError(f"{path} needs {_camel(expected)} (its parent [{parent.name}] is "
+        raise ValidationError(f"{path} needs {to_camel(expected)} (its parent [{parent.name}] is "
                               f"{kind.value}), and no other parent condition.")
     condition: ValuesCondition = getattr(child, expected)
     if not condition.values:
-        raise ValidationError(f"{path}.{_camel(expected)}.values is required: the values of [{parent.name}] "
+        raise ValidationError(f"{path}.{to_camel(expected)}.values is required: the values of [{parent.name}] "
                               "under which the conditional parameter is searched.")
     texts = []
     for value in condition.values:
         text = _parent_value(value, parent)
         if text is None:
-            raise ValidationError(f"{path}.{_camel(expected)}.values: [{value}] is not a value of [{parent.name}]: "
+            raise ValidationError(f"{path}.{to_camel(expected)}.values: [{value}] is not a value of [{parent.name}]: "
                                   f"use values its {kind.value} spec holds.")
         texts.append(text)
     return texts
@@ -277,11 +279,6 @@ def _vertex_line(error: PydanticError, flat: _Flattened) -> str:
     if found:
         line = flat.paths[int(found[1])] + line[found.end():]
     return _vertex_words(line)
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
 
 
 # -- the trials, as the service showed them ----------------------------------------------------

@@ -411,3 +411,16 @@ def test_a_job_converted_there_and_back_is_the_same_job(training_input):
     if "hyperparameters" in expected:  # ml v1 keeps numbers as sent, Vertex AI types them
         got["hyperparameters"]["params"] = expected["hyperparameters"]["params"]
     assert got == expected and back.resource["labels"] == {"a": "b"} and back.name == "j"
+
+
+def test_a_study_parameter_maps_as_the_tuning_job_runs_it_and_says_what_ml_v1_cannot_hold():
+    spec = {"displayName": "x", "maxTrialCount": 2,
+            "studySpec": {"metrics": [{"metricId": "a", "goal": "MAXIMIZE"}], "parameters": [
+                {"parameterId": "lr", "scaleType": "UNIT_LOG_SCALE",
+                 "doubleValueSpec": {"minValue": 0.1, "maxValue": 1, "defaultValue": 0.5}}]},
+            "trialJobSpec": {"workerPoolSpecs": [{"containerSpec": {"imageUri": "i"}, "replicaCount": 1}]}}
+    converted = to_ai_platform(spec, "x.yaml", "job")
+    assert converted.resource["trainingInput"]["hyperparameters"]["params"] == [
+        {"parameterName": "lr", "type": "DOUBLE", "minValue": 0.1, "maxValue": 1.0, "scaleType": "UNIT_LOG_SCALE"}]
+    assert converted.notes == ("studySpec.parameters[0] (lr).doubleValueSpec.defaultValue has no equivalent in "
+                               "ml v1: left out.",)
