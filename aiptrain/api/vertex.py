@@ -28,6 +28,7 @@ from pydantic.alias_generators import to_camel
 from aiptrain import filtering
 from aiptrain import jobs as job_files
 from aiptrain.api.calls import ApiError, Call
+from aiptrain.api.entries import LogSource
 from aiptrain.api.jobs import JobMethods
 from aiptrain.client import Client
 from aiptrain.config import SubmitFlags, pydantic_error_line
@@ -35,6 +36,7 @@ from aiptrain.errors import ValidationError
 from aiptrain.model import Job, rfc3339, utc_now
 from aiptrain.runtimes import mapped as mapped_runtimes
 from aiptrain.settings import Settings
+from aiptrain.vertex import logs as vertex_logs
 from aiptrain.vertex import views
 from aiptrain.vertex.records import CUSTOM_JOBS, OPERATIONS, Record, VertexRecords, new_id, resource_name
 from aiptrain.vertex.resources import CustomJob
@@ -199,6 +201,12 @@ class VertexMethods:
                 raise ApiError(404, f"Operation [{resource_name(project, location, OPERATIONS, numeric)}] "
                                "is not found.")
             return record.body
+
+
+def log_source(client: Client, project: str, job_id: str) -> LogSource | None:
+    """A Vertex AI job's log, by its numeric ID, in Vertex's words (Cloud Logging's entries.list)."""
+    found = vertex_logs.find(client.store, project, job_id)
+    return LogSource(found.job_key, found.task_name, found.message) if found else None
 
 
 def _without_output(body: dict) -> dict:
