@@ -6,9 +6,10 @@ job and a log written here: no engine. Real jobs and the real gcloud: tests/engi
 from __future__ import annotations
 
 from aiptrain.client import Client
+from aiptrain.logs import JobLogWriter
 from aiptrain.model import Job, State
 from aiptrain.settings import Settings
-from aiptrain.vertex.records import CUSTOM_JOBS, VertexRecords
+from aiptrain.vertex.records import CUSTOM_JOBS, TUNING_JOBS, VertexRecords
 
 from test_rest_api import OTHER, PROJECT, api_home, logging_api, raw, serve, write_log  # noqa: F401
 from test_vertex_api import LOCATION, SPEC
@@ -22,12 +23,12 @@ def stream_logs_filter(numeric: str, task: str | None = None) -> str:
     return found + (f' AND resource.labels.task_name="{task}"' if task else "")
 
 
-def seed_failed_job(error: str) -> tuple[str, str]:
-    """A failed Vertex custom job, straight into the store, whose error is `error` with `{job}`
-    for its ml v1 job's ID (as the controller writes it): (its numeric ID, its job's key)."""
+def seed_failed_job(error: str, kind: str = CUSTOM_JOBS) -> tuple[str, str]:
+    """A failed Vertex job, straight into the store, whose error is `error` with `{job}` for its
+    ml v1 job's ID (as the controller writes it): (its numeric ID, its job's key)."""
     with Client(settings=Settings(), project=PROJECT) as client:
         records = VertexRecords(client.store)
-        record = records.add(PROJECT, CUSTOM_JOBS, LOCATION, {"displayName": "failed", "jobSpec": SPEC})
+        record = records.add(PROJECT, kind, LOCATION, {"displayName": "failed", "jobSpec": SPEC})
         client.store.create(Job(job_id=record.job_id), project=PROJECT)
         key = client.key(record.job_id)
         client.store.transition(key, State.FAILED, [State.QUEUED], error.format(job=record.job_id))
@@ -75,3 +76,19 @@ def test_a_failed_job_s_error_names_the_gcloud_command_that_streams_its_log(serv
     assert status == 200 and job["error"] == {"code": 3, "message": (
         "The replica workerpool0-0 exited with a non-zero status of 1.\n\nTo find out more about why your job "
         f"exited please check the logs: gcloud ai custom-jobs stream-logs {name}")}
+
+
+def test_a_tuning_job_s_entries_name_their_trials(serve):  # noqa: F811
+    """`gcloud ai hp-tuning-jobs stream-logs ID` sends the same filter with the tuning job's ID."""
+    numeric, job_key = seed_failed_job("Trial 2 failed.", kind=TUNING_JOBS)
+    with JobLogWriter(Settings().job_log_path(job_key)) as writer:
+        writer.write("master-replica-0", "INFO", "trial one", STAMP.format(1), trial="1")
+        writer.write("master-replica-0", "INFO", "trial two", STAMP.format(2), trial="2")
+        writer.write("service", "INFO", f"Job hp_tuning_job_{numeric} is queued.", STAMP.format(0))
+    body = {"resourceNames": [f"projects/{PROJECT}"], "filter": stream_logs_filter(numeric, "workerpool0-0")}
+    found = logging_api(serve()).entries().list(body=body).execute()["entries"]
+    assert [(e["labels"]["ml.googleapis.com/trial_id"], e["jsonPayload"]["message"]) for e in found] == [
+        ("1", "trial one"), ("2", "trial two")]
+    body["filter"] = stream_logs_filter(numeric, "service")
+    service = logging_api(serve()).entries().list(body=body).execute()["entries"]
+    assert [e["jsonPayload"]["message"] for e in service] == [f"Job {numeric} is queued."]
