@@ -260,11 +260,6 @@ class Settings:
         """Every file of the job of this key (aiptrain.jobkeys) in this home."""
         return JobPaths(self.home, key)
 
-    def job_log_path(self, key: str) -> Path:
-        """The job's log: job_paths(key).log. Kept for aiptrain/api/entries.py, which names it;
-        new code names job_paths."""
-        return self.job_paths(key).log
-
     @property
     def controller_lock_path(self) -> Path:
         """Held (flock) by the home's controller for as long as it runs (aiptrain.runner.control)."""

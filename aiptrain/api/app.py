@@ -42,8 +42,8 @@ class App:
         self.settings = settings or Settings()
         self.access = access or Access()
         self._jobs = jobs.JobMethods(self.settings)
-        self._entries = entries.EntryMethods(self.settings)
         self._vertex = vertex.VertexMethods(self.settings, self._jobs)
+        self._entries = entries.EntryMethods(self.settings, (entries.ml_job, vertex.log_source))
 
     def handle(self, request: Request) -> Response:
         grant = None

@@ -13,6 +13,10 @@ LogFetcher relies on (it drops an entry older than the last it saw, and asks for
 with `((timestamp="T" AND insertId>"I") OR timestamp>"T")`). insertId is the line's byte offset
 in the job's log, 20 digits, so it sorts in the order lines were written. A page token
 names the last entry given, so lines appended meanwhile neither shift nor repeat pages.
+
+Whose log a job ID names is asked of `finders` in turn (`LogSource`): an ml v1 job by its ID
+here; the server adds Vertex AI's jobs by their numeric IDs (aiptrain.vertex.logs), whose
+entries name their tasks and write their messages in Vertex's words.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import base64
 import binascii
 import json
 import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from aiptrain import filtering
@@ -36,9 +42,39 @@ _MOMENT = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d
 _ORDERS = {"": False, "timestamp asc": False, "timestamp desc": True}
 
 
+def _same(text: str) -> str:
+    return text
+
+
+def _as_written(task: str, text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """The log of the job a filter names, and how its entries name tasks and word messages."""
+
+    job_key: str  # the ml v1 job whose log it is
+    task_name: Callable[[str], str] = _same  # a log record's task -> resource.labels.task_name
+    message: Callable[[str, str], str] = _as_written  # a record's (task, message) -> jsonPayload.message
+
+
+# Whose log `resource.labels.job_id="ID"` names in a project: (client, project, ID) -> LogSource.
+Finder = Callable[[Client, str, str], "LogSource | None"]
+
+
+def ml_job(client: Client, project: str, job_id: str) -> LogSource | None:
+    """An ml v1 job's log, by its job ID."""
+    if not JOB_ID_PATTERN.fullmatch(job_id):
+        return None
+    key = client.store.key_of(project, job_id)
+    return LogSource(key) if key else None
+
+
 class EntryMethods:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, finders: Sequence[Finder] = (ml_job,)):
         self.settings = settings
+        self._finders = tuple(finders)
 
     def list(self, call: Call) -> dict:
         call.accept()
@@ -54,14 +90,12 @@ class EntryMethods:
         descending = _order(body.get("orderBy"))
         page_size = _page_size(body.get("pageSize"))
         start = _decode_token(body.get("pageToken"))
-        if not JOB_ID_PATTERN.fullmatch(job_id):
-            return {}
         with Client(settings=self.settings) as client:  # job IDs are per project: the first named that has it
-            found_in = [(project, key) for project in projects if (key := client.store.key_of(project, job_id))]
+            found_in = [(p, source) for p in projects if (source := self._source(client, p, job_id))]
         if not found_in:
             return {}
-        project, key = found_in[0]
-        found = _matching(self.settings.job_paths(key).log, project, job_id, expression)
+        project, source = found_in[0]
+        found = _matching(self.settings.job_paths(source.job_key).log, project, job_id, source, expression)
         if descending:
             found.reverse()
         if start is not None:
@@ -71,6 +105,9 @@ class EntryMethods:
         if len(found) > page_size:
             answer["nextPageToken"] = _encode_token(page[-1])
         return answer
+
+    def _source(self, client: Client, project: str, job_id: str) -> LogSource | None:
+        return next((source for find in self._finders if (source := find(client, project, job_id))), None)
 
 
 def _projects(body: dict) -> list[str]:
@@ -162,9 +199,12 @@ def _compare(left: datetime, op: str, right: datetime) -> bool:
     return {"<": left < right, "<=": left <= right, ">": left > right, ">=": left >= right, "=": left == right}[op]
 
 
-def entry_of(record: dict, project: str, job_id: str, offset: int) -> dict:
-    """A job-log record (aiptrain.logs.record_line) as a Cloud Logging LogEntry of an ml_job."""
-    task = record.get("task") or "unknown_task"
+def entry_of(record: dict, project: str, job_id: str, offset: int, source: LogSource | None = None) -> dict:
+    """A job-log record (aiptrain.logs.record_line) as a Cloud Logging LogEntry of an ml_job,
+    named and worded as `source` says."""
+    source = source or LogSource("")
+    written_by = record.get("task") or "unknown_task"
+    task, message = source.task_name(written_by), source.message(written_by, record.get("message", ""))
     labels = {"ml.googleapis.com/task_name": task}
     if record.get("trial"):
         labels["ml.googleapis.com/trial_id"] = record["trial"]
@@ -176,7 +216,7 @@ def entry_of(record: dict, project: str, job_id: str, offset: int) -> dict:
         "severity": record.get("severity") or "DEFAULT",
         "insertId": f"{offset:020d}",  # fixed-width digits: in order as text and as numbers (hex "1e5" is not)
         "labels": labels,
-        "jsonPayload": {"message": record.get("message", "")},
+        "jsonPayload": {"message": message},
     }
 
 
@@ -207,10 +247,10 @@ def _lines(path):
             offset += len(line)
 
 
-def _matching(path, project: str, job_id: str, expression) -> list[dict]:
+def _matching(path, project: str, job_id: str, source: LogSource, expression) -> list[dict]:
     """The log's entries that match, sorted by (timestamp, insertId)."""
     found = [entry for offset, record in _lines(path)
-             if matches(expression, entry := entry_of(record, project, job_id, offset))]
+             if matches(expression, entry := entry_of(record, project, job_id, offset, source))]
     found.sort(key=_key)
     return found
 

@@ -29,6 +29,7 @@ from pydantic.alias_generators import to_camel
 from aiptrain import filtering
 from aiptrain import jobs as job_files
 from aiptrain.api.calls import ApiError, Call
+from aiptrain.api.entries import LogSource
 from aiptrain.api.jobs import JobMethods
 from aiptrain.client import Client
 from aiptrain.config import SubmitFlags, pydantic_error_line
@@ -38,6 +39,7 @@ from aiptrain.runtimes import mapped as mapped_runtimes
 from aiptrain.settings import Settings
 from aiptrain.states import State
 from aiptrain.storage import gcs_root_for, local_gcs_path
+from aiptrain.vertex import logs as vertex_logs
 from aiptrain.vertex import pipelines, views
 from aiptrain.vertex.records import (
     CUSTOM_JOBS,
@@ -340,6 +342,12 @@ class VertexMethods:
                 raise ApiError(404, f"Operation [{resource_name(project, location, OPERATIONS, numeric)}] "
                                "is not found.")
             return record.body
+
+
+def log_source(client: Client, project: str, job_id: str) -> LogSource | None:
+    """A Vertex AI job's log, by its numeric ID, in Vertex's words (Cloud Logging's entries.list)."""
+    found = vertex_logs.find(client.store, project, job_id)
+    return LogSource(found.job_key, found.task_name, found.message) if found else None
 
 
 def _without_output(body: dict) -> dict:

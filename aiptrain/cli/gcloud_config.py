@@ -68,7 +68,7 @@ def gcloud_config(url: str | None, region: str | None, token_file: Path | None,
     for file in written:
         click.echo(f"Wrote [{file}]", err=True)
     state = "active" if activate else f"written; `gcloud config configurations activate {name}` uses it"
-    click.echo(f"gcloud configuration [{name}] ({state}) sends gcloud ai-platform, storage, logging and gsutil to "
+    click.echo(f"gcloud configuration [{name}] ({state}) sends gcloud ai-platform, ai, storage, logging and gsutil to "
                f"{base}, project [{target.project}].", err=True)
     if shutil.which("gcloud") is None:
         click.echo("WARNING: gcloud is not on your PATH: install the Google Cloud CLI to use this configuration, or "

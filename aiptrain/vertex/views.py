@@ -8,6 +8,7 @@ from typing import Any
 
 from aiptrain.model import Job, rfc3339
 from aiptrain.states import State
+from aiptrain.vertex.logs import in_vertex_words
 from aiptrain.vertex.records import Record
 from aiptrain.vertex.resources import JobState, StudySpec
 from aiptrain.vertex.study import trial_resources
@@ -48,12 +49,15 @@ def with_defaults(job_spec: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def error_of(job: Job | None) -> dict[str, Any] | None:
+def error_of(job: Job | None, record: Record | None = None) -> dict[str, Any] | None:
+    """The resource's `error`, worded as Vertex words it (for `record`: naming its ID and the
+    gcloud command that streams its log)."""
     if job is None or job.state not in (State.FAILED, State.CANCELLED):
         return None
     if job.state is State.CANCELLED:
         return {"code": CANCELLED_CODE, "message": "CANCELED"}
-    message = vertex_message(job.error_message or "The job failed.")
+    given = job.error_message or "The job failed."
+    message = in_vertex_words(given, job.job_id, record) if record else vertex_message(given)
     code = TRAINER_FAILED_CODE if "non-zero status" in message else INTERNAL_CODE
     return {"code": code, "message": message}
 
@@ -76,7 +80,7 @@ def custom_job(record: Record, job: Job | None) -> dict[str, Any]:
     resource["jobSpec"] = with_defaults(body.get("jobSpec") or {})
     resource["state"] = job_state(job).name
     resource.update(times(record, job))
-    error = error_of(job)
+    error = error_of(job, record)
     if error:
         resource["error"] = error
     for field in ("labels", "encryptionSpec"):

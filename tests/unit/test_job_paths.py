@@ -95,4 +95,3 @@ def test_the_home_s_directories_hold_the_jobs_files():
     settings = Settings(home=HOME)
     paths = settings.job_paths("census_1")
     assert (paths.log.parent, paths.lock.parent) == (settings.logs_dir, settings.locks_dir)
-    assert settings.job_log_path("census_1") == paths.log
