@@ -36,6 +36,7 @@ from aiptrain.errors import EnvironmentNotReady, JobExists, ValidationError
 from aiptrain.installs import PureTrainer, ensure_installed, install_target
 from aiptrain.jobkeys import new_key, qualified_key
 from aiptrain.labels import LABEL_INSTALL_FOR, LABEL_INSTALLATION
+from aiptrain.lifecycle import RunRules
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import TERMINAL_STATES, Job, ScaleTier, State
 from aiptrain.ownership import JobLock
@@ -118,8 +119,10 @@ class Submission:
     # Buckets of other projects the job's replicas may use, (bucket, writable): what a team
     # server's tokens file shares with the job's project (Access.shared_with).
     shared_buckets: tuple[tuple[str, bool], ...] = ()
-    # What a job of another dialect (Vertex AI's) tells its replicas (planning.ReplicaContract).
+    # What a job of another dialect (Vertex AI's) tells its replicas (planning.ReplicaContract),
+    # and how the controller runs it where that dialect's rules differ (lifecycle.RunRules).
     contract: ReplicaContract | None = None
+    rules: RunRules | None = None
 
     @property
     def remote_job_dir(self) -> bool:
@@ -336,6 +339,7 @@ def plan_inputs(
         gcs_endpoint=gcs_endpoint,
         storage_credential=storage_credential if gcs_endpoint else None,
         contract=_with_buckets(submission, project),
+        rules=submission.rules,
     )
 
 
