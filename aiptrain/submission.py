@@ -62,7 +62,7 @@ from aiptrain.settings import Settings, gcloud_property
 from aiptrain.staging import WHEELHOUSE
 from aiptrain.storage import check_gcs_uri, emulator_host, gcs_root_for, is_gcs, local_path, projects
 from aiptrain.storage.endpoint import TLS_DIR_NAME, ProjectCredential, StorageEndpoint
-from aiptrain.storage.gcs import replica_access
+from aiptrain.storage.gcs import CONTAINER_CREDENTIALS, replica_access
 from aiptrain.storage.local import copy_regular
 from aiptrain.storage.projects import make_buckets, project_credential
 from aiptrain.store import JobStore, duplicate_job
@@ -123,6 +123,9 @@ class Submission:
     # and how the controller runs it where that dialect's rules differ (lifecycle.RunRules).
     contract: ReplicaContract | None = None
     rules: RunRules | None = None
+    # A credentials file the replicas use in place of this host's (a local run's
+    # --service-account-key-file): mounted read-only, named by GOOGLE_APPLICATION_CREDENTIALS.
+    credentials_file: Path | None = None
 
     @property
     def remote_job_dir(self) -> bool:
@@ -321,6 +324,10 @@ def plan_inputs(
 
         extra_env, files = replica_access(host_gateway)
         extra_mounts = tuple(Mount(source, target, read_only=True) for source, target in files)
+    if submission.credentials_file is not None:
+        extra_env = {**extra_env, "GOOGLE_APPLICATION_CREDENTIALS": CONTAINER_CREDENTIALS}
+        extra_mounts = (*(m for m in extra_mounts if m.target != CONTAINER_CREDENTIALS),
+                        Mount(str(submission.credentials_file), CONTAINER_CREDENTIALS, read_only=True))
     return PlanInputs(
         runtime_image=submission.runtime_image,
         package_files=tuple(package_files),
