@@ -156,3 +156,35 @@ def test_workers_a_gpu_and_an_output_prefix(work_dir):
         ],
         "baseOutputDirectory": {"outputUriPrefix": "gs://b/out"},
     }
+
+
+@pytest.mark.parametrize("uri, image, runtime", [
+    ("us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-11.py310:latest", "aiptrain/runtime:2.11", "2.11"),
+    ("us-docker.pkg.dev/vertex-ai/training/sklearn-cpu.1-0:latest", "aiptrain/runtime:2.11", "2.11"),
+    ("example.com/team/trainer:1", "example.com/team/trainer:1", None),  # taken as it is
+])
+def test_prebuilt_executor_images_run_as_their_runtime(tmp_path, monkeypatch, uri, image, runtime):
+    from aiptrain.settings import Settings
+    from aiptrain.vertex.local_run import base_image
+
+    monkeypatch.delenv("AIPTRAIN_IMAGE_REPOSITORY", raising=False)
+    base, _ = base_image(LocalRunArgs(executor_image_uri=uri, local_package_path=str(tmp_path)),
+                         Settings(home=tmp_path / "home"))
+    assert (base.image, base.runtime_version) == (image, runtime)
+
+
+def test_requirements_come_from_requirements_txt_and_setup_py(tmp_path):
+    from aiptrain.vertex.local_run import _requirements_txt, setup_py_requirements
+
+    (tmp_path / "requirements.txt").write_text("# pins\npandas==2.2  # the data\n\nsix\n")
+    assert _requirements_txt(tmp_path / "requirements.txt") == ["pandas==2.2", "six"]
+    (tmp_path / "requirements.txt").write_text("--index-url https://example.com\nsix\n")
+    with pytest.raises(ValidationError, match=r"line \[--index-url https://example.com\]: pip options"):
+        _requirements_txt(tmp_path / "requirements.txt")
+    (tmp_path / "setup.py").write_text("from setuptools import setup\n"
+                                       "setup(name='t', version='1', install_requires=['six>=1.0', 'attrs'],\n"
+                                       "      extras_require={'x': ['numpy']})\n")
+    assert setup_py_requirements(tmp_path) == ["six>=1.0", "attrs"]
+    (tmp_path / "setup.py").write_text("raise SystemExit('broken setup')\n")
+    with pytest.raises(ValidationError, match="setup.py failed .*broken setup"):
+        setup_py_requirements(tmp_path)
