@@ -8,6 +8,10 @@
   Kubeflow treat as retryable) is restarted in place, up to `max_restarts` times.
 - Any other non-zero exit, a replica over its restart budget, or a replica whose
   container vanished fails the job; the earliest such failure is the one reported.
+
+A job may ask for other rules than AI Platform's (RunRules, given by a dialect such as Vertex
+AI's): its own restart budget, every replica restarted when one is, and a job past its
+maxRunningTime or maxWaitTime ended FAILED instead of CANCELLED.
 """
 
 from __future__ import annotations
@@ -28,11 +32,31 @@ SETTLE_LOOKS = (0.025,) * 4 + (0.05,) * 6
 
 
 @dataclass(frozen=True)
+class RunRules:
+    """How a job's run is governed where its dialect's rules differ from AI Platform's, which
+    the defaults are. Saved with the plan inputs, so every controller that drives the job
+    applies them."""
+
+    # The job's own restart budget for each replica (None: Settings.max_restarts); 0 never
+    # restarts a replica: the first one killed fails the job.
+    max_restarts: int | None = None
+    # A replica restarted in place restarts every other replica of its group with it, for
+    # trainers that cannot take a peer leaving and joining (their cluster starts over together).
+    restart_together: bool = False
+    # Past scheduling.maxRunningTime, or maxWaitTime, the job ends FAILED; AI Platform cancels it.
+    limits_fail: bool = False
+
+    def restart_budget(self, default: int) -> int:
+        return default if self.max_restarts is None else self.max_restarts
+
+
+@dataclass(frozen=True)
 class Decision:
     state: State | None = None  # the terminal state to end in; None keeps the job running
     error_message: str | None = None
     failed_task: str | None = None  # whose log tail belongs in the error message
-    restart: tuple[str, ...] = ()  # task names to start again
+    restart: tuple[str, ...] = ()  # task names to start again: replicas killed by a signal
+    restart_alongside: tuple[str, ...] = ()  # the others, started again with them (RunRules.restart_together)
 
 
 def failure_message(task_name: str, exit_code: int | None, restarts: int = 0, error: str = "") -> str:
@@ -70,6 +94,7 @@ def decide(
     restarts: dict[str, int],
     max_restarts: int,
     cancel_requested: bool = False,
+    restart_together: bool = False,
 ) -> Decision:
     if cancel_requested:
         return Decision(State.CANCELLED)
@@ -94,4 +119,7 @@ def decide(
         _, task, code = min(failures, key=lambda f: (f[0], expected_tasks.index(f[1])))
         error = seen[task].error if task in seen else ""
         return Decision(State.FAILED, failure_message(task, code, restarts.get(task, 0), error), task)
+    if to_restart and restart_together:
+        return Decision(restart=tuple(to_restart),
+                        restart_alongside=tuple(task for task in expected_tasks if task not in to_restart))
     return Decision(restart=tuple(to_restart))

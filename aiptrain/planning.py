@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiptrain.jobpaths import metric_file_name
 from aiptrain.labels import LABEL_INSTALLATION, LABEL_JOB, LABEL_TASK, LABEL_TASK_INDEX, LABEL_TASK_TYPE, LABEL_TRIAL
+from aiptrain.lifecycle import RunRules
 from aiptrain.model import Job, ReplicaConfig, TrainingInput
 from aiptrain.storage.endpoint import (
     AWAIT_ENDPOINT,
@@ -309,6 +310,8 @@ class PlanInputs:
     storage_credential: ProjectCredential | None = None
     # What a job of another dialect tells its replicas where AI Platform's differs (Vertex AI's).
     contract: ReplicaContract | None = None
+    # How the controller runs the job where that dialect's rules differ (lifecycle.RunRules).
+    rules: RunRules | None = None
 
 
 def inputs_to_dict(inputs: PlanInputs) -> dict[str, Any]:
@@ -326,6 +329,7 @@ def inputs_from_dict(data: dict[str, Any]) -> PlanInputs:
             "storage_credential": ProjectCredential(**data["storage_credential"])
             if data.get("storage_credential") else None,
             "contract": contract_from_dict(data.get("contract")),
+            "rules": RunRules(**data["rules"]) if data.get("rules") else None,
         }
     )
 

@@ -37,6 +37,7 @@ from aiptrain.installs import PureTrainer, ensure_installed, install_target
 from aiptrain.jobkeys import new_key, qualified_key
 from aiptrain.jobpaths import WHEELHOUSE
 from aiptrain.labels import LABEL_INSTALL_FOR, LABEL_INSTALLATION
+from aiptrain.lifecycle import RunRules
 from aiptrain.logs import JobLogWriter
 from aiptrain.model import TERMINAL_STATES, Job, ScaleTier, State
 from aiptrain.ownership import JobLock
@@ -61,7 +62,7 @@ from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings, gcloud_property
 from aiptrain.storage import check_gcs_uri, emulator_host, gcs_root_for, is_gcs, local_path, projects
 from aiptrain.storage.endpoint import TLS_DIR_NAME, ProjectCredential, StorageEndpoint
-from aiptrain.storage.gcs import replica_access
+from aiptrain.storage.gcs import CONTAINER_CREDENTIALS, replica_access
 from aiptrain.storage.local import copy_regular
 from aiptrain.storage.projects import make_buckets, project_credential
 from aiptrain.store import JobStore, duplicate_job
@@ -118,10 +119,15 @@ class Submission:
     # Buckets of other projects the job's replicas may use, (bucket, writable): what a team
     # server's tokens file shares with the job's project (Access.shared_with).
     shared_buckets: tuple[tuple[str, bool], ...] = ()
-    # What a job of another dialect (Vertex AI's) tells its replicas (planning.ReplicaContract).
+    # What a job of another dialect (Vertex AI's) tells its replicas (planning.ReplicaContract),
+    # and how the controller runs it where that dialect's rules differ (lifecycle.RunRules).
     contract: ReplicaContract | None = None
     # Notices the job's log keeps as well: a REST client never sees `notices`.
     log_notices: tuple[str, ...] = ()
+    rules: RunRules | None = None
+    # A credentials file the replicas use in place of this host's (a local run's
+    # --service-account-key-file): mounted read-only, named by GOOGLE_APPLICATION_CREDENTIALS.
+    credentials_file: Path | None = None
 
     @property
     def remote_job_dir(self) -> bool:
@@ -320,6 +326,10 @@ def plan_inputs(
 
         extra_env, files = replica_access(host_gateway)
         extra_mounts = tuple(Mount(source, target, read_only=True) for source, target in files)
+    if submission.credentials_file is not None:
+        extra_env = {**extra_env, "GOOGLE_APPLICATION_CREDENTIALS": CONTAINER_CREDENTIALS}
+        extra_mounts = (*(m for m in extra_mounts if m.target != CONTAINER_CREDENTIALS),
+                        Mount(str(submission.credentials_file), CONTAINER_CREDENTIALS, read_only=True))
     return PlanInputs(
         runtime_image=submission.runtime_image,
         package_files=tuple(package_files),
@@ -338,6 +348,7 @@ def plan_inputs(
         gcs_endpoint=gcs_endpoint,
         storage_credential=storage_credential if gcs_endpoint else None,
         contract=_with_buckets(submission, project),
+        rules=submission.rules,
     )
 
 

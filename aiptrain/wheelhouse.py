@@ -66,7 +66,7 @@ def _parse_metadata(text: str) -> tuple[str, list[str]]:
     return message.get("Name", ""), [r.strip() for r in message.get_all("Requires-Dist") or []]
 
 
-def _parse_requires_txt(text: str) -> list[str]:
+def parse_requires_txt(text: str) -> list[str]:
     """setuptools' egg-info/requires.txt: unconditional lines, then `[extra:marker]` sections.
     Only sections without an extra apply to a plain install."""
     requirements, marker, active = [], "", True
@@ -114,7 +114,7 @@ def read_metadata(path: Path) -> tuple[str, list[str]]:
         name, requirements = _parse_metadata(members.get("PKG-INFO", b"").decode("utf-8", "replace"))
         if not requirements:  # setuptools before 68 keeps them out of the sdist's PKG-INFO
             requires = next((v for k, v in members.items() if k.endswith(".egg-info/requires.txt")), b"")
-            requirements = _parse_requires_txt(requires.decode("utf-8", "replace"))
+            requirements = parse_requires_txt(requires.decode("utf-8", "replace"))
         return name, requirements
     except (OSError, tarfile.TarError, zipfile.BadZipFile, StopIteration, KeyError):
         raise ValidationError(
@@ -159,8 +159,16 @@ def platform_tags(machine: str | None = None) -> tuple[str, ...]:
 def resolve(packages: list[Path], cache_dir: Path, python_version: str, image: Image | None = None) -> list[Path]:
     """The wheels `packages` need installed beside them in a replica of `image` (the rules of
     aiptrain/dependencies.py): only what the image does not already hold; [] when none."""
+    return resolve_requirements(requirements_for(packages), cache_dir, python_version, image)
+
+
+def resolve_requirements(requirements: list[str], cache_dir: Path, python_version: str,
+                         image: Image | None = None) -> list[Path]:
+    """The wheels that `requirements` (and their dependencies) add to `image`, from the cache
+    when they were resolved before for the same Python and platform; [] when the image holds
+    them all."""
     image = image or Image("custom")
-    resolution = dependencies.plan(requirements_for(packages), image, python_version)
+    resolution = dependencies.plan(requirements, image, python_version)
     if not resolution.requirements:
         return []
     platforms = platform_tags()

@@ -232,7 +232,8 @@ class VertexMethods:
         self._ml_jobs.check_host_paths(call, job)
         submission = client.prepare(SubmitFlags(job_id=job.job_id, project=project), base=job)
         submission = dataclasses.replace(submission, shared_buckets=call.access.shared_with(project),
-                                         contract=translation.contract, log_notices=translation.notices)
+                                         contract=translation.contract, rules=translation.rules,
+                                         log_notices=translation.notices)
         self._ml_jobs.check_runtime_image(submission)
         record = records.add(project, kind, location, body, numeric_id=numeric)
         try:

@@ -46,7 +46,7 @@ class LazyGroup(click.Group):
         "cache": ("aiptrain.cli.cache", "cache", "Prune the cache of packages and wheelhouses."),
         "controller": ("aiptrain.cli.controller", "controller", "Run, inspect or stop the process that drives jobs."),
         "jobs": ("aiptrain.cli.jobs", "jobs", "Submit and manage training jobs."),
-        "local": ("aiptrain.cli.local", "local", "Run a trainer on this machine, without Docker."),
+        "local": ("aiptrain.cli.local", "local", "Run a trainer on this machine (local train, local run)."),
         "runtimes": ("aiptrain.cli.runtimes", "runtimes", "List and build runtime images."),
         "serve": ("aiptrain.cli.serve", "serve", "Serve the ml v1 REST API and job logs over HTTP."),
         "gcloud-config": ("aiptrain.cli.gcloud_config", "gcloud_config",

@@ -139,8 +139,14 @@ class JobDriver:
                                                                scheduling_seconds(job, "max_wait_time"))
         if waited:
             scheduling = job.training_input.scheduling
-            message = (f"Job cancelled: it waited longer than scheduling.maxWaitTime "
-                       f"({scheduling.max_wait_time if scheduling else None}) to start. {self.said or ''}").strip()
+            limit = scheduling.max_wait_time if scheduling else None
+            if self.groups.rules.limits_fail:
+                message = f"The job did not start within scheduling.maxWaitTime ({limit}). {self.said or ''}".strip()
+                self.writer.service(message, "ERROR")
+                self.begin_end(Decision(State.FAILED, message), [])
+                return 0
+            message = (f"Job cancelled: it waited longer than scheduling.maxWaitTime ({limit}) to start. "
+                       f"{self.said or ''}").strip()
             self.writer.service(message, "WARNING")
             self.store.transition(self.job_id, State.CANCELLING, [State.QUEUED], error_message=message)
             return 0
@@ -224,7 +230,8 @@ class JobDriver:
     # -- the job's own ------------------------------------------------------------------------
 
     def ran_too_long(self, job: Job) -> bool:
-        """Past scheduling.maxRunningTime the job is cancelled, as the service does."""
+        """Past scheduling.maxRunningTime the job is cancelled, as the service does, or fails
+        where its rules say so (RunRules.limits_fail)."""
         max_running = scheduling_seconds(job, "max_running_time")
         if job.state is not State.RUNNING or not max_running or not job.start_time:
             return False
@@ -232,6 +239,11 @@ class JobDriver:
             return False
         scheduling = job.training_input.scheduling
         limit = scheduling.max_running_time if scheduling else None
+        if self.groups.rules.limits_fail and not job.training_input.hyperparameters:  # a study ends its trials
+            message = f"The job ran longer than scheduling.maxRunningTime ({limit}): its replicas were stopped."
+            self.writer.service(message, "ERROR")
+            self.begin_end(Decision(State.FAILED, message), self.groups.observe())
+            return True
         self.store.transition(
             self.job_id, State.CANCELLING, [State.RUNNING],
             error_message=f"Job cancelled: it ran longer than scheduling.maxRunningTime ({limit}).",

@@ -6,6 +6,7 @@ study and the study runs trials without either importing the other.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,9 +15,10 @@ from typing import TypeVar
 import tenacity
 
 from aiptrain.backends import Backend
-from aiptrain.lifecycle import Decision, awaited_at_end, decide, failure_message
+from aiptrain.lifecycle import Decision, RunRules, awaited_at_end, decide, failure_message
 from aiptrain.logs import JobLogWriter, records_of_task
 from aiptrain.model import State
+from aiptrain.planning import load_plan_inputs
 from aiptrain.replicas import ReplicaObservation, ReplicaStatus
 from aiptrain.runner.logcopy import Drain, LogFollowers
 from aiptrain.settings import Settings
@@ -45,6 +47,19 @@ class Groups:
         self.job_id, self.settings, self.store, self.backend = job_id, settings, store, backend
         self.log_path, self.writer, self.followers = log_path, writer, followers
 
+    @functools.cached_property
+    def rules(self) -> RunRules:
+        """The job's own rules (lifecycle.RunRules), as its submit left them with the plan inputs;
+        AI Platform's where it left none."""
+        path = self.settings.job_paths(self.job_id).plan_inputs
+        if not path.is_file():
+            return RunRules()
+        return load_plan_inputs(path).rules or RunRules()
+
+    @property
+    def max_restarts(self) -> int:
+        return self.rules.restart_budget(self.settings.max_restarts)
+
     def observe(self, trial_id: str | None = None) -> list[ReplicaObservation]:
         """The replicas' states (of one trial, when given)."""
         observations = patiently(self.backend.observe, self.job_id)
@@ -60,13 +75,14 @@ class Groups:
             expected,
             observations,
             {task: restarts.get(restart_key(trial_id, task), 0) for task in expected},
-            self.settings.max_restarts,
+            self.max_restarts,
             cancel_requested=state_seen is State.CANCELLING,
+            restart_together=self.rules.restart_together,
         )
         if (decision.state or decision.restart) and self.cancel_arrived(state_seen):
             return Decision(State.CANCELLED)  # `jobs cancel` stops replicas: not failures
-        for task in decision.restart:
-            self.restart(task, observations, trial_id)
+        if decision.restart:
+            self.restart(decision.restart, decision.restart_alongside, observations, trial_id)
         return Decision(state=decision.state, error_message=decision.error_message,
                         failed_task=decision.failed_task)
 
@@ -77,17 +93,29 @@ class Groups:
     def cancel_arrived(self, state_seen: State | None) -> bool:
         return state_seen is not State.CANCELLING and self.cancelling()
 
-    def restart(self, task: str, observations: list[ReplicaObservation], trial_id: str = "") -> None:
-        obs = next(o for o in observations if o.task_name == task and o.container_id)
-        count = self.store.count_restart(self.job_id, restart_key(trial_id, task))
-        self.writer.service(
-            f"{failure_message(task, obs.exit_code)} Restarting it in place "
-            f"(restart {count} of {self.settings.max_restarts}).",
-            "WARNING",
-            trial_id,
-        )
-        self.followers.restarted(trial_id, task)
-        patiently(self.backend.restart, obs.container_id or "")  # an engine going down kills replicas too
+    def restart(self, tasks: tuple[str, ...], alongside: tuple[str, ...], observations: list[ReplicaObservation],
+                trial_id: str = "") -> None:
+        """Start the replicas killed by a signal again in place (each restart counted against its
+        budget), and with them those `alongside` (RunRules.restart_together), stopped first if
+        they still run: every replica of the group then starts over at once."""
+        seen = {o.task_name: o for o in observations if o.container_id}
+        for task in tasks:
+            count = self.store.count_restart(self.job_id, restart_key(trial_id, task))
+            self.writer.service(
+                f"{failure_message(task, seen[task].exit_code)} Restarting it in place "
+                f"(restart {count} of {self.max_restarts}).",
+                "WARNING",
+                trial_id,
+            )
+        others = [seen[task] for task in alongside if task in seen]
+        if others:
+            names = ", ".join(task_label(o.task_name) for o in others)
+            self.writer.service(f"Restarting {names} with it: this job restarts all its replicas when one restarts.",
+                                "WARNING", trial_id)
+            self.stop_running(others)
+        for task in (*tasks, *(o.task_name for o in others)):
+            self.followers.restarted(trial_id, task)
+            patiently(self.backend.restart, seen[task].container_id or "")  # an engine going down kills replicas too
 
     def stop_running(self, observations: list[ReplicaObservation]) -> None:
         running = [o.container_id for o in observations if o.status == ReplicaStatus.RUNNING and o.container_id]

@@ -16,10 +16,12 @@ import re
 from dataclasses import dataclass
 
 from aiptrain.errors import ValidationError
+from aiptrain.lifecycle import RunRules
 from aiptrain.model import AcceleratorConfig, Job, ReplicaConfig, ScaleTier, Scheduling, TrainingInput
 from aiptrain.planning import ReplicaContract
 from aiptrain.storage import is_gcs
 from aiptrain.topology import EVALUATOR, MASTER, PS, WORKER
+from aiptrain.validation import parse_duration_seconds
 from aiptrain.vertex.images import executor
 from aiptrain.vertex.resources import CustomJobSpec, EnvVar, Strategy, WorkerPoolSpec
 from aiptrain.vertex.scripts import offline_env
@@ -33,6 +35,15 @@ OUTPUT_ENV = {"AIP_MODEL_DIR": "model/", "AIP_CHECKPOINT_DIR": "checkpoints/", "
 BUCKETS_DIR = "/gcs"
 DEFAULT_MACHINE_TYPE = "n1-standard-4"
 MAX_POOLS = len(POOL_TASK_TYPES)
+# scheduling.maxWaitDuration of a FLEX_START job when none is given (custom_job.proto).
+DEFAULT_FLEX_START_WAIT = "86400s"
+WEB_ACCESS_NOTICE = ("NOTE: enableWebAccess: no interactive shell is served here, so the job has no webAccessUris; "
+                     "`docker exec -it CONTAINER sh` opens a shell in a replica (`docker ps` names them).")
+SPOT_NOTICE = ("NOTE: scheduling.strategy SPOT: nothing preempts replicas on this machine; a replica killed by a "
+               "signal (as a preempted one is) is restarted in place, up to the restart budget.")
+# The ml v1 job's words for its limits (the controller's messages) -> Vertex AI's.
+SCHEDULING_NAMES = {"scheduling.maxRunningTime": "scheduling.timeout",
+                    "scheduling.maxWaitTime": "scheduling.maxWaitDuration"}
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,7 @@ class Translation:
     job: Job  # the ml v1 job the controller runs
     contract: ReplicaContract
     notices: tuple[str, ...] = ()
+    rules: RunRules = RunRules(limits_fail=True)  # how the controller runs it (Vertex AI's scheduling)
 
 
 def translate(job_id: str, numeric_id: str, spec: CustomJobSpec, labels: dict[str, str] | None = None,
@@ -69,8 +81,10 @@ def translate(job_id: str, numeric_id: str, spec: CustomJobSpec, labels: dict[st
             if note and note not in notices:
                 notices.append(note)
             task_env[task_type] = _env(pool.python_package_spec.env if pool.python_package_spec else None)
-    _schedule(ti, spec)
+    rules = _schedule(ti, spec, where, notices)
     ti.enable_web_access = spec.enable_web_access or None
+    if spec.enable_web_access:
+        notices.append(WEB_ACCESS_NOTICE)
     output_dir = spec.base_output_directory.output_uri_prefix if spec.base_output_directory else None
     if output_dir and not is_gcs(output_dir):
         raise ValidationError(f"{where}.baseOutputDirectory.outputUriPrefix [{output_dir}] is not a gs:// URI: "
@@ -85,7 +99,8 @@ def translate(job_id: str, numeric_id: str, spec: CustomJobSpec, labels: dict[st
         output_env=dict(OUTPUT_ENV) if output_dir else {},
         bucket_mount_dir=BUCKETS_DIR,
     )
-    return Translation(Job(job_id=job_id, labels=labels or None, training_input=ti), contract, tuple(notices))
+    return Translation(Job(job_id=job_id, labels=labels or None, training_input=ti), contract, tuple(notices),
+                       rules)
 
 
 def _pools(spec: CustomJobSpec, where: str) -> dict[str, WorkerPoolSpec]:
@@ -157,7 +172,10 @@ def _package(ti: TrainingInput, task_type: str, pool: WorkerPoolSpec, task_args:
         raise ValidationError(f"{field}.packageUris is required: the gs:// URIs of the trainer's packages.")
     if not package.python_module:
         raise ValidationError(f"{field}.pythonModule is required, e.g. trainer.task.")
-    found = executor(package.executor_image_uri, mapped)
+    try:
+        found = executor(package.executor_image_uri, mapped)
+    except ValidationError as exc:  # its words name the field; the path to it is ours
+        raise ValidationError(f"{field}.{exc}") from None
     if task_type == MASTER:
         ti.runtime_version, ti.package_uris, ti.python_module = found.runtime_version, package.package_uris, \
             package.python_module
@@ -177,14 +195,35 @@ def _env(variables: list[EnvVar] | None) -> dict[str, str]:
     return {variable.name: variable.value for variable in variables or ()}
 
 
-def _schedule(ti: TrainingInput, spec: CustomJobSpec) -> None:
+def _schedule(ti: TrainingInput, spec: CustomJobSpec, where: str, notices: list[str]) -> RunRules:
+    """`scheduling` as the ml v1 job's limits and the controller's rules (lifecycle.RunRules):
+    - `timeout` is maxRunningTime; past it (or past a FLEX_START job's wait) the job FAILS, where
+      AI Platform cancelled it;
+    - `restartJobOnWorkerRestart`: a replica restarted restarts every replica of the job;
+      `disableRetries`: no replica is restarted (and it overrides the former, as the proto says);
+    - SPOT runs as STANDARD (nothing preempts a replica here; one killed by a signal, as a
+      preempted one is, is restarted in place, as any is);
+    - FLEX_START queues the job for at most `maxWaitDuration` (default 24 hours, `0s` forever)
+      through the ml v1 maxWaitTime; without FLEX_START the service ignores maxWaitDuration."""
     scheduling = spec.scheduling
     if scheduling is None:
-        return
-    waits = scheduling.strategy is Strategy.FLEX_START and scheduling.max_wait_duration
-    if scheduling.timeout or waits:
-        ti.scheduling = Scheduling(max_running_time=scheduling.timeout or None,
-                                   max_wait_time=scheduling.max_wait_duration if waits else None)
+        return RunRules(limits_fail=True)
+    field = f"{where}.scheduling"
+    timeout = scheduling.timeout
+    if timeout:
+        parse_duration_seconds(timeout, f"{field}.timeout")
+    max_wait = None
+    if scheduling.strategy is Strategy.FLEX_START:
+        max_wait = scheduling.max_wait_duration or DEFAULT_FLEX_START_WAIT
+        if not parse_duration_seconds(max_wait, f"{field}.maxWaitDuration"):
+            max_wait = None  # 0: wait for as long as it takes
+    elif scheduling.strategy is Strategy.SPOT:
+        notices.append(SPOT_NOTICE)
+    if timeout or max_wait:
+        ti.scheduling = Scheduling(max_running_time=timeout or None, max_wait_time=max_wait)
+    if scheduling.disable_retries:
+        return RunRules(max_restarts=0, limits_fail=True)
+    return RunRules(restart_together=bool(scheduling.restart_job_on_worker_restart), limits_fail=True)
 
 
 def vertex_task_name(task_name: str) -> str:
@@ -201,10 +240,14 @@ _REPLICA_IN_MESSAGE = re.compile(r"\breplica (master|worker|ps|evaluator) (\d+)\
 
 def vertex_message(text: str) -> str:
     """An error message of the ml v1 job in Vertex's words: its replicas by their pool names
-    ("The replica workerpool0-0 exited with a non-zero status of 1.")."""
+    ("The replica workerpool0-0 exited with a non-zero status of 1."), its limits by the scheduling
+    fields that set them."""
     def named(match: re.Match) -> str:
         if match.group(1):
             pool = SPEC_NAMES[match.group(1)]
             return f"replica {pool}-{match.group(2)}"
         return vertex_task_name(match.group(0))
-    return _REPLICA_IN_MESSAGE.sub(named, text)
+    text = _REPLICA_IN_MESSAGE.sub(named, text)
+    for ours, theirs in SCHEDULING_NAMES.items():
+        text = text.replace(ours, theirs)
+    return text

@@ -26,8 +26,10 @@ JOB_STATES = {
 }
 # google.rpc.Code of a job's `error`: CANCELLED (1) for a cancelled job, as the service sets it;
 # INVALID_ARGUMENT (3) for a trainer that failed, which the service gave for a replica's non-zero
-# exit; INTERNAL (13) for anything else that ended it.
-CANCELLED_CODE, TRAINER_FAILED_CODE, INTERNAL_CODE = 1, 3, 13
+# exit; DEADLINE_EXCEEDED (4) for a job past its scheduling.timeout or maxWaitDuration; INTERNAL
+# (13) for anything else that ended it.
+CANCELLED_CODE, TRAINER_FAILED_CODE, DEADLINE_CODE, INTERNAL_CODE = 1, 3, 4, 13
+DEADLINES = ("scheduling.timeout", "scheduling.maxWaitDuration")
 # What the service fills in that a client may leave out.
 DEFAULT_DISK = {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100}
 
@@ -58,7 +60,13 @@ def error_of(job: Job | None, record: Record | None = None) -> dict[str, Any] | 
         return {"code": CANCELLED_CODE, "message": "CANCELED"}
     given = job.error_message or "The job failed."
     message = in_vertex_words(given, job.job_id, record) if record else vertex_message(given)
-    code = TRAINER_FAILED_CODE if "non-zero status" in message else INTERNAL_CODE
+    first_line = message.split("\n", 1)[0]
+    if "non-zero status" in first_line:
+        code = TRAINER_FAILED_CODE
+    elif any(limit in first_line for limit in DEADLINES):
+        code = DEADLINE_CODE
+    else:
+        code = INTERNAL_CODE
     return {"code": code, "message": message}
 
 
