@@ -130,10 +130,12 @@ class Submission:
     credentials_file: Path | None = None
 
     @property
-    def remote_job_dir(self) -> bool:
-        """The job dir is in Cloud Storage: replicas must reach it themselves."""
-        job_dir = self.job.training_input.job_dir
-        return bool(job_dir and is_gcs(job_dir) and self.gcs_root is None)
+    def writes_remote_gcs(self) -> bool:
+        """The job writes to Cloud Storage itself (its job dir, or a contract's output prefix):
+        replicas must reach it with this host's credentials."""
+        output_dir = self.contract.output_dir if self.contract else None
+        places = (self.job.training_input.job_dir, output_dir)
+        return self.gcs_root is None and any(place and is_gcs(place) for place in places)
 
 
 def _local_job_dir(job_dir: str, home: Path) -> str:
@@ -321,8 +323,8 @@ def plan_inputs(
 ) -> PlanInputs:
     extra_env: dict[str, str] = {}
     extra_mounts: tuple[Mount, ...] = ()
-    if submission.remote_job_dir:
-        # Replicas get the gs:// job dir unchanged, and what they need to reach that storage.
+    if submission.writes_remote_gcs:
+        # Replicas get the gs:// places unchanged, and what they need to reach that storage.
 
         extra_env, files = replica_access(host_gateway)
         extra_mounts = tuple(Mount(source, target, read_only=True) for source, target in files)
@@ -662,7 +664,7 @@ class Submitter:
     def _host_gateway(self, submission: Submission) -> str | None:
         """This host's address as replicas reach it, needed only to point them at a storage
         emulator running here for a gs:// job dir."""
-        if not (submission.remote_job_dir and emulator_host()):
+        if not (submission.writes_remote_gcs and emulator_host()):
             return None
         return self.backend.host_address()
 

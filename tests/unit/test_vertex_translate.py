@@ -287,3 +287,22 @@ def test_web_access_uris_are_keyed_by_vertex_node_names():
               training_output=TrainingOutput(web_access_uris=uris))
     assert views.custom_job(_record(), job)["webAccessUris"] == {
         "workerpool0-0": "https://a", "workerpool1-0": "https://b", "workerpool1-1": "https://c"}
+
+
+def test_a_job_writing_its_output_to_cloud_storage_itself_gets_this_hosts_access(home, monkeypatch, tmp_path):
+    """AIPTRAIN_GCS=remote: a Vertex job has no jobDir, only baseOutputDirectory; its replicas get
+    the emulator (or credentials) this host reaches Cloud Storage with, as an ml v1 job's do."""
+    from aiptrain.client import Client
+    from aiptrain.config import SubmitFlags
+    from aiptrain.submission import plan_inputs
+
+    monkeypatch.setenv("AIPTRAIN_GCS", "remote")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://storage.example:9023")
+    translation = translate("custom_job_1", "1", CustomJobSpec.model_validate(
+        {"workerPoolSpecs": [container()], "baseOutputDirectory": {"outputUriPrefix": "gs://out-bucket/run"}}))
+    with Client() as client:
+        submission = client.prepare(SubmitFlags(job_id="custom_job_1"), base=translation.job)
+    submission.contract = translation.contract
+    assert submission.writes_remote_gcs
+    inputs = plan_inputs(submission, None, [], host_gateway="172.17.0.1")
+    assert inputs.extra_env["STORAGE_EMULATOR_HOST"] == "http://storage.example:9023"
