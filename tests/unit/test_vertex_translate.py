@@ -9,9 +9,12 @@ from datetime import datetime, timezone
 
 import pytest
 
+from aiptrain.client import Client
+from aiptrain.config import SubmitFlags
 from aiptrain.errors import ValidationError
 from aiptrain.lifecycle import RunRules
 from aiptrain.model import Job, State, TrainingOutput
+from aiptrain.submission import plan_inputs
 from aiptrain.vertex import views
 from aiptrain.vertex.records import CUSTOM_JOBS, Record
 from aiptrain.vertex.resources import CustomJobSpec
@@ -292,10 +295,6 @@ def test_web_access_uris_are_keyed_by_vertex_node_names():
 def test_a_job_writing_its_output_to_cloud_storage_itself_gets_this_hosts_access(home, monkeypatch, tmp_path):
     """AIPTRAIN_GCS=remote: a Vertex job has no jobDir, only baseOutputDirectory; its replicas get
     the emulator (or credentials) this host reaches Cloud Storage with, as an ml v1 job's do."""
-    from aiptrain.client import Client
-    from aiptrain.config import SubmitFlags
-    from aiptrain.submission import plan_inputs
-
     monkeypatch.setenv("AIPTRAIN_GCS", "remote")
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://storage.example:9023")
     translation = translate("custom_job_1", "1", CustomJobSpec.model_validate(
