@@ -171,7 +171,8 @@ def test_refusals_read_as_gcloud_prints_the_service_s_and_create_nothing(gcloud)
                           "gs://b/p.tar.gz", "--worker-pool-spec=machine-type=n1-standard-4,"
                           "executor-image-uri=python:3.11,python-module=trainer.task", check=False)
     assert not_prebuilt.returncode == 1
-    assert ("ERROR: (gcloud.ai.custom-jobs.create) INVALID_ARGUMENT: executorImageUri [python:3.11] is not one of "
+    assert ("ERROR: (gcloud.ai.custom-jobs.create) INVALID_ARGUMENT: jobSpec.workerPoolSpecs[0].pythonPackageSpec."
+            "executorImageUri [python:3.11] is not one of "
             "Vertex AI's prebuilt training images") in not_prebuilt.stderr, not_prebuilt.stderr
     assert "Listed 0 items." in gcloud("ai", "custom-jobs", "list", *REGION).stderr
 
