@@ -27,6 +27,7 @@ from aiptrain.errors import EnvironmentNotReady, JobNotFound, ValidationError
 from aiptrain.exports import dry_run_tfjob, dry_run_trainjob, tfjob_export, trainjob_export
 from aiptrain.jobkeys import JobKey
 from aiptrain.model import Job
+from aiptrain.planning import ReplicaContract, load_contract
 from aiptrain.remote import ApiClient
 from aiptrain.replicas import ReplicaObservation
 from aiptrain.service import JobService, LabelsUpdate
@@ -176,7 +177,7 @@ class Client:
         """A submitted job as a Kubeflow TFJob (`jobs export --format tfjob`); `.tfjob.to_manifest()`
         is the manifest, `.comment()` and `.warnings` what to tell the person applying it."""
         job = self.get(job_id)
-        return tfjob_export(job, list(job.training_input.package_uris or []), self.settings)
+        return tfjob_export(job, list(job.training_input.package_uris or []), self.settings, self._contract(job_id))
 
     def dry_run_trainjob(self, submission: Submission, runtime: Runtime | None = None) -> TrainJobExport:
         """The Kubeflow Trainer v2 TrainJob (and runtime) of a prepared submission; `runtime`
@@ -188,7 +189,12 @@ class Client:
         export`); `.documents()` are the manifests in order, `.comment()` and `.warnings` what to
         tell the person applying them."""
         job = self.get(job_id)
-        return trainjob_export(job, list(job.training_input.package_uris or []), self.settings, runtime or Runtime.AUTO)
+        return trainjob_export(job, list(job.training_input.package_uris or []), self.settings, runtime or Runtime.AUTO,
+                               self._contract(job_id))
+
+    def _contract(self, job_id: str) -> ReplicaContract | None:
+        """What the job told its replicas beyond AI Platform's rules (a Vertex AI job's), as its submit kept it."""
+        return load_contract(self.settings.job_paths(self.key(job_id)).contract)
 
     # -- read ------------------------------------------------------------------------------
 

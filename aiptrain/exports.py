@@ -13,7 +13,7 @@ from aiptrain.backends.engine import connect
 from aiptrain.jobpaths import JobPaths
 from aiptrain.model import Job
 from aiptrain.packaging import build_sdist
-from aiptrain.planning import LaunchPlan, plan
+from aiptrain.planning import LaunchPlan, ReplicaContract, plan
 from aiptrain.runtimes import lookup as lookup_runtime
 from aiptrain.settings import Settings
 from aiptrain.staging import staging_target
@@ -105,32 +105,43 @@ def _runtime_image(job: Job, settings: Settings) -> str | None:
                           "runtimeVersion").image
 
 
-def _kept_here_warning(job: Job, package_uris: list[str], settings: Settings) -> str | None:
-    gcs_uris = [uri for uri in package_uris if is_gcs(uri)]
-    gcs_root = gcs_root_for(settings.gcs_mode, settings.gcs_root)[0] if gcs_uris else None
+def _kept_here_warning(job: Job, package_uris: list[str], settings: Settings,
+                       contract: ReplicaContract | None) -> str | None:
+    """What the job's pods would read or write in Cloud Storage that is kept on this machine."""
+    kept = ["packages"] if any(is_gcs(uri) for uri in package_uris) else []
+    if contract and contract.output_dir and contract.output_env:
+        kept.append(f"output directory {contract.output_dir}")
+    if contract and contract.bucket_mount_dir and contract.buckets:
+        kept.append(f"buckets under {contract.bucket_mount_dir}")
+    gcs_root = gcs_root_for(settings.gcs_mode, settings.gcs_root)[0] if kept else None
     if gcs_root is None:
         return None
-    return (f"The gs:// packages of job [{job.job_id}] are kept on this machine (AIPTRAIN_GCS=local), under "
-            f"{gcs_root}: copy them to Cloud Storage (`gsutil cp -r {gcs_root}/BUCKET gs://BUCKET`) before applying.")
+    return (f"The gs:// {' and '.join(kept)} of job [{job.job_id}] are kept on this machine (AIPTRAIN_GCS=local), "
+            f"under {gcs_root}: copy them to Cloud Storage (`gsutil cp -r {gcs_root}/BUCKET gs://BUCKET`) before "
+            "applying.")
 
 
-def tfjob_export(job: Job, package_uris: list[str], settings: Settings) -> Export:
+def tfjob_export(job: Job, package_uris: list[str], settings: Settings,
+                 contract: ReplicaContract | None = None) -> Export:
     """The job as a Kubeflow TFJob (aiptrain.tfjob), with what that needs from this machine:
-    the runtime's image, the restart budget, and whether its gs:// packages are kept here."""
+    the runtime's image, the restart budget, whether its gs:// data is kept here, and where its
+    pods run a bootstrap (a `contract`'s CLUSTER_SPEC), the ENTRYPOINTs of its custom images."""
+    entrypoints = image_entrypoints(job) if contract and contract.cluster_spec_names else None
     export = build_tfjob(job, replicas_for(job.training_input), _runtime_image(job, settings), package_uris,
-                         settings.max_restarts, scheduling_seconds(job, "max_running_time"))
-    warning = _kept_here_warning(job, package_uris, settings)
+                         settings.max_restarts, scheduling_seconds(job, "max_running_time"), contract, entrypoints)
+    warning = _kept_here_warning(job, package_uris, settings, contract)
     return with_warning(export, warning) if warning else export
 
 
-def trainjob_export(job: Job, package_uris: list[str], settings: Settings,
-                    runtime: Runtime = Runtime.AUTO) -> TrainJobExport:
+def trainjob_export(job: Job, package_uris: list[str], settings: Settings, runtime: Runtime = Runtime.AUTO,
+                    contract: ReplicaContract | None = None) -> TrainJobExport:
     """The job as a Kubeflow Trainer v2 TrainJob and its runtime (aiptrain.trainjob), with what
-    that needs from this machine, and the ENTRYPOINTs of its custom images where the engine has them."""
+    that needs from this machine, and the ENTRYPOINTs of its custom images where the engine has
+    them. `contract`: what the job (of another dialect) told its replicas, kept since its submit."""
     export = build_trainjob(job, replicas_for(job.training_input), _runtime_image(job, settings), package_uris,
                             settings.max_restarts, scheduling_seconds(job, "max_running_time"), runtime,
-                            image_entrypoints(job))
-    warning = _kept_here_warning(job, package_uris, settings)
+                            image_entrypoints(job), contract)
+    warning = _kept_here_warning(job, package_uris, settings, contract)
     return replace(export, warnings=(*export.warnings, warning)) if warning else export
 
 

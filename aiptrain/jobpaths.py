@@ -14,6 +14,7 @@ from pathlib import Path
 LOGS_DIR = "logs"  # in the home: one log per job
 LOCKS_DIR = "locks"  # in the home: one lock per job whose submit is at work
 WORK_DIR = "work"  # in the home: one directory per active job
+CONTRACTS_DIR = "contracts"  # in the home: what a job of another dialect told its replicas
 LOCK_SUFFIX = ".lock"
 # The packages' dependencies, as wheels: beside the packages in the bucket (aiptrain.staging)
 # and in the job's packages directory, which replicas see at planning.PACKAGES_DIR.
@@ -66,6 +67,13 @@ class JobPaths:
         """What the job, or each trial of a study, is planned from (planning.PlanInputs as JSON):
         written by submit, read by the controller when it launches the job or a trial."""
         return self.work_dir / "plan-inputs.json"
+
+    @property
+    def contract(self) -> Path:
+        """What a job of another dialect (Vertex AI's) told its replicas (planning.ReplicaContract
+        as JSON): written by submit beside the plan inputs, and kept when the job ends, so that
+        `jobs export` gives its pods the same; removed with the job's log."""
+        return self.home / CONTRACTS_DIR / f"{self.key}.json"
 
     @property
     def launch_started(self) -> Path:

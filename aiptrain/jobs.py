@@ -94,9 +94,10 @@ def cancel(job_id: str, settings: Settings, store: JobStore, backend: Backend, t
 
 
 def forget(key: str, settings: Settings, store: JobStore) -> None:
-    """Delete an ended job: its record, its log and its work dir (what a Vertex AI delete of a
-    job does; its output in the bucket stays). The caller checked that it has ended."""
+    """Delete an ended job: its record, its log, its contract and its work dir (what a Vertex AI
+    delete of a job does; its output in the bucket stays). The caller checked that it has ended."""
     store.delete(key)
     paths = settings.job_paths(key)
     paths.log.unlink(missing_ok=True)
+    paths.contract.unlink(missing_ok=True)
     shutil.rmtree(paths.work_dir, ignore_errors=True)

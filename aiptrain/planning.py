@@ -709,3 +709,17 @@ def save_plan_inputs(path: Path, inputs: PlanInputs) -> None:
 
 def load_plan_inputs(path: Path) -> PlanInputs:
     return inputs_from_dict(json.loads(path.read_text()))
+
+
+def save_contract(path: Path, contract: ReplicaContract) -> None:
+    """Keep a job's contract at `path` (its JobPaths.contract), making its directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dataclasses.asdict(contract)))
+
+
+def load_contract(path: Path) -> ReplicaContract | None:
+    """The contract kept at `path`; None for a job that has none (AI Platform's)."""
+    try:
+        return contract_from_dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None

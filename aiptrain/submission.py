@@ -52,6 +52,7 @@ from aiptrain.planning import (
     gcs_urls_in,
     plan,
     replica_user,
+    save_contract,
     save_plan_inputs,
     storage_endpoint_for,
 )
@@ -566,7 +567,10 @@ class Submitter:
         for notice in filter(None, (submission.trials_notice, *submission.log_notices)):
             job_log.service(notice, "WARNING")
         job_log.service(f"Job {job.job_id} is queued.")
-        save_plan_inputs(self.settings.job_paths(key).plan_inputs, inputs)
+        paths = self.settings.job_paths(key)
+        if inputs.contract:  # kept past the job's end, for `jobs export`
+            save_contract(paths.contract, inputs.contract)
+        save_plan_inputs(paths.plan_inputs, inputs)
         verdict = admission.request(self.store, key, job, self.settings.max_running_replicas)
         if not verdict.admitted:
             self._step("Queued: the job starts when the machine has room for it")

@@ -13,7 +13,10 @@ Mapping (docs/guide/kubeflow-export.md explains the choices):
   (killed by a signal) and fails the job on 1-127, as aiptrain restarts signal-killed replicas
   and fails on any other code; runPolicy.backoffLimit is aiptrain's restart budget;
 - TF_CONFIG is the operator's (its services' DNS names); CLUSTER_SPEC and the PyTorch
-  variables name aiptrain's Docker hostnames, so they are left out;
+  variables name aiptrain's Docker hostnames, so they are left out, except for a job whose
+  CLUSTER_SPEC names its task types its own way (a Vertex AI job's contract, which its trainers
+  read): its pods run podbootstrap.BOOTSTRAP_PY, which rebuilds them from the operator's TF_CONFIG;
+- a contract's buckets seen as files (/gcs/BUCKET) are GKE's Cloud Storage FUSE CSI volumes;
 - packages: a `gs://` package is fetched by an init container into the directory the
   replicas install from; a package in a local bucket cannot reach a pod (a warning says so)
   and the image must already hold it;
@@ -42,9 +45,17 @@ from aiptrain.planning import (
     ClusterConfig,
     ContainerSpec,
     PlanInputs,
+    ReplicaContract,
     dns_label_within,
     plan,
     primary_task_type,
+)
+from aiptrain.podbootstrap import (
+    Role,
+    bootstrap_command,
+    cluster_variable,
+    unknown_entrypoint_warning,
+    unknown_entrypoints,
 )
 from aiptrain.topology import EVALUATOR, MASTER, PS, WORKER, Replica
 
@@ -152,6 +163,10 @@ ANNOTATION_LABEL = "aiptrain/label."  # a job label that Kubernetes would refuse
 NO_ISTIO = {"sidecar.istio.io/inject": "false"}  # Kubeflow's docs: TFJob pods fail with Istio's sidecar
 INSTALL_VARIABLES = ("AIPTRAIN_PACKAGES", "AIPTRAIN_WHEELHOUSE")  # what planning.BOOTSTRAP installs from
 REPLICA_USER = "65534:65534"  # nobody, as aiptrain's replicas run when it runs as root
+# How GKE gives pods a bucket as files, as Vertex AI's /gcs (Cloud Storage FUSE): an inline CSI
+# volume of its driver, and the pod annotation that has its webhook add the gcsfuse sidecar.
+GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+GCSFUSE_ANNOTATION = "gke-gcsfuse/volumes"
 _K8S_LABEL = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 
@@ -225,11 +240,36 @@ def _security_context(user: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return pod, container
 
 
+@dataclass(frozen=True)
+class BucketMount:
+    """A bucket a replica sees as a directory (a contract's /gcs/BUCKET)."""
+
+    bucket: str
+    path: str
+    writable: bool
+
+
+def bucket_volumes(buckets: tuple[BucketMount, ...], user: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts): each bucket as an inline volume of GKE's Cloud Storage FUSE CSI driver,
+    its files owned by the replica's user (the driver mounts as root otherwise), directories
+    implied by object names as Cloud Storage FUSE shows them on Vertex AI."""
+    uid, _, gid = user.partition(":")
+    volumes, mounts = [], []
+    for index, mount in enumerate(buckets):
+        name = f"gcs-{index}"  # a bucket's name need not be a DNS label
+        volumes.append({"name": name, "csi": {"driver": GCSFUSE_DRIVER, "readOnly": not mount.writable,
+                                              "volumeAttributes": {"bucketName": mount.bucket, "mountOptions":
+                                                                   f"implicit-dirs,uid={uid},gid={gid or uid}"}}})
+        mounts.append({"name": name, "mountPath": mount.path, **({} if mount.writable else {"readOnly": True})})
+    return volumes, mounts
+
+
 def pod_template(spec: ContainerSpec, replica: Replica, job_dir: str | None, job_name: str,
                  fetched: list[str], container_name: str = CONTAINER_NAME,
-                 port: tuple[str, int] = (PORT_NAME, TF_PORT)) -> dict[str, Any]:
+                 port: tuple[str, int] = (PORT_NAME, TF_PORT), buckets: tuple[BucketMount, ...] = ()) -> dict[str, Any]:
     """A replica's core/v1 PodTemplateSpec: its container `container_name` as the plan runs it,
-    the init container that fetches gs:// packages, the job dir's claim (shared with TrainJob)."""
+    the init container that fetches gs:// packages, the job dir's claim and the buckets seen as
+    files (shared with TrainJob)."""
     pod_security, container_security = _security_context(spec.user)
     mounts: list[dict[str, Any]] = [{"name": "tmp", "mountPath": "/tmp"}, {"name": "dshm", "mountPath": "/dev/shm"}]
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}, {"name": "dshm", "emptyDir": {"medium": "Memory"}}]
@@ -247,6 +287,9 @@ def pod_template(spec: ContainerSpec, replica: Replica, job_dir: str | None, job
             "volumeMounts": [package_mount, {"name": "tmp", "mountPath": "/tmp"}],
             "securityContext": container_security,
         })
+    fuse_volumes, fuse_mounts = bucket_volumes(buckets, spec.user)
+    volumes.extend(fuse_volumes)
+    mounts.extend(fuse_mounts)
     container: dict[str, Any] = {
         "name": container_name,
         "image": spec.image,
@@ -266,14 +309,16 @@ def pod_template(spec: ContainerSpec, replica: Replica, job_dir: str | None, job
         "volumes": volumes,
         "securityContext": pod_security,
     }
-    return {"metadata": {"annotations": dict(NO_ISTIO)}, "spec": {k: v for k, v in pod_spec.items() if v is not None}}
+    annotations = {**NO_ISTIO, **({GCSFUSE_ANNOTATION: "true"} if buckets else {})}
+    return {"metadata": {"annotations": annotations}, "spec": {k: v for k, v in pod_spec.items() if v is not None}}
 
 
 @dataclass(frozen=True)
 class Planned:
     """What every Kubernetes export starts from: the launch plan's first container of each task
     type (a type's replicas differ only in index) with the replica it runs, the count of each
-    type, the plan's cluster (TF_CONFIG's parts), and where the packages and the job dir come from."""
+    type, the plan's cluster (TF_CONFIG's parts), where the packages and the job dir come from,
+    and the job's contract (what a job of another dialect tells its replicas), if any."""
 
     firsts: dict[str, tuple[ContainerSpec, Replica]]
     counts: dict[str, int]
@@ -281,18 +326,36 @@ class Planned:
     fetched: list[str]  # gs:// packages an init container fetches
     unreachable: list[str]  # packages in a local bucket, which no pod can read
     job_dir: str | None  # a local job dir, mounted from JOB_DIR_CLAIM
+    contract: ReplicaContract | None = None
+
+    @property
+    def buckets(self) -> tuple[BucketMount, ...]:
+        """The buckets the contract shows its replicas as directories, as here."""
+        contract = self.contract
+        if contract is None or not contract.bucket_mount_dir:
+            return ()
+        return tuple(BucketMount(bucket, f"{contract.bucket_mount_dir}/{bucket}", writable)
+                     for bucket, writable in contract.buckets)
+
+    @property
+    def names_its_own_cluster_spec(self) -> bool:
+        """Whether CLUSTER_SPEC names the task types its own way (a contract's): its trainers read it."""
+        return bool(self.cluster.spec_names)
 
 
 def refuse_tuning(job: Job, kind: str) -> None:
     if job.training_input.hyperparameters:
         raise ValidationError(
-            f"Job [{job.job_id}] is a hyperparameter tuning job, which a {kind} cannot express (Kubeflow's Katib "
-            "runs studies): export a job without trainingInput.hyperparameters."
+            f"Job [{job.job_id}] is a hyperparameter tuning job, which a {kind} cannot express: on Kubernetes, "
+            "Kubeflow's Katib runs studies (an Experiment whose trial template is one trial's job); submit the "
+            "trial's job without the study, export that, and use it as the template."
         )
 
 
-def plan_for_pods(job: Job, replicas: list[Replica], runtime_image: str | None, package_uris: list[str]) -> Planned:
-    """The job planned as pods run it: packages under PACKAGES_DIR, as user nobody."""
+def plan_for_pods(job: Job, replicas: list[Replica], runtime_image: str | None, package_uris: list[str],
+                  contract: ReplicaContract | None = None) -> Planned:
+    """The job planned as pods run it: packages under PACKAGES_DIR, as user nobody, with what its
+    contract tells its replicas (variables, args, CLUSTER_SPEC's names and job)."""
     ti = job.training_input
     unreachable = [uri for uri in package_uris if not uri.startswith("gs://")]
     fetched = [] if unreachable else list(package_uris)  # all from gs://, or all from the image
@@ -303,6 +366,7 @@ def plan_for_pods(job: Job, replicas: list[Replica], runtime_image: str | None, 
         wheelhouse=WHEELHOUSE if runtime_image and fetched else None,
         job_dir_mount=job_dir,
         user=REPLICA_USER,
+        contract=contract,
     )
     launch_plan = plan(job, replicas, inputs)
     firsts: dict[str, tuple[ContainerSpec, Replica]] = {}
@@ -313,24 +377,27 @@ def plan_for_pods(job: Job, replicas: list[Replica], runtime_image: str | None, 
         firsts.setdefault(replica.task_type, (spec, replica))
         counts[replica.task_type] = counts.get(replica.task_type, 0) + 1
     assert launch_plan.cluster is not None  # plan() always builds one
-    return Planned(firsts, counts, launch_plan.cluster, fetched, unreachable, job_dir)
+    return Planned(firsts, counts, launch_plan.cluster, fetched, unreachable, job_dir, contract)
 
 
 def build_tfjob(job: Job, replicas: list[Replica], runtime_image: str | None, package_uris: list[str],
-          backoff_limit: int, max_running_seconds: float | None = None) -> Export:
+                backoff_limit: int, max_running_seconds: float | None = None, contract: ReplicaContract | None = None,
+                entrypoints: dict[str, list[str]] | None = None) -> Export:
     """The TFJob of `job`. `package_uris` are where its packages are (packageUris): gs:// ones
-    are fetched in each pod, others cannot reach a pod. `backoff_limit` is aiptrain's restart budget."""
+    are fetched in each pod, others cannot reach a pod. `backoff_limit` is aiptrain's restart
+    budget. `contract`: what the job (of another dialect) tells its replicas; `entrypoints`: the
+    ENTRYPOINTs of custom images run without a command, which the bootstrap must run itself."""
     refuse_tuning(job, "TFJob")
-    planned = plan_for_pods(job, replicas, runtime_image, package_uris)
-    firsts, counts, fetched, unreachable, job_dir = (planned.firsts, planned.counts, planned.fetched,
-                                                     planned.unreachable, planned.job_dir)
+    planned = plan_for_pods(job, replicas, runtime_image, package_uris, contract)
     name = resource_name(job, replicas)
+    roles = [Role(task_type, replica_type(job, task_type).value.lower(), count)
+             for task_type, count in planned.counts.items()]
     specs = {
         replica_type(job, task_type): ReplicaSpec(
-            replicas=counts[task_type], restart_policy=RestartPolicy.EXIT_CODE,
-            template=pod_template(spec, replica, job_dir, name, fetched),
+            replicas=planned.counts[task_type], restart_policy=RestartPolicy.EXIT_CODE,
+            template=_template(planned, task_type, name, roles, entrypoints or {}),
         )
-        for task_type, (spec, replica) in firsts.items()
+        for task_type in planned.firsts
     }
     run_policy = RunPolicy(
         clean_pod_policy=CleanPodPolicy.RUNNING,
@@ -339,27 +406,66 @@ def build_tfjob(job: Job, replicas: list[Replica], runtime_image: str | None, pa
     )
     tfjob = TFJob(metadata=object_meta(job, name), spec=TFJobSpec(run_policy=run_policy, tf_replica_specs=specs))
     images = sorted({c["image"] for s in specs.values() for c in s.template["spec"]["containers"]})
-    return Export(tfjob, notes_of(job, images, job_dir, name, fetched), _warnings(job, unreachable))
+    warnings = list(unreachable_warnings(job, planned.unreachable))
+    unknown = unknown_entrypoints([spec for spec, _ in planned.firsts.values()], entrypoints or {})
+    if planned.names_its_own_cluster_spec and unknown:
+        warnings.append(unknown_entrypoint_warning(unknown))
+    return Export(tfjob, notes_of(job, images, planned, name), tuple(warnings))
 
 
-def notes_of(job: Job, images: list[str], job_dir: str | None, name: str, fetched: list[str]) -> tuple[str, ...]:
+def _template(planned: Planned, task_type: str, name: str, roles: list[Role],
+              entrypoints: dict[str, list[str]]) -> dict[str, Any]:
+    """A replica type's pod template; where the job's CLUSTER_SPEC is its own, its container runs
+    the bootstrap that rebuilds TF_CONFIG and CLUSTER_SPEC from the operator's TF_CONFIG first."""
+    spec, replica = planned.firsts[task_type]
+    template = pod_template(spec, replica, planned.job_dir, name, planned.fetched, buckets=planned.buckets)
+    if planned.names_its_own_cluster_spec:
+        container = template["spec"]["containers"][0]
+        container.pop("args", None)
+        container["command"] = bootstrap_command(spec, entrypoints.get(spec.image))
+        container["env"].append({"name": "AIPTRAIN_CLUSTER", "value": cluster_variable(planned.cluster, roles)})
+    return template
+
+
+def notes_of(job: Job, images: list[str], planned: Planned, name: str) -> tuple[str, ...]:
+    if planned.names_its_own_cluster_spec:
+        cluster = ("Each pod rebuilds TF_CONFIG (with the job's `job` part) and CLUSTER_SPEC as aiptrain sets them "
+                   "from the operator's TF_CONFIG, its services' names for the hosts (python3 must be in the image).")
+    else:
+        cluster = "TF_CONFIG is set by the operator (its services' names, and no `job` part); CLUSTER_SPEC is not set."
     notes = [
         f"Kubeflow TFJob of aiptrain job {job.job_id}. Apply with `kubectl apply -f FILE`; needs Kubeflow's "
         "training-operator.",
         "restartPolicy ExitCode: a replica that exits 128-255 (killed by a signal) is recreated, 1-127 fails the "
         "job, as aiptrain restarts signal-killed replicas; backoffLimit is aiptrain's restart budget.",
-        "TF_CONFIG is set by the operator (its services' names, and no `job` part); CLUSTER_SPEC is not set.",
+        cluster,
         f"The cluster must be able to pull {', '.join(images)}: push to a registry it reads (or load into it).",
     ]
-    if fetched:
+    return (*notes, *storage_notes(planned, name))
+
+
+def storage_notes(planned: Planned, name: str) -> tuple[str, ...]:
+    """What the pods read and write beyond their images, for the person applying the manifests."""
+    notes = []
+    if planned.fetched:
         notes.append("The init container fetches the packages from gs://: pods need read access to the bucket.")
-    if job_dir:
-        notes.append(f"The job dir {job_dir} is subdirectory {name} of the ReadWriteMany PersistentVolumeClaim "
+    if planned.job_dir:
+        notes.append(f"The job dir {planned.job_dir} is subdirectory {name} of the ReadWriteMany PersistentVolumeClaim "
                      f"{JOB_DIR_CLAIM}: create it first (or use a gs:// job dir).")
+    contract = planned.contract
+    if contract and contract.output_dir and contract.output_env:
+        notes.append(f"{', '.join(contract.output_env)} name directories under {contract.output_dir}, as here: pods "
+                     "need write access to it.")
+    if planned.buckets:
+        notes.append(
+            f"The buckets {', '.join(b.bucket for b in planned.buckets)} are mounted at "
+            f"{contract.bucket_mount_dir if contract else ''}/BUCKET as here, as volumes of GKE's Cloud Storage FUSE "
+            f"CSI driver ({GCSFUSE_DRIVER}): enable it on the cluster and give the pods' Kubernetes service account "
+            "access to the buckets (Workload Identity); elsewhere, remove those volumes or mount the buckets your way.")
     return tuple(notes)
 
 
-def _warnings(job: Job, unreachable: list[str]) -> tuple[str, ...]:
+def unreachable_warnings(job: Job, unreachable: list[str]) -> tuple[str, ...]:
     if not unreachable:
         return ()
     return (

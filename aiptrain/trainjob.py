@@ -9,9 +9,10 @@ Pure: no I/O. Trainer v2 has no TensorFlow runtime (kubeflow/trainer#2699), so:
   whose JobSet has one replicated job per task type (chief or master, worker, ps, evaluator),
   one Indexed Job of N pods each. A TrainJob can size only the trainer step (numNodes,
   resourcesPerNode) and patch no Job's parallelism, so the roles' counts and machine types
-  live in the runtime, one per exported job. Each pod runs BOOTSTRAP_PY first, which computes
-  TF_CONFIG, CLUSTER_SPEC and the PyTorch variables as aiptrain does (planning.ClusterConfig)
-  from the JobSet pod names and JOB_COMPLETION_INDEX, then becomes the replica's command.
+  live in the runtime, one per exported job. Each pod runs podbootstrap.BOOTSTRAP_PY first, which
+  computes TF_CONFIG, CLUSTER_SPEC and the PyTorch variables as aiptrain does
+  (planning.ClusterConfig, with a contract's CLUSTER_SPEC names and job) from the JobSet pod
+  names and JOB_COMPLETION_INDEX, then becomes the replica's command.
 - PyTorch DDP (a master and identical workers, packages in the image): the shipped
   `torch-distributed` runtime; the TrainJob carries the image, command and sizes, and the
   bootstrap takes MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK from Trainer's PET_* variables.
@@ -22,7 +23,6 @@ docs/guide/kubeflow-export.md explains the choices and what differs from running
 from __future__ import annotations
 
 import enum
-import json
 import math
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -30,9 +30,15 @@ from typing import Any, Final, Literal
 from pydantic import Field
 
 from aiptrain.model import Job
-from aiptrain.planning import HOSTNAME_MAX, TF_PORT, ContainerSpec, dns_label_within
+from aiptrain.planning import HOSTNAME_MAX, TF_PORT, ContainerSpec, ReplicaContract, dns_label_within
+from aiptrain.podbootstrap import (
+    Role,
+    bootstrap_command,
+    cluster_variable,
+    unknown_entrypoint_warning,
+    unknown_entrypoints,
+)
 from aiptrain.tfjob import (
-    JOB_DIR_CLAIM,
     ObjectMeta,
     Planned,
     _Api,
@@ -41,6 +47,8 @@ from aiptrain.tfjob import (
     pod_template,
     refuse_tuning,
     resources,
+    storage_notes,
+    unreachable_warnings,
 )
 from aiptrain.topology import MASTER, WORKER, Replica
 
@@ -64,42 +72,6 @@ class Runtime(str, enum.Enum):
     AUTO = "auto"
     TORCH = "torch"
     TENSORFLOW = "tensorflow"
-
-
-# Runs first in every pod: `python3 -c BOOTSTRAP_PY COMMAND...`. Reads AIPTRAIN_CLUSTER (the
-# cluster's static parts: roles as [task type, replicated job, pods, first pod index], the
-# primary's TF_CONFIG type, the port, TF_CONFIG's `job`), the JobSet's and replicated job's names
-# (downward API) and JOB_COMPLETION_INDEX, and builds the variables exactly as
-# planning.ClusterConfig.env does (same keys, same order, json.dumps' defaults).
-BOOTSTRAP_PY = """\
-import json, os, sys
-env = os.environ
-spec = json.loads(env["AIPTRAIN_CLUSTER"])
-jobset, rjob, pod = env["JOBSET_NAME"], env["REPLICATED_JOB_NAME"], int(env["JOB_COMPLETION_INDEX"])
-hosts, tf_cluster, cluster_spec, task = {}, {}, {}, None
-for kind, name, count, first in spec["roles"]:
-    hosts[kind] = ["%s-%s-0-%d.%s" % (jobset, name, first + i, jobset) for i in range(count)]
-    addresses = ["%s:%d" % (host, spec["port"]) for host in hosts[kind]]
-    if kind != "evaluator":
-        tf_cluster[spec["primary"] if kind == "master" else kind] = addresses
-    cluster_spec[kind] = addresses
-    if name == rjob and first <= pod < first + count:
-        task = (kind, pod - first)
-if task is None:
-    sys.exit("aiptrain: pod %d of %s is no replica of AIPTRAIN_CLUSTER" % (pod, rjob))
-kind, index = task
-def describe(cluster, task_type):
-    return json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index},
-                       "job": spec["job"], "environment": "cloud"})
-env["TF_CONFIG"] = describe(tf_cluster, spec["primary"] if kind == "master" else kind)
-env["CLUSTER_SPEC"] = describe(cluster_spec, kind)
-env["MASTER_ADDR"] = env.get("PET_MASTER_ADDR", hosts["master"][0])
-env["MASTER_PORT"] = env.get("PET_MASTER_PORT", str(spec["port"]))
-env["WORLD_SIZE"] = env.get("PET_NNODES", str(1 + len(hosts.get("worker", []))))
-if kind in ("master", "worker"):
-    env["RANK"] = env.get("PET_NODE_RANK", str(0 if kind == "master" else index + 1))
-os.execvp(sys.argv[1], sys.argv[1:])
-"""
 
 
 class RuntimeRef(_Api):
@@ -163,16 +135,6 @@ class TrainJobExport:
         return [*([self.runtime.to_manifest()] if self.runtime else []), self.trainjob.to_manifest()]
 
 
-@dataclass(frozen=True)
-class Role:
-    """One task type as pods: its replicated job, its pods, and the first pod index it takes."""
-
-    task_type: str
-    replicated_job: str
-    count: int
-    first: int = 0
-
-
 def roles_of(planned: Planned, primary: str, torch: bool) -> list[Role]:
     """The roles in the plan's order (TF_CONFIG's key order). The torch runtime has one
     replicated job, `node`: the master is its pod 0, worker i its pod i + 1."""
@@ -183,18 +145,10 @@ def roles_of(planned: Planned, primary: str, torch: bool) -> list[Role]:
             for task_type, count in planned.counts.items()]
 
 
-def cluster_variable(planned: Planned, roles: list[Role]) -> str:
-    """AIPTRAIN_CLUSTER: what BOOTSTRAP_PY builds TF_CONFIG and CLUSTER_SPEC from."""
-    cluster = planned.cluster
-    return json.dumps({"primary": cluster.primary, "port": TF_PORT,
-                       "roles": [[r.task_type, r.replicated_job, r.count, r.first] for r in roles],
-                       "job": cluster.job})
-
-
 def resource_name(job: Job, roles: list[Role]) -> str:
     """The TrainJob's name (and its JobSet's, and the pods' subdomain): the job ID in DNS form,
     short enough that every pod name `<name>-<replicated job>-0-<index>` is one DNS label."""
-    longest = max(len(f"-{r.replicated_job}-0-{r.first + r.count - 1}") for r in roles)
+    longest = max(len(f"-{r.name}-0-{r.first + r.count - 1}") for r in roles)
     return dns_label_within(job.job_id, HOSTNAME_MAX - longest).strip("-")
 
 
@@ -209,22 +163,17 @@ def bootstrap_env(spec: ContainerSpec, cluster: str) -> list[dict[str, Any]]:
             _downward("JOBSET_NAME", LABEL_JOBSET), _downward("REPLICATED_JOB_NAME", LABEL_REPLICATED_JOB)]
 
 
-def bootstrap_command(spec: ContainerSpec, image_entrypoint: list[str] | None) -> list[str]:
-    """`python3 -c BOOTSTRAP_PY` then the replica's command line: Docker's ENTRYPOINT (the
-    plan's, else the image's) and CMD."""
-    return ["python3", "-c", BOOTSTRAP_PY, *(spec.entrypoint or image_entrypoint or []), *spec.command]
-
-
 def fits_torch(planned: Planned, runtime: Runtime) -> bool:
-    """Whether the job runs on torch-distributed: a master and workers alike (one image, command
-    and machine), nothing to fetch (the shipped runtime has no init container), and PyTorch by
-    its image's name unless `trainjob[torch]` says so."""
+    """Whether the job runs on torch-distributed: a master and workers alike (one image, command,
+    environment and machine: a TrainJob's trainer has one of each), nothing to fetch (the shipped
+    runtime has no init container), and PyTorch by its image's name unless `trainjob[torch]` says so."""
     if runtime is Runtime.TENSORFLOW or set(planned.counts) - {MASTER, WORKER} or planned.fetched:
         return False
     master, master_replica = planned.firsts[MASTER]
     if WORKER in planned.firsts:
         worker, worker_replica = planned.firsts[WORKER]
-        if (worker.image, worker.entrypoint, worker.command) != (master.image, master.entrypoint, master.command) \
+        if (worker.image, worker.entrypoint, worker.command, worker.env) != (
+                master.image, master.entrypoint, master.command, master.env) \
                 or resources(worker_replica) != resources(master_replica):
             return False
     return runtime is Runtime.TORCH or "torch" in master.image.lower()
@@ -233,7 +182,7 @@ def fits_torch(planned: Planned, runtime: Runtime) -> bool:
 def _role_template(planned: Planned, role: Role, job_dir: str | None, name: str, cluster: str,
                    entrypoints: dict[str, list[str]]) -> dict[str, Any]:
     spec, replica = planned.firsts[role.task_type]
-    template = pod_template(spec, replica, job_dir, name, planned.fetched, NODE, ("tf", TF_PORT))
+    template = pod_template(spec, replica, job_dir, name, planned.fetched, NODE, ("tf", TF_PORT), planned.buckets)
     container = template["spec"]["containers"][0]
     container.pop("args", None)
     container["command"] = bootstrap_command(spec, entrypoints.get(spec.image))
@@ -250,15 +199,15 @@ def _replicated_job(role: Role, primary: str, template: dict[str, Any]) -> dict[
         "template": template,
     }
     # The primary is the trainer step: Trainer's webhook wants it one replica with a `node` container.
-    metadata = {"labels": {LABEL_ANCESTOR: "trainer"}} if role.replicated_job == primary else None
-    return {"name": role.replicated_job, "replicas": 1,
+    metadata = {"labels": {LABEL_ANCESTOR: "trainer"}} if role.name == primary else None
+    return {"name": role.name, "replicas": 1,
             "template": {**({"metadata": metadata} if metadata else {}), "spec": job_spec}}
 
 
 def _tensorflow_runtime(job: Job, planned: Planned, roles: list[Role], name: str, backoff_limit: int,
                         entrypoints: dict[str, list[str]]) -> ClusterTrainingRuntime:
     primary = planned.cluster.primary
-    cluster = cluster_variable(planned, roles)
+    cluster = cluster_variable(planned.cluster, roles)
     replicated = [_replicated_job(role, primary,
                                   _role_template(planned, role, planned.job_dir, name, cluster, entrypoints))
                   for role in roles]
@@ -280,10 +229,10 @@ def _torch_trainer(planned: Planned, roles: list[Role], name: str,
     """The trainer step on torch-distributed, and the runtime patch that adds aiptrain's volumes
     and security settings (a TrainJob cannot set them otherwise)."""
     spec, replica = planned.firsts[MASTER]
-    template = pod_template(spec, replica, planned.job_dir, name, [], NODE)
+    template = pod_template(spec, replica, planned.job_dir, name, [], NODE, buckets=planned.buckets)
     pod, container = template["spec"], template["spec"]["containers"][0]
     trainer = Trainer(image=spec.image, command=bootstrap_command(spec, entrypoints.get(spec.image)),
-                      env=bootstrap_env(spec, cluster_variable(planned, roles)),
+                      env=bootstrap_env(spec, cluster_variable(planned.cluster, roles)),
                       num_nodes=sum(r.count for r in roles), num_proc_per_node=1,
                       resources_per_node=resources(replica))
     pod_patch = {"volumes": pod["volumes"], "securityContext": pod["securityContext"],
@@ -296,12 +245,14 @@ def _torch_trainer(planned: Planned, roles: list[Role], name: str,
 
 def build_trainjob(job: Job, replicas: list[Replica], runtime_image: str | None, package_uris: list[str],
                    backoff_limit: int, max_running_seconds: float | None = None, runtime: Runtime = Runtime.AUTO,
-                   entrypoints: dict[str, list[str]] | None = None) -> TrainJobExport:
+                   entrypoints: dict[str, list[str]] | None = None,
+                   contract: ReplicaContract | None = None) -> TrainJobExport:
     """The TrainJob of `job` and its runtime. `entrypoints` are the ENTRYPOINTs of custom images
-    that run without containerCommand (the bootstrap must run them itself)."""
+    that run without containerCommand (the bootstrap must run them itself); `contract`: what the
+    job (of another dialect) tells its replicas."""
     refuse_tuning(job, "TrainJob")
     entrypoints = entrypoints or {}
-    planned = plan_for_pods(job, replicas, runtime_image, package_uris)
+    planned = plan_for_pods(job, replicas, runtime_image, package_uris, contract)
     torch = fits_torch(planned, runtime)
     roles = roles_of(planned, planned.cluster.primary, torch)
     name = resource_name(job, roles)
@@ -335,28 +286,16 @@ def _notes(job: Job, planned: Planned, torch: bool, images: list[str], name: str
         "JOB_COMPLETION_INDEX (python3 must be in the image).",
         f"The cluster must be able to pull {', '.join(images)}: push to a registry it reads (or load into it).",
     ]
-    if planned.fetched:
-        notes.append("The init container fetches the packages from gs://: pods need read access to the bucket.")
-    if planned.job_dir:
-        notes.append(f"The job dir {planned.job_dir} is subdirectory {name} of the ReadWriteMany PersistentVolumeClaim "
-                     f"{JOB_DIR_CLAIM}: create it first (or use a gs:// job dir).")
-    return tuple(notes)
+    return (*notes, *storage_notes(planned, name))
 
 
 def _warnings(job: Job, planned: Planned, runtime: Runtime, torch: bool,
               entrypoints: dict[str, list[str]]) -> tuple[str, ...]:
-    warnings = []
-    if planned.unreachable:
-        warnings.append(
-            f"The packages of job [{job.job_id}] are in a local bucket ({', '.join(planned.unreachable)}), which pods "
-            "cannot read: the manifest runs the module from the image, so install them in it, or submit with "
-            "`--staging-bucket gs://BUCKET` and export again.")
+    warnings = list(unreachable_warnings(job, planned.unreachable))
     if runtime is Runtime.TORCH and not torch:
         warnings.append(f"Job [{job.job_id}] does not fit {TORCH_RUNTIME} (it needs a master and identical workers "
                         "with the packages in the image): exported on aiptrain-tensorflow instead.")
-    unknown = sorted({spec.image for spec, _ in planned.firsts.values()
-                      if spec.entrypoint is None and spec.working_dir is None and spec.image not in entrypoints})
+    unknown = unknown_entrypoints([spec for spec, _ in planned.firsts.values()], entrypoints)
     if unknown:
-        warnings.append(f"The ENTRYPOINT of {', '.join(unknown)} is not known here (the image is not on this engine): "
-                        "the bootstrap runs the job's args as the command; put the image's ENTRYPOINT in front of them.")
+        warnings.append(unknown_entrypoint_warning(unknown))
     return tuple(warnings)

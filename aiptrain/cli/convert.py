@@ -61,8 +61,8 @@ def creation_hint(conversion: Conversion, region: str) -> str:
     name = shlex.quote(conversion.name)
     if conversion.kind == CUSTOM_JOB:
         return (f"Create it with `gcloud ai custom-jobs create --region={region} --display-name={name} "
-                "--config=FILE` (FILE: this output with --gcloud-config), or POST it to "
-                f"projects/PROJECT/locations/{region}/customJobs (the SDK: aiplatform.CustomJob).")
+                "--config=FILE` (FILE: the jobSpec alone, as `aiptrain jobs convert JOB --gcloud-config` prints it), "
+                f"or POST it to projects/PROJECT/locations/{region}/customJobs (the SDK: aiplatform.CustomJob).")
     if conversion.kind == TUNING_JOB:
         return (f"Create it with `gcloud ai hp-tuning-jobs create --region={region} --display-name={name} "
                 f"--config=FILE`, or POST it to projects/PROJECT/locations/{region}/hyperparameterTuningJobs.")

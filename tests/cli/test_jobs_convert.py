@@ -285,3 +285,19 @@ def test_gcloud_creates_what_gcloud_config_prints_as_it_is(run, gcloud, tmp_path
     assert custom_body == {"displayName": "census", "jobSpec": yaml.safe_load(custom_spec)}
     assert tuning_path == "/v1/projects/p/locations/us-central1/hyperparameterTuningJobs"
     assert tuning_body == yaml.safe_load(tuning_job)
+
+
+def test_gcloud_creates_a_stored_job_from_what_its_export_points_to(run, stored, gcloud, tmp_path):
+    """`jobs export JOB --format vertex` prints the whole CustomJob, which `create --config` would
+    send as a jobSpec holding a jobSpec: its hint names the jobSpec alone, as `jobs convert JOB
+    --gcloud-config` prints it, and gcloud creates that job as it is."""
+    code, exported, err = run("jobs", "export", stored, "--format", "vertex")
+    assert code == 0 and "(FILE: the jobSpec alone, as `aiptrain jobs convert JOB --gcloud-config` prints it)" in err
+    code, spec, _ = run("jobs", "convert", stored, "--gcloud-config")
+    assert code == 0 and yaml.safe_load(spec) == yaml.safe_load(exported)["jobSpec"]
+    (tmp_path / "spec.yaml").write_text(spec)
+    created = gcloud("ai", "custom-jobs", "create", "--region=europe-west4", "--display-name=census_1",
+                     "--config=spec.yaml")
+    assert created.returncode == 0, created.stderr
+    assert _Recorder.bodies == [("/v1/projects/p/locations/europe-west4/customJobs",
+                                 {"displayName": "census_1", "jobSpec": yaml.safe_load(spec)})]

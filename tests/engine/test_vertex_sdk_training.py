@@ -15,6 +15,7 @@ import urllib.request
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
+from aiptrain.client import Client
 from aiptrain.settings import Settings
 
 from conftest import SAMPLE_TRAINER, require_image, runtime_image
@@ -158,6 +159,15 @@ def test_custom_job_from_a_local_script(aiplatform, tmp_path, image):
     pool = job.job_spec.worker_pool_specs[0]
     assert bool(pool.python_package_spec.executor_image_uri) == (image == PREBUILT)
     assert json.loads(kept(f"gs://{BUCKET}/local/model/model.json").read_text())["args"] == ["--a", "1"]
+    # Exported to Kubernetes, its pod sees what its replica saw (tests/unit/test_vertex_export.py has the rest).
+    with Client(settings=Settings(), project=PROJECT) as client:
+        export = client.export_trainjob(f"custom_job_{job.name}")
+    assert export.runtime is not None
+    pod = export.runtime.spec["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    env = {variable["name"]: variable.get("value") for variable in pod["containers"][0]["env"]}
+    assert (env["CLOUD_ML_JOB_ID"], env["AIP_MODEL_DIR"]) == (job.name, f"gs://{BUCKET}/local/model/")
+    assert json.loads(env["AIPTRAIN_CLUSTER"])["names"]["master"] == "workerpool0"
+    assert f"/gcs/{BUCKET}" in {mount["mountPath"] for mount in pod["containers"][0]["volumeMounts"]}
 
 
 def test_cancelling_a_pipeline_cancels_its_backing_job(aiplatform):

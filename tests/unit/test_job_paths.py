@@ -72,6 +72,7 @@ def test_every_job_path_the_record_lists_is_named_by_jobpaths():
     (lambda p: p.packages, "work/census_1/packages"),
     (lambda p: p.wheelhouse, "work/census_1/packages/wheelhouse"),
     (lambda p: p.plan_inputs, "work/census_1/plan-inputs.json"),
+    (lambda p: p.contract, "contracts/census_1.json"),
     (lambda p: p.launch_started, "work/census_1/launch-started"),
     (lambda p: p.launched_dir, "work/census_1/launched"),
     (lambda p: p.launched("3"), "work/census_1/launched/3"),

@@ -21,6 +21,7 @@ import yaml
 from aiptrain import trainjob
 from aiptrain.model import Job
 from aiptrain.planning import TF_PORT, PlanInputs, plan
+from aiptrain.podbootstrap import BOOTSTRAP_PY
 from aiptrain.topology import replicas_for
 
 DATA = Path(__file__).parent / "data" / "kubeflow"
@@ -255,7 +256,7 @@ def pod_environment(export: trainjob.TrainJobExport, replicated_job: str, index:
 
 def run_bootstrap(container: dict, env: dict) -> dict:
     command = container["command"]
-    assert command[:3] == ["python3", "-c", trainjob.BOOTSTRAP_PY]
+    assert command[:3] == ["python3", "-c", BOOTSTRAP_PY]
     result = subprocess.run([sys.executable, "-c", command[2], *PRINT_ENV], env=env, capture_output=True, text=True,
                             check=True)
     return json.loads(result.stdout)
@@ -300,7 +301,7 @@ def test_each_pod_builds_the_tf_config_aiptrain_gives_its_replica(job):
 def test_the_ddp_pods_run_the_images_entrypoint_after_the_bootstrap():
     trainer = export_of(DDP).trainjob.spec.trainer
     assert trainer is not None and trainer.num_proc_per_node == 1 and trainer.num_nodes == 3
-    assert trainer.command == ["python3", "-c", trainjob.BOOTSTRAP_PY, *DDP_ENTRYPOINT, "--steps", "50",
+    assert trainer.command == ["python3", "-c", BOOTSTRAP_PY, *DDP_ENTRYPOINT, "--steps", "50",
                                "--job-dir", "/data/ddp"]
 
 
