@@ -7,6 +7,7 @@ tests/engine/test_builtin_algorithms_docker.py."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import yaml
@@ -363,3 +364,36 @@ def test_the_model_path_is_set_when_the_job_succeeds(settings, ending, model_pat
         resource = store.get("job").training_output.to_resource()
     assert resource["isBuiltInAlgorithmJob"] is True
     assert resource["builtInAlgorithmOutput"].get("modelPath") == model_path
+
+
+# -- the guide ----------------------------------------------------------------------------------------
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "built-in-algorithms.md"
+
+
+def guide_default(flag) -> str:
+    if flag.required:
+        return "required"
+    if flag.name == "max_steps":
+        return "10 epochs"
+    if flag.default is None:
+        return "unset"
+    if flag.kind == "bool":
+        return "true" if flag.default else "unset (false)"
+    if flag.kind == "int_list":
+        return "`" + ",".join(map(str, flag.default)) + "`"
+    return f"`{flag.default}`"
+
+
+def test_the_guide_gives_every_flag_what_it_takes_and_its_default():
+    text = GUIDE.read_text()
+    missing = []
+    for spec in SPECS.values():
+        for flag in spec.flags:
+            name = "--job-dir" if flag.name == "job_dir" else f"--{flag.name}"
+            row = f"| `{name}` | {flag.takes()} | {guide_default(flag)} | {flag.help} |"
+            if row not in text:
+                missing.append(row)
+    assert missing == []
+    for name in (*outputs.PROCESSED_FILES.values(), outputs.DEPLOYMENT_CONFIG, outputs.METADATA, "model.bst"):
+        assert name in text

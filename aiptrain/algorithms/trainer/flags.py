@@ -105,8 +105,8 @@ def _data_flags() -> list[Flag]:
     return [
         Flag("preprocess", "bool", False, "Split the data, fill numerical blanks with the column's mean, drop rows "
              "with more than 10% of values missing, classify integer columns."),
-        Flag("training_data_path", "str", None, "CSV file (gs:// or a local path): no header row, target first, "
-             "blank = missing.", required=True),
+        Flag("training_data_path", "str", None, "CSV file, gs:// (or a path the replica sees): no header row, "
+             "target first, blank = missing.", required=True),
         Flag("validation_data_path", "str", None, "CSV file of the same format as the training data."),
         Flag("test_data_path", "str", None, "CSV file of the same format as the training data."),
         Flag("job_dir", "str", None, "Where model/, processed_data/, artifacts/ and experiment/ are written "
