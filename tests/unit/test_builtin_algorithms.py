@@ -86,15 +86,22 @@ def test_a_trials_value_after_the_users_wins_and_booleans_take_words():
     ([], "--model_type is required by the built-in linear learner."),
     (["--model_type=classification", "--preprocess", "--validation_split=0.3", "--test_split=0.2"],
      "is above 0.40"),
-    (["--model_type=classification", "--preprocess", "--validation_split=0.1",
-      "--validation_data_path=gs://b/v.csv"], "cannot both be given"),
-    (["--model_type=classification", "--test_split=0.1"], "takes effect with --preprocess only"),
     (["--model_type=classification", "--preprocess=maybe"], "--preprocess=maybe is not valid: it takes true or false"),
 ])
 def test_a_bad_flag_is_one_line_naming_it(args, message):
     with pytest.raises(FlagError) as raised:
         parse("linear_learner", [*args, *REQUIRED])
     assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_split_without_effect_is_taken_with_a_note_for_the_log():
+    """The service documented the splits as preprocessing's: a line that passed one anyway still runs."""
+    alone = parse("linear_learner", ["--model_type=classification", "--test_split=0.1", *REQUIRED])
+    assert alone.notes == ["--test_split is ignored: it takes effect with --preprocess only."]
+    beside = parse("linear_learner", ["--model_type=classification", "--preprocess", "--validation_split=0.1",
+                                      "--validation_data_path=gs://b/v.csv", *REQUIRED])
+    assert beside.notes == ["--validation_split is ignored: --validation_data_path gives the validation data."]
+    assert split_fractions(beside) == (0.0, 0.2)
 
 
 def test_the_job_dir_and_the_training_data_are_required():

@@ -271,6 +271,7 @@ class Flags:
 
     values: dict[str, Any]
     given: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)  # lines for the job's log: flags taken but without effect
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -318,18 +319,20 @@ def parse(algorithm: str, args: list[str]) -> Flags:
 
 
 def check_together(flags: Flags) -> None:
-    """The rules that tie flags together, as the service's reference states them."""
+    """The rules that tie flags together, as the service's reference states them. What it
+    documented as having no effect (a split without --preprocess, or beside its own path) is
+    taken and ignored, with a note for the job's log: command lines that passed it still run."""
     given = flags.given
     if flags.validation_split + flags.test_split > 0.4 + 1e-9:
         raise FlagError(f"--validation_split ({flags.validation_split}) + --test_split ({flags.test_split}) is "
                         "above 0.40: lower one of them.")
     for split, path in (("validation_split", "validation_data_path"), ("test_split", "test_data_path")):
-        if split in given and flags.values[path]:
-            raise FlagError(f"--{split} and --{path} cannot both be given: the {path} is the {split.split('_')[0]} "
-                            "data.")
-    for split in ("validation_split", "test_split"):
-        if split in given and not flags.preprocess:
-            raise FlagError(f"--{split} takes effect with --preprocess only: add --preprocess, or leave it out.")
+        if split not in given:
+            continue
+        if not flags.preprocess:
+            flags.notes.append(f"--{split} is ignored: it takes effect with --preprocess only.")
+        elif flags.values[path]:
+            flags.notes.append(f"--{split} is ignored: --{path} gives the {split.split('_')[0]} data.")
 
 
 def split_fractions(flags: Flags) -> tuple[float, float]:

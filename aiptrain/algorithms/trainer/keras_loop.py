@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from absl import logging as absl_logging
 
 from . import files, outputs
 from .flags import Flags
@@ -184,6 +185,9 @@ class Trainer:
         return metrics
 
     def export(self) -> None:
+        # Saving names the Keras layers' own call functions it does not trace: only the serving
+        # signature is the model's interface, so that warning would only alarm the job's log.
+        absl_logging.set_verbosity(absl_logging.ERROR)
         path = files.join(self.flags.job_dir, outputs.MODEL_DIR)
         module = serving_module(self.model, self.schema)
         tf.saved_model.save(module, path, signatures={"serving_default": module.serve})

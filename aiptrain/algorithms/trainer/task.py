@@ -66,6 +66,8 @@ def load(algorithm: str, flags: Flags) -> Prepared:
 
 def run(algorithm: str, flags: Flags) -> outputs.Outcome:
     job_dir = flags.job_dir
+    for note in flags.notes:
+        log(f"NOTE: {note}")
     log(f"Reading {flags.training_data_path}")
     prepared = load(algorithm, flags)
     schema = prepared.schema
