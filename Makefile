@@ -31,13 +31,14 @@ $(BIN)/aiptrain: pyproject.toml
 	$(call virtualenv,$(VENV),$(EXTRAS))
 
 # The images the tests run: the base images (debootstrap, no registry; bookworm for minimal,
-# bullseye for the 2.x runtimes) and the runtimes. AIPTRAIN_IMAGE_REPOSITORY and
-# AIPTRAIN_BASE_REPOSITORY move them to other tags.
+# bullseye for the 2.x runtimes), the runtimes, and the built-in algorithms' (seconds each, from
+# runtime 2.11). AIPTRAIN_IMAGE_REPOSITORY and AIPTRAIN_BASE_REPOSITORY move them to other tags.
 images: install
 	scripts/ensure-docker.sh
 	scripts/build-base-image.sh bookworm
 	scripts/build-base-image.sh bullseye
 	$(BIN)/aiptrain runtimes build $(RUNTIMES)
+	$(BIN)/aiptrain algorithms build
 
 # Every runtime image of the catalog's 2.x versions (about 2 minutes and 2 GB each; offline
 # once pip's cache holds the wheels). docs/reference/runtimes.md records which built here.

@@ -459,6 +459,19 @@ class Metric(Resource):
     objective_value: float | None = None
 
 
+class BuiltInAlgorithmOutput(Resource):
+    """A built-in algorithm job's: what it trained on, and (once it succeeded) where its model is."""
+
+    framework: str | None = None  # TENSORFLOW, XGBOOST
+    runtime_version: str | None = None
+    python_version: str | None = None
+    model_path: str | None = None  # the job's (a trial's) `<jobDir>/model/`
+
+    def succeeded_in(self, job_dir: str | None) -> BuiltInAlgorithmOutput:
+        """The output of a job (a trial) that succeeded with this --job-dir: its model's path too."""
+        return self.model_copy(update={"model_path": f"{job_dir.rstrip('/')}/model/" if job_dir else None})
+
+
 class HyperparameterOutput(Resource):
     """One trial of an HP job; `hyperparameters` values are strings, as the service returns them."""
 
@@ -470,6 +483,7 @@ class HyperparameterOutput(Resource):
     end_time: Timestamp | None = None
     state: State | None = None
     is_trial_stopped_early: bool | None = None
+    built_in_algorithm_output: BuiltInAlgorithmOutput | None = None  # a built-in algorithm's trial that succeeded
 
 
 def trial_order(trial_id: str) -> tuple:
@@ -484,6 +498,9 @@ class TrainingOutput(Resource):
     is_hyperparameter_tuning_job: bool | None = None
     hyperparameter_metric_tag: str | None = None
     web_access_uris: dict[str, str] | None = None
+    # A built-in algorithm's job (its image declares it): set at submit, modelPath once it succeeded.
+    is_built_in_algorithm_job: bool | None = None
+    built_in_algorithm_output: BuiltInAlgorithmOutput | None = None
 
 
 @functools.cache

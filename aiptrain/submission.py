@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiptrain import admission, safe_files, staging, wheelhouse
+from aiptrain.algorithms import images as algorithm_images
+from aiptrain.algorithms.catalog import Algorithm, algorithm_of, output_of
 from aiptrain.backends import Backend, ImageInfo
 from aiptrain.config import SubmitFlags, build_job, config_scale_tier, pydantic_error_line
 from aiptrain.errors import EnvironmentNotReady, JobExists, ValidationError
@@ -39,7 +41,7 @@ from aiptrain.jobpaths import WHEELHOUSE
 from aiptrain.labels import LABEL_INSTALL_FOR, LABEL_INSTALLATION
 from aiptrain.lifecycle import RunRules
 from aiptrain.logs import JobLogWriter
-from aiptrain.model import TERMINAL_STATES, Job, ScaleTier, State
+from aiptrain.model import TERMINAL_STATES, Job, ScaleTier, State, TrainingOutput
 from aiptrain.ownership import JobLock
 from aiptrain.packaging import cached_sdist
 from aiptrain.planning import (
@@ -129,6 +131,8 @@ class Submission:
     # A credentials file the replicas use in place of this host's (a local run's
     # --service-account-key-file): mounted read-only, named by GOOGLE_APPLICATION_CREDENTIALS.
     credentials_file: Path | None = None
+    # The built-in algorithm the master's image names (gcr.io/cloud-ml-algos/...): built here when missing.
+    algorithm: Algorithm | None = None
 
     @property
     def writes_remote_gcs(self) -> bool:
@@ -201,6 +205,9 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None,
     has_packages = bool(package_path or local_packages or remote_packages or ti.package_uris)
     if ti.uses_custom_container and has_packages:
         check_package_in_image(ti)
+    algorithm = algorithm_of(ti.master_config.image_uri) if ti.master_config else None
+    if algorithm is not None:
+        check_built_in_algorithm(algorithm, replicas, has_packages)
     if not ti.uses_custom_container:
         if not has_packages:
             raise ValidationError(
@@ -243,7 +250,22 @@ def prepare(flags: SubmitFlags, settings: Settings, base: Job | None = None,
         pids_limit=settings.replica_pids_limit,
         backend=backend,
         serves_gcs=gcs_root is not None,  # both backends run the storage endpoint
+        algorithm=algorithm,
     )
+
+
+def check_built_in_algorithm(algorithm: Algorithm, replicas: list[Replica], has_packages: bool) -> None:
+    """A built-in algorithm trains on one machine, from its own code (the service's limits)."""
+    others = sorted({r.task_type for r in replicas if r.task_type != "master"})
+    if others:
+        raise ValidationError(
+            f"The built-in {algorithm.title} trains on one replica, and this job also asks for {' and '.join(others)} "
+            "replicas: use --scale-tier BASIC (or CUSTOM with a master only), or write a training application for "
+            "distributed training."
+        )
+    if has_packages:
+        raise ValidationError(f"The built-in {algorithm.title} runs its own code: drop --package-path and --packages "
+                              f"to run {algorithm.image}.")
 
 
 def resume_study(job: Job, previous_job: PreviousJob) -> Job | None:
@@ -501,6 +523,29 @@ class Submitter:
             check_available(rt, submission.runtime_given_as, present=False)
         return image
 
+    def _algorithm_image(self, submission: Submission, job: Job) -> str | None:
+        """A built-in algorithm's image (the name the job gave), asked once: built first when it is
+        missing or stale and builds are on, refused when missing otherwise. The job's
+        trainingOutput says what its labels declare (isBuiltInAlgorithmJob, builtInAlgorithmOutput),
+        from its creation on, as the service's did. None for any other job."""
+        algorithm = submission.algorithm
+        master = job.training_input.master_config
+        if algorithm is None or master is None or not master.image_uri:
+            return None
+        image = self.backend.inspect_image(master.image_uri)
+        if self._build_progress is not None and not algorithm_images.is_current(algorithm, image.labels if image else None):
+            algorithm_images.ensure_image(algorithm, self.settings.cache_dir, self._build_progress)
+            image = self.backend.inspect_image(master.image_uri)
+        if image is None:
+            raise EnvironmentNotReady(
+                f"Image [{master.image_uri}] of the built-in {algorithm.title} is not on this Docker engine: build it "
+                f"with `aiptrain algorithms build {algorithm.name}` (a submit builds it unless AIPTRAIN_AUTO_BUILD=0)."
+            )
+        output = output_of(image.labels)
+        if output is not None:
+            job.training_output = TrainingOutput(is_built_in_algorithm_job=True, built_in_algorithm_output=output)
+        return master.image_uri
+
     def _get_ready(self, submission: Submission) -> None:
         """Connect to the engine and start the installation's storage endpoint when it serves
         this job's gs://: beside the packaging, in this process, since a new home's controller
@@ -588,6 +633,7 @@ class Submitter:
                            functools.partial(shutil.rmtree, paths.work_dir, ignore_errors=True)):
                 undo.callback(_tried, forget)
             image = self._runtime_image(submission)
+            algorithm_image = self._algorithm_image(submission, job)
             created = self._ensure_job_dir(Path(submission.job_dir_mount), submission.gcs_root) \
                 if submission.job_dir_mount else None
             if created is not None:
@@ -641,7 +687,8 @@ class Submitter:
                                         inputs.wheelhouse)
                 inputs = dataclasses.replace(inputs, installed=str(target))
             launch_plan = plan(job, submission.replicas, inputs, key=key)
-            self.backend.check_ready(launch_plan, present=(submission.runtime.image,) if image and submission.runtime else ())
+            present = (submission.runtime.image,) if image and submission.runtime else ()
+            self.backend.check_ready(launch_plan, present=present + ((algorithm_image,) if algorithm_image else ()))
             if install_image is not None:
                 # The trainer's own wheel may be unpacked here when it is all there is to install.
                 alone = trainer_wheel if len(package_files) == 1 and not remote else None

@@ -42,6 +42,8 @@ class LazyGroup(click.Group):
 @click.group(
     cls=LazyGroup,
     lazy={
+        "algorithms": ("aiptrain.cli.algorithms", "algorithms",
+                       "Build the built-in algorithms' images (gcr.io/cloud-ml-algos/...)."),
         "buckets": ("aiptrain.cli.buckets", "buckets", "List this home's buckets and assign them to projects."),
         "cache": ("aiptrain.cli.cache", "cache", "Prune the cache of packages and wheelhouses."),
         "controller": ("aiptrain.cli.controller", "controller", "Run, inspect or stop the process that drives jobs."),

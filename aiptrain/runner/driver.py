@@ -281,8 +281,21 @@ class JobDriver:
                 self.writer.service("Job cancelled.")
         shutil.rmtree(self.paths.work_dir, ignore_errors=True)
         assert decision.state is not None
+        if decision.state is State.SUCCEEDED:
+            self.record_model_path()
         job = self.store.transition(self.job_id, decision.state, ACTIVE_STATES, error_message=error)
         return job.state if job and job.state else decision.state
+
+    def record_model_path(self) -> None:
+        """A built-in algorithm's job (its trainingOutput says so from its submit) that succeeded:
+        builtInAlgorithmOutput.modelPath, its job dir's model/. A tuning job's trials have their
+        own (runner.study), the job none, as on the service."""
+        job = self.store.require(self.job_id)
+        output = job.training_output
+        if output is None or output.built_in_algorithm_output is None or job.training_input.hyperparameters:
+            return
+        output.built_in_algorithm_output = output.built_in_algorithm_output.succeeded_in(job.training_input.job_dir)
+        self.store.set_training_output(self.job_id, output)
 
     def said_how_it_ended(self) -> bool:
         """Whether the log already ends with a closing line (a predecessor wrote it, then died)."""

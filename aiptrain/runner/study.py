@@ -24,7 +24,7 @@ from aiptrain.admission import trials_at_once, trials_held
 from aiptrain.errors import AiptrainError, ValidationError
 from aiptrain.lifecycle import Decision
 from aiptrain.model import HyperparameterOutput, HyperparameterSpec, Job, Metric, State, TrainingOutput, utc_now
-from aiptrain.planning import PlanInputs, StudyRules, Trial, load_plan_inputs, plan
+from aiptrain.planning import PlanInputs, StudyRules, Trial, load_plan_inputs, plan, trial_job_dir
 from aiptrain.replicas import ReplicaObservation, ReplicaStatus
 from aiptrain.runner.groups import DRAIN_LOOK_SECONDS, GroupEnding, Groups
 from aiptrain.storage import local_gcs_path
@@ -75,6 +75,7 @@ class Study:
         self.expected = [r.task_name for r in self.replicas]
         self.paths = groups.settings.job_paths(self.job_id)
         self.inputs = load_plan_inputs(self.paths.plan_inputs)
+        self.job_dir = job.training_input.job_dir
         self.job_dir_on_host = _job_dir_on_host(job.training_input.job_dir, self.inputs)
         self.output = job.training_output or TrainingOutput()
         self.output.is_hyperparameter_tuning_job = True
@@ -326,6 +327,10 @@ class Study:
             )
         record.state = state
         record.end_time = utc_now()
+        built_in = self.output.built_in_algorithm_output
+        if built_in is not None and state is State.SUCCEEDED:  # its model, in the trial's job dir
+            record.built_in_algorithm_output = built_in.succeeded_in(
+                trial_job_dir(self.job_dir, Trial(record.trial_id, {})) if self.job_dir else None)
         if running.stopped_early:
             record.is_trial_stopped_early = True
         if record.final_metric:

@@ -14,7 +14,9 @@ PACKAGE = Path(aiptrain.__file__).parent
 # settings.py is imported by every command module: sqlite3 (the store's dialects) and hashlib
 # only when a setting needs them.
 START_UP_PATH = ("__init__.py", "launcher.py", "cli/", "settings.py")
-LAZY_FOR_A_HEAVY_LIBRARY = {("tuning.py", "aiptrain.search"), ("runner/study.py", "aiptrain.search")}
+LAZY_FOR_A_HEAVY_LIBRARY = {("tuning.py", "aiptrain.search"), ("runner/study.py", "aiptrain.search"),
+                            # a built-in algorithm imports TensorFlow or XGBoost once its flags are checked
+                            ("algorithms/trainer/task.py", ".boosted_trees"), ("algorithms/trainer/task.py", ".keras_loop")}
 
 
 def own_imports_inside_functions(path: Path) -> list[tuple[int, str]]:
