@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from pydantic import ValidationError as PydanticError
 
 from aiptrain import listing, runtimes
+from aiptrain.algorithms import images as algorithm_images
+from aiptrain.algorithms.catalog import Algorithm
 from aiptrain.api import tensorboards
 from aiptrain.api.builds import RuntimeBuilds
 from aiptrain.api.calls import ApiError, Call
@@ -60,10 +62,15 @@ class JobMethods:
         self.settings = settings
         self.stores = stores or ThreadStores(settings)
         self._builds = RuntimeBuilds(self._build_runtime)
+        self._algorithm_builds = RuntimeBuilds(self._build_algorithm, algorithm_images.image_is_current,
+                                               "built-in algorithm image")
         self._tensorboards: TensorBoards | None = None  # made at the first request
 
     def _build_runtime(self, runtime) -> None:
         runtimes.ensure_image(runtime, self.settings.cache_dir, log.info, "runtimeVersion")
+
+    def _build_algorithm(self, algorithm: Algorithm) -> None:
+        algorithm_images.ensure_image(algorithm, self.settings.cache_dir, log.info)
 
     @contextmanager
     def _client(self, project: str) -> Iterator[Client]:
@@ -92,7 +99,12 @@ class JobMethods:
             return resource(client.queue(submission))
 
     def check_runtime_image(self, submission) -> None:
-        """503 while the runtime's image is missing: it is built in the background, not in this request."""
+        """503 while the runtime's (or the built-in algorithm's) image is missing: it is built in
+        the background, not in this request."""
+        if submission.algorithm is not None and self.settings.auto_build:
+            waiting = self._algorithm_builds.ready(submission.algorithm)
+            if waiting:
+                raise ApiError(503, waiting)
         if not (submission.runtime and self.settings.auto_build):
             return  # without auto-build, submit itself refuses a missing image (exit 3: 503)
 

@@ -6,6 +6,7 @@ tests/engine/test_builtin_algorithms_docker.py."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,6 +33,9 @@ from aiptrain.algorithms.trainer.preprocess import (
     too_sparse,
     weights,
 )
+from aiptrain.api.builds import RuntimeBuilds
+from aiptrain.api.calls import ApiError
+from aiptrain.api.jobs import JobMethods
 from aiptrain.backends import ImageInfo
 from aiptrain.client import Client
 from aiptrain.config import SubmitFlags
@@ -404,3 +408,21 @@ def test_the_guide_gives_every_flag_what_it_takes_and_its_default():
     assert missing == []
     for name in (*outputs.PROCESSED_FILES.values(), outputs.DEPLOYMENT_CONFIG, outputs.METADATA, "model.bst"):
         assert name in text
+
+
+def test_a_rest_create_naming_a_missing_algorithm_image_is_answered_503_while_it_builds(home):
+    """A REST client gives up after 60 s: the image is built in the background, the create
+    answered 503 (nothing created) until it is there."""
+    methods = JobMethods(Settings())
+    built = threading.Event()
+    methods._algorithm_builds = RuntimeBuilds(lambda algorithm: built.set(), lambda algorithm: False,
+                                              "built-in algorithm image")
+    with Client() as client:
+        submission = client.prepare(SubmitFlags(job_id="j", master_image_uri=ALGORITHMS["linear_learner"].image,
+                                                region="us-central1"))
+    with pytest.raises(ApiError) as refused:
+        methods.check_runtime_image(submission)
+    assert refused.value.code == 503
+    assert refused.value.message.startswith(
+        f"Built-in algorithm image [{ALGORITHMS['linear_learner'].image}] is not built yet: aiptrain is building it now")
+    assert built.wait(10)
