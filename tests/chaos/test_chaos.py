@@ -39,6 +39,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aiptrain.jobpaths import JobPaths
+
 from conftest import REPO, controller_pids, job_resources, kill_controller, wait_for
 
 pytestmark = pytest.mark.chaos
@@ -118,8 +120,6 @@ def wait_terminal(job_id: str, timeout: float = 180) -> str | None:
 
 def orphans(home: Path, docker_api, job_ids: list[str]) -> list[str]:
     """What is left of jobs that ended (or never existed) and that nothing needs."""
-    from aiptrain.jobpaths import JobPaths
-
     found = []
     for job_id in job_ids:
         found += job_resources(docker_api, job_id)
@@ -537,7 +537,6 @@ def test_malformed_config_corpus(tally, home, tmp_path, capsys):
 
 NASTY = r'''
 import sys
-from aiptrain.jobpaths import JobPaths
 out = sys.stdout.buffer
 out.write(b"escape \x1b[31mred\x1b[0m \x1b]0;title\x07 bell\n")
 out.write(b"invalid utf-8 \xff\xfe here\n")
