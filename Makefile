@@ -65,7 +65,12 @@ postgresql:
 	scripts/install-postgresql.sh
 
 test: images lint docs browser postgresql
-	$(BIN)/pytest -q --durations=25 -m "not slow and not multinode and not runtimes"
+	$(BIN)/pytest -q --durations=25 -m "not slow and not multinode and not runtimes" --ignore=tests/network
+
+# Every 2.x runtime's requirements resolved from the package index (about 3 minutes, network access):
+# they change only with the runtime catalog. CI runs this after the rest when time allows (.ci/run).
+test-network: install
+	$(BIN)/pytest -q tests/network
 
 # The scale tests (100 concurrent jobs): minutes on a 2-core machine.
 test-slow: images
@@ -86,8 +91,8 @@ test-multinode: images
 # The layers without an engine (tests/unit: pure rules; tests/cli: commands): no container starts,
 # since tests/conftest.py points DOCKER_HOST at no engine there. The TensorFlow one (a local
 # train in a virtual environment with TensorFlow), the `network` one (a plain pip install of
-# this checkout from PyPI, for client mode) and tests/network (the runtimes' requirements resolved
-# from the package index) are left to `make test`.
+# this checkout from PyPI, for client mode) is left to `make test`, tests/network (the runtimes'
+# requirements resolved from the package index) to `make test-network`.
 unit: install
 	$(BIN)/pytest -q -m "not tensorflow and not network" tests/unit tests/cli
 
