@@ -56,7 +56,7 @@ class App:
             handler, args = self._route(request.method, _segments(request.path))
             grant = self.access.caller(request.headers.get("authorization"))
             answer = handler(Call(request, grant, self.access, params), *args)
-            return Response(200, answer)
+            return Response(200, answer, pretty=params.get("prettyPrint") in ("true", "1"))
         except Refused as refused:
             log.warning("refused %s %s %s from %s (%s): %s", refused.code, request.method, request.path,
                         request.client, grant.name if grant else "no valid token", refused)

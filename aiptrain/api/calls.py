@@ -48,9 +48,14 @@ class Response:
     data: bytes | None = None  # a console file's bytes, sent as they are instead of `body`
     content_type: str = JSON_TYPE
     headers: dict[str, str] = field(default_factory=dict)
+    # Indented only when the caller asks (`prettyPrint=true`): Python's encoder indents in pure
+    # Python, five times the time of the compact form (half a millisecond for a page of 20 jobs).
+    pretty: bool = False
 
     def encoded(self) -> bytes:
-        return self.data if self.data is not None else json.dumps(self.body, indent=2).encode() + b"\n"
+        if self.data is not None:
+            return self.data
+        return json.dumps(self.body, indent=2 if self.pretty else None).encode() + b"\n"
 
 
 @dataclass

@@ -3,7 +3,6 @@ gave) and the ml v1 job that runs it (state, times, error, trials). Pure: no I/O
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from aiptrain.model import Job, rfc3339
@@ -43,12 +42,10 @@ def job_state(job: Job | None) -> JobState:
 def with_defaults(job_spec: dict[str, Any]) -> dict[str, Any]:
     """A job spec as the service stores it: every pool that runs replicas with its disk and
     replica count, empty placeholder pools kept as they are."""
-    spec = copy.deepcopy(job_spec)
-    for pool in spec.get("workerPoolSpecs") or []:
-        if pool.get("containerSpec") or pool.get("pythonPackageSpec"):
-            pool.setdefault("diskSpec", dict(DEFAULT_DISK))
-            pool.setdefault("replicaCount", "1")
-    return spec
+    pools = [{"replicaCount": "1", "diskSpec": dict(DEFAULT_DISK), **pool}
+             if pool.get("containerSpec") or pool.get("pythonPackageSpec") else pool
+             for pool in job_spec.get("workerPoolSpecs") or []]
+    return {**job_spec, "workerPoolSpecs": pools} if "workerPoolSpecs" in job_spec else dict(job_spec)
 
 
 def error_of(job: Job | None, record: Record | None = None) -> dict[str, Any] | None:
