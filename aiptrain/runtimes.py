@@ -17,7 +17,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from pathlib import Path
 
@@ -358,12 +358,18 @@ def build_image(
             forcerm=True,
             decode=True,
         )
-        for chunk in stream:
-            if "error" in chunk:
-                raise EnvironmentNotReady(f"Building {rt.image} failed: {chunk['error'].strip()}")
-            line = chunk.get("stream", "").strip()
-            if line:
-                progress(line)
+        follow_build(stream, rt.image, progress)
     # The legacy builder keeps the install stage as an untagged image holding the wheelhouse.
     api.prune_images(filters={"label": "aiptrain.build-stage=install", "dangling": True})
     return rt.image
+
+
+def follow_build(stream: Iterable[dict], image: str, progress: Callable[[str], None]) -> None:
+    """Follow the engine's build of `image` (a decoded build stream): each output line to
+    `progress`; the engine's error raised as EnvironmentNotReady (exit 3) naming the image."""
+    for chunk in stream:
+        if "error" in chunk:
+            raise EnvironmentNotReady(f"Building {image} failed: {chunk['error'].strip()}")
+        line = chunk.get("stream", "").strip()
+        if line:
+            progress(line)

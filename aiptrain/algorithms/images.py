@@ -19,7 +19,6 @@ from pathlib import Path
 from aiptrain import runtimes
 from aiptrain.algorithms.catalog import ALGORITHM_LABEL, FRAMEWORK_LABEL, RUNTIME_VERSION, Algorithm
 from aiptrain.backends.engine import connect, inspect_image
-from aiptrain.errors import EnvironmentNotReady
 from aiptrain.runtime_catalog import RUNTIMES, Runtime
 
 RECIPE_LABEL = "aiptrain.built-in-algorithm.recipe"
@@ -100,12 +99,7 @@ def build_image(algorithm: Algorithm, cache_dir: Path, progress: Callable[[str],
             labels={ALGORITHM_LABEL: algorithm.name, FRAMEWORK_LABEL: algorithm.framework,
                     RECIPE_LABEL: recipe(algorithm)},
         )
-        for chunk in stream:
-            if "error" in chunk:
-                raise EnvironmentNotReady(f"Building {algorithm.image} failed: {chunk['error'].strip()}")
-            line = chunk.get("stream", "").strip()
-            if line:
-                progress(line)
+        runtimes.follow_build(stream, algorithm.image, progress)
     for name in algorithm.images[1:]:
         repository, _, tag = name.rpartition(":")
         api.tag(algorithm.image, repository, tag)

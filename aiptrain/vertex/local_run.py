@@ -46,7 +46,7 @@ from aiptrain.client import Client
 from aiptrain.config import SubmitFlags
 from aiptrain.dependencies import Image
 from aiptrain.errors import EnvironmentNotReady, ValidationError
-from aiptrain.runtimes import image_contents, image_python, lookup, mapped
+from aiptrain.runtimes import follow_build, image_contents, image_python, lookup, mapped
 from aiptrain.settings import Settings
 from aiptrain.validation import validate_image_reference
 from aiptrain.vertex.images import executor, is_prebuilt
@@ -362,12 +362,7 @@ def _build(api, context: BuildContext, name: str, digest: str, say: Callable[[st
         archive.seek(0)
         stream = api.build(fileobj=archive, custom_context=True, tag=name, labels={DIGEST_LABEL: digest},
                            rm=True, forcerm=True, decode=True)
-        for chunk in stream:
-            if "error" in chunk:
-                raise EnvironmentNotReady(f"Building the training image [{name}] failed: {chunk['error'].strip()}")
-            line = chunk.get("stream", "").rstrip()
-            if line:
-                say(line)
+        follow_build(stream, f"the training image [{name}]", say)
 
 
 def _readable(info: tarfile.TarInfo) -> tarfile.TarInfo:

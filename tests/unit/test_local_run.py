@@ -70,10 +70,13 @@ def test_a_missing_work_dir_is_refused(tmp_path):
         validate(args(tmp_path / "nope"))
 
 
-def test_what_gcloud_accepts_is_accepted(work_dir):
-    validate(args(work_dir))  # the executor image runs as it is
-    validate(args(work_dir, python_module="my_training.task", requirements=("pandas",),
-                  extra_packages=("dep/foo-0.1.tar.gz",), extra_dirs=("dataset",), output_image_uri="me/trainer:1"))
+@pytest.mark.parametrize("given", [
+    {},  # the executor image runs as it is
+    {"python_module": "my_training.task", "requirements": ("pandas",), "extra_packages": ("dep/foo-0.1.tar.gz",),
+     "extra_dirs": ("dataset",), "output_image_uri": "me/trainer:1"},
+])
+def test_what_gcloud_accepts_is_accepted(work_dir, given):
+    assert validate(args(work_dir, **given)) is None  # raises ValidationError for anything gcloud refuses
 
 
 def test_the_dockerfile_is_gcloud_s_with_offline_installs(work_dir):
