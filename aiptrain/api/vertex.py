@@ -386,9 +386,13 @@ def _shares_its_job(records: VertexRecords, record: Record) -> bool:
 
 
 def _job_of(client: Client, record: Record) -> Job | None:
-    if not record.job_key:
-        return None
-    return client.store.get(record.job_key)
+    """The ml v1 job that runs the record; found by its ID in the record's project when the
+    record does not name it yet (a create still under way, or one whose server stopped between
+    queueing the job and naming it in the record)."""
+    key = record.job_key
+    if key is None and record.kind in JOB_PREFIX:  # Models and operations run no job
+        key = client.store.key_of(record.project, record.job_id)
+    return client.store.get(key) if key else None
 
 
 def _vertex_filter(text: str) -> filtering.Expr | None:

@@ -168,3 +168,13 @@ def test_a_refused_create_says_why_in_one_line_and_creates_nothing(sdk, body, wo
 ])
 def test_unknown_names_are_answered_as_the_service_does(sdk, path, status):
     assert raw(sdk, "GET", path)[0] == status
+
+
+def test_a_record_whose_create_stopped_before_naming_its_job_still_shows_the_job(sdk):
+    """A server stopped between queueing the job and writing its key into the record: the job is
+    found by its ID, not shown QUEUED for ever."""
+    numeric = seed_custom_job("interrupted", State.FAILED, error="The replica master 0 exited with a non-zero status of 1.")
+    with Client(settings=Settings(), project=PROJECT) as client:
+        client.store.execute("UPDATE vertex_resources SET job_key = NULL WHERE id = ?", (numeric,))
+    job = job_service(sdk).get_custom_job(name=name_of(numeric))
+    assert job.state.name == "JOB_STATE_FAILED" and "workerpool0-0" in job.error.message
