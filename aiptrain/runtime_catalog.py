@@ -13,6 +13,9 @@ Ours install those exact releases wherever the base image's Python has wheels fo
   - Where those releases removed names the service's had (`sklearn.externals.joblib`), the
     image gets them back (COMPAT, installed by aiptrain/runtime/aiptrain_compat.py).
   - minimal: Debian bookworm's Python 3.11 and pip, nothing else.
+  - pytorch-2.13: PyTorch's CPU build on bookworm, which runs Vertex AI's (and AI Platform's)
+    prebuilt PyTorch images (aiptrain/vertex/images.py). AI Platform had no PyTorch runtime
+    version; it is built when a job needs it, not with the others.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ HYPERTUNE = "cloudml-hypertune==0.1.0.dev6"
 # constraints (protobuf, numpy) at build; the image's label records what was installed.
 GOOGLE_LIBRARIES = ("google-cloud-storage", "google-api-python-client", "google-auth", "gcsfs")
 # The modules trainers import from those distributions: each image build checks they import.
-_MODULES = {"tensorflow": "tensorflow", "scikit-learn": "sklearn", "xgboost": "xgboost", "pandas": "pandas"}
+_MODULES = {"tensorflow": "tensorflow", "scikit-learn": "sklearn", "xgboost": "xgboost", "pandas": "pandas",
+            "torch": "torch"}
 GOOGLE_MODULES = ("hypertune", "google.cloud.storage", "googleapiclient", "google.auth", "gcsfs")
 @dataclass(frozen=True)
 class Base:
@@ -291,9 +295,17 @@ _SCIKIT_LEARN_0_CONSTRAINTS = ("scipy<1.8",)
 _VERSION_CONSTRAINTS = {"2.6": ("keras<2.7", "tensorflow-estimator<2.7")}
 
 
+# PyTorch's CPU build: PyPI's Linux torch is the CUDA one, which does not import without GBs of
+# nvidia-* wheels. The `+cpu` pin matches only a CPU wheel pip is pointed at (PIP_FIND_LINKS=DIR
+# holding torch-2.13.0+cpu-cp311-*.whl, or PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu),
+# never PyPI's. numpy: optional for torch, which warns at every start without it.
+TORCH = "2.13.0+cpu"
+PYTORCH = "pytorch-2.13"
+
 RUNTIMES: dict[str, Runtime] = {
     **{v: _service_runtime(v) for v in SERVICE_PINS},
     "minimal": Runtime("minimal", BASES["bookworm"], {}),
+    PYTORCH: Runtime(PYTORCH, BASES["bookworm"], {"torch": TORCH}, extra=("numpy", HYPERTUNE, *GOOGLE_LIBRARIES)),
 }
 
 

@@ -3,10 +3,11 @@
 `pythonPackageSpec.executorImageUri` names one of Google's prebuilt containers
 (`us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-11.py310:latest`, the older
 `gcr.io/cloud-aiplatform/training/tf-cpu.2-3:latest`, `sklearn-cpu.1-0`, `xgboost-cpu.1-1`,
-`pytorch-gpu.1-13`; also `europe-`/`asia-` hosts). None can be pulled here: each is run by the
-runtime version whose frameworks it held, as AI Platform's runtime versions are. An image a
-team maps itself (`aiptrain runtimes add URI --image IMAGE`) is taken first, which is how a
-PyTorch executor image is given one. The other way (`prebuilt_image`), an AI Platform runtime
+`pytorch-gpu.1-13`, AI Platform's `gcr.io/cloud-ml-public/training/pytorch-cpu.1-4`; also
+`europe-`/`asia-` hosts). None can be pulled here: each is run by the runtime version whose
+frameworks it held, as AI Platform's runtime versions are; every PyTorch image (CPU, GPU or XLA,
+any release) by the one PyTorch runtime, on CPU. An image a team maps itself (`aiptrain runtimes
+add URI --image IMAGE`) is taken first. The other way (`prebuilt_image`), an AI Platform runtime
 version names the prebuilt TensorFlow image of its release, for `aiptrain jobs convert`.
 Pure rules: no I/O.
 """
@@ -17,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from aiptrain.errors import ValidationError
-from aiptrain.runtime_catalog import RUNTIMES, SERVICE_PINS
+from aiptrain.runtime_catalog import PYTORCH, RUNTIMES, SERVICE_PINS, TORCH
 
 # (host)/(repository path)/(framework)-(cpu|gpu|xla).(major)-(minor)[.pyNN][:tag]
 PREBUILT = re.compile(
@@ -33,6 +34,8 @@ NEWEST_TF = max((v for v in SERVICE_PINS if v.startswith("2.")), key=lambda v: i
 # (cloud.google.com/vertex-ai/docs/training/pre-built-containers).
 TRAINING_IMAGES = "us-docker.pkg.dev/vertex-ai/training"
 TF_IMAGE_RELEASES = ("1.15", *(f"2.{minor}" for minor in range(1, 12) if minor != 10))
+# The prebuilt PyTorch training image `aiptrain jobs convert` names for runtime pytorch-2.13.
+PYTORCH_IMAGE_RELEASE = "2.4"
 
 
 @dataclass(frozen=True)
@@ -59,13 +62,18 @@ def executor(uri: str, mapped: dict[str, dict] | None = None) -> Executor:
         )
     framework, release = match["framework"], (int(match["major"]), int(match["minor"]))
     if framework == "pytorch":
-        raise ValidationError(
-            f"executorImageUri [{uri}] is a PyTorch image, which no runtime here holds: build one with torch and "
-            f"map it with `aiptrain runtimes add {uri} --image IMAGE`, or use containerSpec with your own image."
-        )
+        return _pytorch(uri, match["flavour"])
     if framework in ("tf", "tf2"):
         return _tensorflow(uri, release)
     return _by_pin(uri, framework, release)
+
+
+def _pytorch(uri: str, flavour: str) -> Executor:
+    """Every PyTorch image runs on the one PyTorch runtime: its CPU build, whatever release and
+    accelerator the image held (a trainer written for CUDA or XLA devices must fall back to CPU)."""
+    torch = TORCH.split("+")[0]
+    on_cpu = "" if flavour == "cpu" else f", on CPU: the {flavour.upper()} build is not here"
+    return Executor(PYTORCH, f"NOTE: [{uri}] runs on runtime {PYTORCH} (PyTorch {torch}, CPU build{on_cpu}).")
 
 
 def _tensorflow(uri: str, release: tuple[int, int]) -> Executor:
@@ -115,6 +123,10 @@ def prebuilt_image(runtime_version: str, gpu: bool = False) -> Image:
     if is_prebuilt(runtime_version):
         return Image(runtime_version.strip())
     flavour = "gpu" if gpu else "cpu"
+    if runtime_version == PYTORCH:
+        uri = f"{TRAINING_IMAGES}/pytorch-{flavour}.{PYTORCH_IMAGE_RELEASE.replace('.', '-')}.py310:latest"
+        return Image(uri, f"runtimeVersion {runtime_version} (PyTorch {TORCH.split('+')[0]}) is aiptrain's own: {uri} "
+                          f"(PyTorch {PYTORCH_IMAGE_RELEASE}) is given; pick the prebuilt image the trainer needs.")
     release = _nearest_release(runtime_version)
     uri = f"{TRAINING_IMAGES}/tf-{flavour}.{release.replace('.', '-')}:latest"
     if release == runtime_version:

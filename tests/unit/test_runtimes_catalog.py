@@ -41,7 +41,7 @@ def default_repositories(monkeypatch):
 
 
 def test_every_version_the_service_offered_is_in_the_catalog():
-    assert set(RUNTIMES) == set(EXPECTED) | {"minimal"} == set(SERVICE_PINS) | {"minimal"}
+    assert set(RUNTIMES) == set(EXPECTED) | {"minimal", "pytorch-2.13"} == set(SERVICE_PINS) | {"minimal", "pytorch-2.13"}
 
 
 @pytest.mark.parametrize("version", EXPECTED)
@@ -89,6 +89,15 @@ def test_minimal_is_python_and_pip_on_bookworm():
     assert (rt.base.name, rt.python, rt.packages, rt.provides) == ("bookworm", "3.11", (), frozenset())
 
 
+def test_pytorch_is_torchs_cpu_build_on_bookworm_with_the_google_libraries():
+    rt = runtime("pytorch-2.13")
+    assert (rt.base.name, rt.python, rt.image, rt.note) == ("bookworm", "3.11", "aiptrain/runtime:pytorch-2.13", None)
+    # `+cpu`: only the CPU wheel pip is pointed at matches, never PyPI's CUDA build.
+    assert rt.packages[:2] == ("torch==2.13.0+cpu", "numpy")
+    assert {"torch", "numpy", "cloudml-hypertune", "google-cloud-storage", "gcsfs"} <= rt.provides
+    assert rt.imports[0] == "torch" and "hypertune" in rt.imports
+
+
 def test_frameworks_are_provided_but_constraints_are_not():
     provides = runtime("2.11").provides
     assert {"tensorflow", "tensorflow-cpu", "scikit-learn", "xgboost", "pandas", "cloudml-hypertune",
@@ -126,7 +135,7 @@ def test_an_unknown_version_names_where_it_came_from(given_as):
         runtime("3.0", given_as)
     message = str(caught.value)
     assert message.startswith(f"Unknown {given_as} [3.0]: choose one of 2.11, 2.10,")
-    assert message.endswith(", 1.0, minimal (`aiptrain runtimes list`).") and "\n" not in message
+    assert message.endswith(", 1.0, minimal, pytorch-2.13 (`aiptrain runtimes list`).") and "\n" not in message
 
 
 # version: the surfaces given back (aiptrain_compat.SURFACES), from the service's releases and ours.

@@ -257,6 +257,8 @@ def test_a_study_with_the_defaults_names_the_default_metric_and_counts():
     ("1.14", False, f"{IMAGES}/tf-cpu.1-15:latest", "runtimeVersion 1.14 has no prebuilt training image"),
     ("minimal", False, f"{IMAGES}/tf-cpu.2-11:latest", "runtimeVersion minimal is aiptrain's own"),
     (f"{IMAGES}/pytorch-gpu.1-13:latest", True, f"{IMAGES}/pytorch-gpu.1-13:latest", None),  # a mapped executor
+    ("pytorch-2.13", False, f"{IMAGES}/pytorch-cpu.2-4.py310:latest", "runtimeVersion pytorch-2.13 (PyTorch 2.13.0)"),
+    ("pytorch-2.13", True, f"{IMAGES}/pytorch-gpu.2-4.py310:latest", "is aiptrain's own"),
 ])
 def test_prebuilt_images_of_runtime_versions(runtime, gpu, uri, note):
     image = prebuilt_image(runtime, gpu)

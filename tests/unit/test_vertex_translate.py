@@ -78,8 +78,6 @@ REFUSED = [
      "differs from workerPoolSpecs[0]'s executorImageUri"),
     ("an image that is no prebuilt one", [package(executor="gcr.io/mine/trainer:1")],
      "is not one of Vertex AI's prebuilt training images"),
-    ("PyTorch's prebuilt image", [package(executor="us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.1-13:latest")],
-     "a PyTorch image, which no runtime here holds"),
     ("an output prefix outside Cloud Storage", [container()], "is not a gs:// URI"),
 ]
 
@@ -119,6 +117,16 @@ EXECUTORS = [
     ("us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-99.py310:latest", "2.11", "the newest built here"),
     ("us-docker.pkg.dev/vertex-ai/training/sklearn-cpu.1-0:latest", "2.11", None),
     ("us-docker.pkg.dev/vertex-ai/training/xgboost-cpu.1-1:latest", "2.2", None),
+    # Every PyTorch image, any release, CPU/GPU/XLA, Vertex AI's or AI Platform's, runs PyTorch 2.13's CPU build.
+    ("us-docker.pkg.dev/vertex-ai/training/pytorch-cpu.2-1.py310:latest", "pytorch-2.13",
+     "NOTE: [us-docker.pkg.dev/vertex-ai/training/pytorch-cpu.2-1.py310:latest] runs on runtime pytorch-2.13 "
+     "(PyTorch 2.13.0, CPU build)."),
+    ("us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.1-13:latest", "pytorch-2.13",
+     "(PyTorch 2.13.0, CPU build, on CPU: the GPU build is not here)."),
+    ("europe-docker.pkg.dev/vertex-ai/training/pytorch-xla.2-4.py310:latest", "pytorch-2.13",
+     "on CPU: the XLA build is not here"),
+    ("gcr.io/cloud-ml-public/training/pytorch-cpu.1-4", "pytorch-2.13", "runs on runtime pytorch-2.13"),
+    ("gcr.io/cloud-ml-public/training/pytorch-gpu.1-10", "pytorch-2.13", "the GPU build is not here"),
 ]
 
 
@@ -129,6 +137,14 @@ def test_prebuilt_executor_images_run_on_the_runtime_that_holds_their_frameworks
     assert (ti.runtime_version, ti.package_uris, ti.python_module) == (
         runtime, ["gs://b/trainer-0.1.tar.gz"], "trainer.task")
     assert (note is None) == (not translation.notices) and all(note in n for n in translation.notices if note)
+    assert all("\n" not in n for n in translation.notices)
+
+
+def test_a_pytorch_image_a_team_mapped_is_taken_before_the_pytorch_runtime():
+    uri = "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-1.py310:latest"
+    spec = CustomJobSpec.model_validate({"workerPoolSpecs": [package(executor=uri)]})
+    translation = translate("j", "1", spec, mapped_runtimes={uri: {"image": "team/torch:cuda"}})
+    assert (translation.job.training_input.runtime_version, tuple(translation.notices)) == (uri, ())
 
 
 def test_an_executor_image_a_team_mapped_runs_as_mapped():
