@@ -1,0 +1,101 @@
+"""A Vertex AI CustomJob on Google's prebuilt PyTorch executor image: a pythonPackageSpec naming
+`pytorch-cpu.2-1.py310` runs its package on runtime pytorch-2.13 (torch's CPU build), and a DDP
+trainer of 1 primary + 1 worker finds its gloo group from MASTER_ADDR, MASTER_PORT, WORLD_SIZE
+and RANK alone, as Google's PyTorch samples do.
+
+The runtime image is built once (`aiptrain runtimes build pytorch-2.13` would do the same) from
+the torch CPU wheel pip is pointed at (PIP_FIND_LINKS), and kept; its wheelhouse is cached in
+.cache/ across sessions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from aiptrain.packaging import build_sdist
+from aiptrain.runtime_catalog import PYTORCH, runtime
+from aiptrain.settings import Settings
+
+from conftest import REPO, job_resources, require_image
+from test_vertex_contract import job_key, sdk, server, storage_client  # noqa: F401 (server: a fixture)
+
+PROJECT = "vertex-contract"  # test_vertex_contract's `server` and `sdk` serve this project
+EXECUTOR = "us-docker.pkg.dev/vertex-ai/training/pytorch-cpu.2-1.py310:latest"
+BUILD_CACHE = REPO / ".cache" / "runtime-build"
+
+# A few DDP steps of a linear model; each rank writes what it saw under /gcs/BUCKET/ddp/RANK.json.
+DDP_TASK = '''\
+import json
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+dist.init_process_group("gloo")  # MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK
+torch.manual_seed(0)
+model = DistributedDataParallel(torch.nn.Linear(4, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+generator = torch.Generator().manual_seed(dist.get_rank())
+for _ in range(5):
+    inputs = torch.randn(8, 4, generator=generator)
+    loss = ((model(inputs) - inputs.sum(dim=1, keepdim=True)) ** 2).mean()
+    optimizer.zero_grad()
+    loss.backward()  # DDP all-reduces the gradients: the ranks keep the same weights
+    optimizer.step()
+weights = [round(value, 6) for value in model.module.weight.detach().flatten().tolist()]
+bucket = os.environ["AIP_MODEL_DIR"][len("gs://"):].split("/", 1)[0]
+os.makedirs(f"/gcs/{bucket}/ddp", exist_ok=True)
+with open(f"/gcs/{bucket}/ddp/{dist.get_rank()}.json", "w") as handle:
+    json.dump({"rank": dist.get_rank(), "world": dist.get_world_size(), "weights": weights, "torch": torch.__version__,
+               "env": {name: os.environ.get(name) for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
+                                                               "CLUSTER_SPEC")}}, handle)
+dist.destroy_process_group()
+'''
+
+
+@pytest.fixture(scope="session")
+def pytorch_runtime(docker_api) -> str:
+    """Runtime pytorch-2.13's image, built once when missing or stale, and kept."""
+    from aiptrain.runtimes import build_image, image_is_current
+
+    rt = runtime(PYTORCH)
+    require_image(docker_api, rt.base.image)
+    if not image_is_current(rt):
+        build_image(rt, BUILD_CACHE)
+    return rt.image
+
+
+def test_a_ddp_package_on_the_prebuilt_pytorch_image_finds_its_group(server, docker_api, pytorch_runtime,  # noqa: F811
+                                                                      tmp_path):
+    source = tmp_path / "ddp" / "trainer"
+    source.mkdir(parents=True)
+    (source / "__init__.py").write_text("")
+    (source / "task.py").write_text(DDP_TASK)
+    (tmp_path / "dist").mkdir()
+    sdist = build_sdist(source, tmp_path / "dist")
+    bucket = storage_client().create_bucket(f"{PROJECT}-b")
+    bucket.blob(f"packages/{sdist.path.name}").upload_from_filename(str(sdist.path))
+    spec = {"executor_image_uri": EXECUTOR, "package_uris": [f"gs://{PROJECT}-b/packages/{sdist.path.name}"],
+            "python_module": "trainer.task"}
+
+    job = sdk(server).CustomJob(
+        display_name="torch-package",
+        worker_pool_specs=[{"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
+                            "python_package_spec": spec} for _ in range(2)],
+        base_output_dir=f"gs://{PROJECT}-b/out",
+    )
+    job.run(sync=True)
+    assert job.state.name == "JOB_STATE_SUCCEEDED"
+    root = Settings().gcs_root / f"{PROJECT}-b" / "ddp"
+    ranks = {path.stem: json.loads(path.read_text()) for path in sorted(root.glob("*.json"))}
+    assert sorted(ranks) == ["0", "1"]
+    for rank, seen in ranks.items():
+        env = seen["env"]
+        assert seen["torch"] == "2.13.0+cpu"
+        assert (seen["rank"], seen["world"]) == (int(env["RANK"]), int(env["WORLD_SIZE"])) == (int(rank), 2)
+        primary = json.loads(env["CLUSTER_SPEC"])["cluster"]["workerpool0"][0]
+        assert f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}" == primary
+    assert ranks["0"]["weights"] == ranks["1"]["weights"]  # DDP kept the replicas in step
+    assert job_resources(docker_api, job_key(job)) == []
