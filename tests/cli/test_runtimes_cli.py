@@ -29,7 +29,9 @@ def test_list_prints_one_row_per_runtime_with_status_and_frameworks(monkeypatch,
     assert [row[:3] for row in rows[1:]] == [
         [rt.version, rt.image, "built" if rt.version == "minimal" else "not built"] for rt in RUNTIMES.values()
     ]
-    assert rows[-1][3:] == ["3.11 (bookworm)", "none (Python and pip only)"]
+    by_version = {row[0]: row[3:] for row in rows[1:]}
+    assert by_version["minimal"] == ["3.11 (bookworm)", "none (Python and pip only)"]
+    assert by_version["pytorch-2.13"] == ["3.11 (bookworm)", "torch 2.13.0+cpu, cloudml-hypertune 0.1.0.dev6"]
     assert rows[1][3:] == [
         "3.9 (bullseye)",
         "tensorflow-cpu 2.11.0, scikit-learn 1.0.2, xgboost 1.6.2, pandas 1.3.5, cloudml-hypertune 0.1.0.dev6",
