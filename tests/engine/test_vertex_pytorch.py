@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from aiptrain.packaging import build_sdist
-from aiptrain.runtime_catalog import PYTORCH, runtime
 from aiptrain.settings import Settings
 
-from conftest import REPO, job_resources, require_image
+from conftest import job_resources
+from test_pytorch_ddp import torch_image  # noqa: F401 (a fixture)
 from test_vertex_contract import job_key, sdk, server, storage_client  # noqa: F401 (server: a fixture)
 
 PROJECT = "vertex-contract"  # test_vertex_contract's `server` and `sdk` serve this project
 EXECUTOR = "us-docker.pkg.dev/vertex-ai/training/pytorch-cpu.2-1.py310:latest"
-BUILD_CACHE = REPO / ".cache" / "runtime-build"
 
 # A few DDP steps of a linear model; each rank writes what it saw under /gcs/BUCKET/ddp/RANK.json.
 DDP_TASK = '''\
@@ -55,19 +52,7 @@ dist.destroy_process_group()
 '''
 
 
-@pytest.fixture(scope="session")
-def pytorch_runtime(docker_api) -> str:
-    """Runtime pytorch-2.13's image, built once when missing or stale, and kept."""
-    from aiptrain.runtimes import build_image, image_is_current
-
-    rt = runtime(PYTORCH)
-    require_image(docker_api, rt.base.image)
-    if not image_is_current(rt):
-        build_image(rt, BUILD_CACHE)
-    return rt.image
-
-
-def test_a_ddp_package_on_the_prebuilt_pytorch_image_finds_its_group(server, docker_api, pytorch_runtime,  # noqa: F811
+def test_a_ddp_package_on_the_prebuilt_pytorch_image_finds_its_group(server, docker_api, torch_image,  # noqa: F811
                                                                       tmp_path):
     source = tmp_path / "ddp" / "trainer"
     source.mkdir(parents=True)
