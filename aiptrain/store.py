@@ -64,6 +64,14 @@ class JobStore(JobTable):
         row = self._db.execute("SELECT resource FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         return self._parsed(job_id, row[0]) if row else None
 
+    def get_many(self, keys: list[str]) -> dict[str, Job]:
+        """The jobs of these keys that exist, in one query (a page of a list); DamagedRecord as get."""
+        if not keys:
+            return {}
+        rows = self._db.execute(f"SELECT job_id, resource FROM jobs WHERE job_id IN ({','.join('?' * len(keys))})",
+                                tuple(keys)).fetchall()
+        return {key: self._parsed(key, resource) for key, resource in rows}
+
     def require(self, job_id: str) -> Job:
         """The job, which must exist (JobNotFound otherwise): for whoever drives or submitted it."""
         job = self.get(job_id)

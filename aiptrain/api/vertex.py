@@ -268,13 +268,12 @@ class VertexMethods:
                 self._refresh(kind, client, records, project)
                 if expr is None:  # the store pages: only the page (and one more, to know of a next) is read
                     chosen = records.list(project, kind, _location(location), start, page_size + 1)
-                    found = [render(record, _job_of(client, record)) for record in chosen]
+                    found = _rendered(client, chosen, render)
                     offset = 0
                 else:
                     offset = start
-                    found = [item for item in (render(record, _job_of(client, record))
-                                               for record in records.list(project, kind, _location(location)))
-                             if filtering.evaluate(expr, item)]
+                    everything = _rendered(client, records.list(project, kind, _location(location)), render)
+                    found = [item for item in everything if filtering.evaluate(expr, item)]
             page = found[offset:offset + page_size]
             answer: dict[str, Any] = {kind: page} if page else {}
             if offset + page_size < len(found):
@@ -383,6 +382,13 @@ def _shares_its_job(records: VertexRecords, record: Record) -> bool:
     assert record.job_key
     return any(records.of_job(record.job_key, kind) is not None
                for kind in (CUSTOM_JOBS, TUNING_JOBS, PIPELINES) if kind != record.kind)
+
+
+def _rendered(client: Client, chosen: list[Record], render: Callable[[Record, Job | None], dict]) -> list[dict]:
+    """The records as resources, their jobs read in one query."""
+    jobs = client.store.get_many([record.job_key for record in chosen if record.job_key])
+    return [render(record, jobs.get(record.job_key) if record.job_key else _job_of(client, record))
+            for record in chosen]
 
 
 def _job_of(client: Client, record: Record) -> Job | None:
