@@ -81,26 +81,33 @@ def pydantic_error_line(error: Any, source: str) -> str:
     return f"{source}: {location.lstrip('.')}: {message}{suffix}."
 
 
-def load_config(path: str) -> Job:
-    """Read a gcloud `--config` YAML/JSON file (a Job resource) with yaml.safe_load."""
+def read_document(path: str, flag: str) -> Any:
+    """A YAML or JSON file named by `flag` (JSON is YAML), or one line saying why it cannot be read."""
     import yaml
-    from pydantic import ValidationError as PydanticError
 
-    config_path = Path(path).expanduser()
     try:
-        data = yaml.safe_load(config_path.read_text())
+        return yaml.safe_load(Path(path).expanduser().read_text())
     except FileNotFoundError:
-        raise ValidationError(f"--config file [{path}] does not exist.") from None
+        raise ValidationError(f"{flag} file [{path}] does not exist.") from None
+    except IsADirectoryError:
+        raise ValidationError(f"{flag} file [{path}] is a directory: name the YAML or JSON file.") from None
     except OSError as exc:
-        raise ValidationError(f"--config file [{path}] cannot be read: {exc.strerror}.") from None
+        raise ValidationError(f"{flag} file [{path}] cannot be read: {exc.strerror}.") from None
     except UnicodeDecodeError:
-        raise ValidationError(f"--config file [{path}] is not UTF-8 text: save it as UTF-8 YAML or JSON.") from None
+        raise ValidationError(f"{flag} file [{path}] is not UTF-8 text: save it as UTF-8 YAML or JSON.") from None
     except RecursionError:
-        raise ValidationError(f"--config file [{path}] nests too deeply to be a Job resource: fix its structure.") from None
+        raise ValidationError(f"{flag} file [{path}] nests too deeply to be a job: fix its structure.") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise ValidationError(f"--config file [{path}] is not valid YAML{where}: fix the syntax.") from None
+        raise ValidationError(f"{flag} file [{path}] is not valid YAML or JSON{where}: fix the syntax.") from None
+
+
+def load_config(path: str) -> Job:
+    """Read a gcloud `--config` YAML/JSON file (a Job resource) with yaml.safe_load."""
+    from pydantic import ValidationError as PydanticError
+
+    data = read_document(path, "--config")
     if data is None:
         data = {}
     if not isinstance(data, dict):

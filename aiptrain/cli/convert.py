@@ -5,38 +5,14 @@ and the command that creates it on stderr. Imported when one of them runs."""
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 from typing import Any
 
 import click
 
-from aiptrain.errors import ValidationError
 from aiptrain.vertex.convert import CUSTOM_JOB, TUNING_JOB, Conversion
 from aiptrain.vertex.records import CUSTOM_JOBS, JOB_PREFIX, TUNING_JOBS
 
 QUIET_VERBOSITIES = ("error", "critical", "none")
-
-
-def read_document(path: str, flag: str) -> Any:
-    """A YAML or JSON file (JSON is YAML), or one line saying why it cannot be read."""
-    import yaml
-
-    try:
-        return yaml.safe_load(Path(path).expanduser().read_text())
-    except FileNotFoundError:
-        raise ValidationError(f"{flag} file [{path}] does not exist.") from None
-    except IsADirectoryError:
-        raise ValidationError(f"{flag} file [{path}] is a directory: name the YAML or JSON file.") from None
-    except OSError as exc:
-        raise ValidationError(f"{flag} file [{path}] cannot be read: {exc.strerror}.") from None
-    except UnicodeDecodeError:
-        raise ValidationError(f"{flag} file [{path}] is not UTF-8 text: save it as UTF-8 YAML or JSON.") from None
-    except RecursionError:
-        raise ValidationError(f"{flag} file [{path}] nests too deeply to be a job: fix its structure.") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ValidationError(f"{flag} file [{path}] is not valid YAML or JSON{where}: fix the syntax.") from None
 
 
 def recorded_vertex_job(client: Any, job_id: str) -> Conversion | None:

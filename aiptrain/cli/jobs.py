@@ -463,7 +463,7 @@ def _job_of_config(config, display_name, region, packages, labels, user_args, fl
 def _from_vertex_file(path: str, display_name: str | None, region: str | None):
     from pathlib import Path
 
-    from aiptrain.cli.convert import read_document
+    from aiptrain.config import read_document
     from aiptrain.runtimes import mapped
     from aiptrain.vertex.convert import to_ai_platform
 
