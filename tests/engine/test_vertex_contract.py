@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +43,20 @@ def storage_client(project: str = PROJECT, credentials=None):
     from google.cloud import storage
 
     return storage.Client(project=project, credentials=credentials or AnonymousCredentials())
+
+
+def staged_trainer(tmp_path: Path, task_source: str):
+    """A `trainer` package of one task module, as an sdist in the project's bucket `{PROJECT}-b`
+    (made here): (the bucket, the package's gs:// URI)."""
+    source = tmp_path / "trainer-src" / "trainer"
+    source.mkdir(parents=True)
+    (source / "__init__.py").write_text("")
+    (source / "task.py").write_text(task_source)
+    (tmp_path / "dist").mkdir()
+    sdist = build_sdist(source, tmp_path / "dist")
+    bucket = storage_client().create_bucket(f"{PROJECT}-b")
+    bucket.blob(f"packages/{sdist.path.name}").upload_from_filename(str(sdist.path))
+    return bucket, f"gs://{PROJECT}-b/packages/{sdist.path.name}"
 
 
 @pytest.fixture
@@ -232,14 +247,7 @@ with open(os.path.join(model_dir, "seen.json"), "w") as handle:
 
 def test_scikit_learn_reads_data_and_writes_its_model_through_gcs(server, docker_api, tmp_path):
     require_image(docker_api, TF)  # the sklearn-cpu.1-0 executor runs on runtime 2.11
-    source = tmp_path / "sklearn" / "trainer"
-    source.mkdir(parents=True)
-    (source / "__init__.py").write_text("")
-    (source / "task.py").write_text(SKLEARN_TASK)
-    (tmp_path / "dist").mkdir()
-    sdist = build_sdist(source, tmp_path / "dist")
-    bucket = storage_client().create_bucket(f"{PROJECT}-b")
-    bucket.blob(f"packages/{sdist.path.name}").upload_from_filename(str(sdist.path))
+    bucket, package = staged_trainer(tmp_path, SKLEARN_TASK)
     rows = [f"{x / 10},{(x % 7) / 7},{int(x > 10)}" for x in range(20)]
     bucket.blob("data/train.csv").upload_from_string("\n".join(rows) + "\n")
 
@@ -249,7 +257,7 @@ def test_scikit_learn_reads_data_and_writes_its_model_through_gcs(server, docker
         worker_pool_specs=[{
             "machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
             "python_package_spec": {"executor_image_uri": SKLEARN_EXECUTOR,
-                                    "package_uris": [f"gs://{PROJECT}-b/packages/{sdist.path.name}"],
+                                    "package_uris": [package],
                                     "python_module": "trainer.task", "args": [f"--data=gs://{PROJECT}-b/data/train.csv"],
                                     "env": [{"name": "POOL_ENV", "value": "pool0"}]},
         }],

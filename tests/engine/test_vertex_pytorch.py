@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 
-from aiptrain.packaging import build_sdist
 from aiptrain.settings import Settings
 
 from conftest import job_resources
 from test_pytorch_ddp import torch_image  # noqa: F401 (a fixture)
-from test_vertex_contract import job_key, sdk, server, storage_client  # noqa: F401 (server: a fixture)
+from test_vertex_contract import job_key, sdk, server, staged_trainer  # noqa: F401 (server: a fixture)
 
 PROJECT = "vertex-contract"  # test_vertex_contract's `server` and `sdk` serve this project
 EXECUTOR = "us-docker.pkg.dev/vertex-ai/training/pytorch-cpu.2-1.py310:latest"
@@ -54,15 +53,8 @@ dist.destroy_process_group()
 
 def test_a_ddp_package_on_the_prebuilt_pytorch_image_finds_its_group(server, docker_api, torch_image,  # noqa: F811
                                                                       tmp_path):
-    source = tmp_path / "ddp" / "trainer"
-    source.mkdir(parents=True)
-    (source / "__init__.py").write_text("")
-    (source / "task.py").write_text(DDP_TASK)
-    (tmp_path / "dist").mkdir()
-    sdist = build_sdist(source, tmp_path / "dist")
-    bucket = storage_client().create_bucket(f"{PROJECT}-b")
-    bucket.blob(f"packages/{sdist.path.name}").upload_from_filename(str(sdist.path))
-    spec = {"executor_image_uri": EXECUTOR, "package_uris": [f"gs://{PROJECT}-b/packages/{sdist.path.name}"],
+    _, package = staged_trainer(tmp_path, DDP_TASK)
+    spec = {"executor_image_uri": EXECUTOR, "package_uris": [package],
             "python_module": "trainer.task"}
 
     job = sdk(server).CustomJob(
