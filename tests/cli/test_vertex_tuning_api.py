@@ -6,19 +6,18 @@ delete answer it."""
 from __future__ import annotations
 
 import json
-import threading
 import urllib.error
 import urllib.request
 from datetime import datetime, timezone
 
 import pytest
 
-from aiptrain.api.app import App
-from aiptrain.api.server import make_server
 from aiptrain.client import Client
 from aiptrain.model import HyperparameterOutput, Job, Metric, State, TrainingOutput
 from aiptrain.settings import Settings
 from aiptrain.vertex.records import TUNING_JOBS, VertexRecords
+
+from test_rest_api import api_home, serve  # noqa: F401 (fixtures)
 
 PROJECT, REGION = "team-a", "us-central1"
 COLLECTION = f"/v1/projects/{PROJECT}/locations/{REGION}/hyperparameterTuningJobs"
@@ -29,14 +28,8 @@ TRIAL_JOB_SPEC = {"workerPoolSpecs": [{"replicaCount": "1", "containerSpec": {"i
 
 
 @pytest.fixture
-def url(home):
-    server = make_server(App(Settings(), None), "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    thread.join()
+def url(serve):  # noqa: F811
+    return serve()
 
 
 def call(url: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
