@@ -32,8 +32,9 @@ from aiptrain.backends.engine import (
     removed_on_failure,
 )
 from aiptrain.backends.engine_logs import log_frames, read_log_lines
+from aiptrain.backends.holders import HOLDER_AFTER_LAUNCH_SECONDS, HolderRecipe, Holders, holders_used
 from aiptrain.backends.installation import DockerInstallation
-from aiptrain.backends.networks import HOLDER_AFTER_LAUNCH_SECONDS, HolderRecipe, Holders, Networks, holders_used
+from aiptrain.backends.networks import Networks
 from aiptrain.backends.sweep import Sweep
 from aiptrain.errors import EnvironmentLacks
 from aiptrain.logs import parse_engine_time
@@ -134,7 +135,7 @@ class DockerBackend:
                     serving.result()  # an endpoint that never serves fails the launch
             except BaseException:
                 if holder:
-                    self.engine.remove_containers([holder])
+                    self.holders.discard(holder)
                 raise
             finally:
                 self.holders.let_go_of(holder)
@@ -191,7 +192,7 @@ class DockerBackend:
         self.engine.remove_replicas(containers, keep_networks={DEFAULT_NETWORK, self.networks.solo_network_name})
         holders = holders_used(containers)
         if holders:  # after their replicas, which used them
-            self.holders.replace_later(holders)
+            self.holders.give_back(holders)
         self.networks.remove_job_networks(job_id, trial_id)
 
     def watch(self, stop: threading.Event, on_change: Callable[[str], None]) -> None:

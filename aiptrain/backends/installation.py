@@ -9,7 +9,8 @@ from collections.abc import Callable, Collection
 
 from aiptrain.backends.endpoint import DockerEndpoint
 from aiptrain.backends.engine import Engine, engine_error
-from aiptrain.backends.networks import Holders, Networks
+from aiptrain.backends.holders import Holders
+from aiptrain.backends.networks import Networks
 from aiptrain.backends.sweep import Sweep
 from aiptrain.storage.endpoint import StorageEndpoint
 

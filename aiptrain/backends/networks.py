@@ -1,6 +1,6 @@
 """Job networks on one engine: subnets from AIPTRAIN_SUBNET_POOL, their removal (and Docker's
-stale count of endpoints), the installation's network for lone replicas and the holders that
-keep a lone replica's network ready before its job comes.
+stale count of endpoints), and the installation's network for lone replicas (whose holders,
+aiptrain.backends.holders, keep a lone replica's network ready before its job comes).
 
 A job of two or more replicas gets a user-defined network of its own (a bridge on one engine,
 an attachable overlay on a swarm); lone replicas share one network per installation on which
@@ -14,18 +14,15 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
-import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 from aiptrain.backends.engine import Engine, engine_error
 from aiptrain.errors import AiptrainError, EnvironmentNotReady, ValidationError
-from aiptrain.labels import LABEL_INSTALLATION, LABEL_ROLE
-from aiptrain.planning import LONE_HOSTNAME, ContainerSpec, NetworkSpec
+from aiptrain.labels import LABEL_ROLE
+from aiptrain.planning import NetworkSpec
 from aiptrain.settings import DEFAULT_SUBNET_POOL
-from aiptrain.storage.endpoint import API_HOSTS
 
 log = logging.getLogger(__name__)
 # Addresses a job's subnet reserves besides its replicas: network, gateway, broadcast.
@@ -45,17 +42,6 @@ SOLO_NETWORK_ADDRESSES = 1000
 SOLO_OPTIONS = {"com.docker.network.bridge.enable_icc": "false"}
 SOLO_ROLE = "solo-network"
 SOLO_PREFIX = "aiptrain-solo"
-# A lone replica starts inside a network namespace made ready before its job came: a "holder"
-# container asleep on the solo network, whose network the replica joins (network mode
-# container:<holder>). A container's start on a user-defined bridge network costs the engine
-# its network set-up (0.44 s against 0.16 s for one joining a holder, measured here), most of a
-# BASIC job's start. The home's controller keeps one ready; each holder serves one replica and
-# goes with it.
-HOLDER_ROLE = "network-holder"
-HOLDER_MEMORY = 32 * 1024 * 1024  # `sleep` needs under one
-# After a launch the next holder waits a moment, so its start does not compete with the
-# trainer's for the cores; after a teardown it is made at once.
-HOLDER_AFTER_LAUNCH_SECONDS = 1.0
 
 
 def subnet_pool(value: str) -> ipaddress.IPv4Network:
@@ -116,12 +102,6 @@ def _network_kept(network_id: str, although: str, cause: str) -> AiptrainError:
         f"dockerd clears): the home's controller removes it once Docker lets it go, or remove it with "
         f"`docker network rm {short}` then."
     )
-
-
-def holders_used(containers: Iterable[dict]) -> set[str]:
-    """The holders whose network these containers joined (network mode container:<ID>)."""
-    modes = ((c.get("HostConfig") or {}).get("NetworkMode") or "" for c in containers)
-    return {mode.removeprefix("container:") for mode in modes if mode.startswith("container:")}
 
 
 class Networks:
@@ -270,162 +250,3 @@ class Networks:
         found = self.engine.api.networks(names=[self.solo_network_name],
                                          filters={"label": f"{LABEL_ROLE}={SOLO_ROLE}"})
         return sorted((n for n in found if n["Name"] == self.solo_network_name), key=lambda n: n["Created"])
-
-
-@dataclass(frozen=True)
-class HolderRecipe:
-    """How to make a lone replica's network holder: what its last lone launch used."""
-
-    images: tuple[str, ...]  # the storage endpoint's: the first one here runs it
-    user: str
-    network: str  # the solo network
-    gateway: str  # where Google's API hosts resolve: the storage endpoint
-
-
-@dataclass(frozen=True)
-class ReadyHolder:
-    container_id: str
-    gateway: str
-
-
-class Holders:
-    """A lone replica's network made ready before its job (HOLDER_ROLE): kept only by the process
-    that launches the installation's jobs (`keep`, from the controller's warm-up)."""
-
-    def __init__(self, engine: Engine):
-        self.engine = engine
-        self._lock = threading.Lock()  # guards the fields below
-        self._keeps = False
-        self._ready: ReadyHolder | None = None
-        self._recipe: HolderRecipe | None = None  # from the last lone launch
-        self._in_hand: set[str] = set()  # taken by a launch, not yet joined by its replica
-        self._making = False
-        self._timer: tuple[threading.Timer, float] | None = None  # the next make, and when it is due
-
-    def keep(self) -> None:
-        self._keeps = True
-
-    def take(self, gateway: str) -> str | None:
-        """The ready holder's ID, taken for one replica, if its network is the one wanted (the
-        solo network made again since is not: that holder goes)."""
-        with self._lock:
-            holder, self._ready = self._ready, None
-            if holder is not None and holder.gateway == gateway:
-                self._in_hand.add(holder.container_id)
-                return holder.container_id
-        if holder is not None:
-            self.engine.remove_containers([holder.container_id])
-        return None
-
-    def let_go_of(self, holder: str | None) -> None:
-        """The launch is done with the holder it took: its replica uses it, or it is gone."""
-        if holder:
-            with self._lock:
-                self._in_hand.discard(holder)
-
-    def start_in(self, spec: ContainerSpec, env: dict[str, str], holder: str,
-                 serving: Callable[[], object] | None) -> bool:
-        """Start the replica in the holder's network (its hostname is LONE_HOSTNAME), after
-        `serving()` returns when given. False when the holder cannot serve (an engine restart
-        stopped it): what was made goes, and the replica makes its own network."""
-        from docker.errors import APIError
-
-        try:
-            container_id = self.engine.create(spec, env, f"container:{holder}")
-            if serving:
-                serving()
-            self.engine.api.start(container_id)
-            return True
-        except APIError as exc:
-            log.info("A lone replica could not join its ready network (%s): it makes its own.", engine_error(exc))
-        self.engine.remove_containers([spec.name, holder])
-        return False
-
-    def keep_ready(self, recipe: HolderRecipe | None, delay: float) -> None:
-        """Make the next lone replica's holder in the background, after `delay`, unless one is
-        ready, being made, or due sooner (a burst of launches takes the first holder and makes
-        its own networks)."""
-        with self._lock:
-            self._recipe = recipe or self._recipe
-            if not self._keeps or self._recipe is None or self._ready or self._making:
-                return
-            due = time.monotonic() + delay
-            if self._timer is not None:
-                pending, pending_due = self._timer
-                if pending_due <= due:
-                    return
-                pending.cancel()
-            timer = threading.Timer(delay, self._make)
-            timer.daemon = True
-            self._timer = (timer, due)
-        timer.start()
-
-    def _make(self) -> None:
-        with self._lock:
-            if self._making or self._ready:  # a timer cancelled too late
-                return
-            self._making, self._timer = True, None
-            recipe = self._recipe
-        holder = None
-        try:
-            if recipe is not None:
-                holder = ReadyHolder(self._start(recipe), recipe.gateway)
-        except Exception as exc:  # noqa: BLE001 - only a speed-up: a launch without one makes its own network
-            log.info("Could not make a network ready for the next lone replica: %s", exc)
-        with self._lock:
-            self._making = False
-            keep = holder is not None and self._keeps and self._ready is None
-            if keep:
-                self._ready = holder
-        if holder is not None and not keep:  # the controller let go of the engine meanwhile
-            self.engine.remove_containers([holder.container_id])
-
-    def _start(self, recipe: HolderRecipe) -> str:
-        """A holder: asleep on the solo network with the lone replicas' hostname and their extra
-        hosts (Google's API hosts at the storage endpoint), unprivileged like a replica."""
-        api, engine = self.engine.api, self.engine
-        host_config = api.create_host_config(
-            network_mode=recipe.network, extra_hosts=dict.fromkeys(API_HOSTS, recipe.gateway), read_only=True,
-            cap_drop=["ALL"], security_opt=["no-new-privileges"], pids_limit=8, mem_limit=HOLDER_MEMORY,
-        )
-        owner = {LABEL_INSTALLATION: engine.installation} if engine.installation else {}
-        container = api.create_container(  # the base image first: it is aiptrain's, not a job's
-            engine.present_image(tuple(reversed(recipe.images))), command=["sleep", "infinity"], user=recipe.user,
-            hostname=LONE_HOSTNAME, labels=engine.with_home({**owner, LABEL_ROLE: HOLDER_ROLE}),
-            host_config=host_config,
-        )
-        api.start(container["Id"])
-        return container["Id"]
-
-    def replace_later(self, used: set[str]) -> None:
-        """Remove the holders a job's replicas used and make the next one ready: in a thread of
-        its own, as the job's end need not wait for either (a holder left by a controller that
-        died meanwhile is removed by the next one's sweep, `remove_idle`)."""
-        threading.Thread(target=self._replace, args=(used,), daemon=True).start()
-
-    def _replace(self, used: set[str]) -> None:
-        self.engine.remove_containers(used)
-        self.keep_ready(None, 0.0)
-
-    def remove_idle(self) -> None:
-        """This home's holders that no replica uses, but the one kept ready: what a controller
-        that died (or a launch that failed) left."""
-        if not self.engine.installation:
-            return
-        containers = self.engine.api.containers(all=True, filters={"label": self.engine.owner()})
-        used = holders_used(containers)
-        with self._lock:
-            if self._making:  # one being made is not ready yet, nor used: the next sweep looks
-                return
-            used |= {*self._in_hand, *([self._ready.container_id] if self._ready else [])}
-            idle = [c["Id"] for c in containers
-                    if (c.get("Labels") or {}).get(LABEL_ROLE) == HOLDER_ROLE and c["Id"] not in used]
-        self.engine.remove_containers(idle)
-
-    def stop_keeping(self) -> None:
-        """The controller lets go of the engine: no more holders, and the ready one goes."""
-        with self._lock:
-            self._keeps = False
-            ready, self._ready = self._ready, None
-        if ready:
-            self.engine.remove_containers([ready.container_id])

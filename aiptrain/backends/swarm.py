@@ -66,7 +66,8 @@ from typing import Any
 from aiptrain.backends import ImageInfo, LogChunk, ReplicaObservation, ReplicaStatus
 from aiptrain.backends.engine import DEFAULT_NETWORK, Engine, EngineApi, each, removed_on_failure
 from aiptrain.backends.engine_logs import body_blocks, frame_blocks, log_frames, open_logs, read_log_lines
-from aiptrain.backends.networks import NETWORK_PATIENCE_SECONDS, Holders, Networks
+from aiptrain.backends.holders import Holders
+from aiptrain.backends.networks import NETWORK_PATIENCE_SECONDS, Networks
 from aiptrain.backends.swarm_endpoint import SwarmInstallation, SwarmStorage
 from aiptrain.backends.swarm_specs import (
     CONFIG_NAME_MAX,

@@ -9,7 +9,8 @@ import logging
 from collections.abc import Callable, Collection
 
 from aiptrain.backends.engine import Engine, engine_error, engine_is_local
-from aiptrain.backends.networks import HOLDER_ROLE, SOLO_ROLE, Holders, Networks, holders_used
+from aiptrain.backends.holders import HOLDER_ROLE, Holders, holders_used
+from aiptrain.backends.networks import SOLO_ROLE, Networks
 from aiptrain.labels import LABEL_HOME, LABEL_JOB, LABEL_ROLE
 from aiptrain.storage.endpoint import ROLE
 
