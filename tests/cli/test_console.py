@@ -20,6 +20,7 @@ from aiptrain.api.server import make_server
 from aiptrain.client import Client
 from aiptrain.model import Job, TrainingInput
 from aiptrain.settings import Settings
+from aiptrain.states import State
 from aiptrain.vertex.records import CUSTOM_JOBS, VertexRecords
 
 import test_rest_api
@@ -279,6 +280,8 @@ def test_the_tensorboard_button_starts_tensorboard_on_the_job_dir(app_server, br
     job_dir.mkdir()
     with Client() as client:
         client.store.create(Job(job_id="with_board", training_input=TrainingInput(job_dir=str(job_dir))))
+        # Ended: a queued job would have the server's controller drive it, and fail it with no engine here.
+        client.store.transition(client.key("with_board"), State.SUCCEEDED, [State.QUEUED])
 
     browser.get(f"{url}/#/jobs/with_board")
     find(browser, "#tensorboard-button").click()

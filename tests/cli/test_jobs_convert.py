@@ -16,6 +16,7 @@ import yaml
 
 from aiptrain.client import Client
 from aiptrain.model import Job
+from aiptrain.states import State
 
 from conftest import IN_CI
 
@@ -46,8 +47,10 @@ trainingInput:
 
 @pytest.fixture
 def stored(home):
+    """The job, ended: a queued one would have a controller drive it, and fail it with no engine here."""
     with Client() as client:
         client.store.create(Job.model_validate(STORED))
+        client.store.transition(client.key("census_1"), State.SUCCEEDED, [State.QUEUED])
     return "census_1"
 
 
