@@ -89,12 +89,11 @@ test-multinode: images
 	  status=$$?; scripts/multinode-swarm.sh down; exit $$status
 
 # The layers without an engine (tests/unit: pure rules; tests/cli: commands): no container starts,
-# since tests/conftest.py points DOCKER_HOST at no engine there. The TensorFlow one (a local
-# train in a virtual environment with TensorFlow), the `network` one (a plain pip install of
-# this checkout from PyPI, for client mode) is left to `make test`, tests/network (the runtimes'
-# requirements resolved from the package index) to `make test-network`.
+# since tests/conftest.py points DOCKER_HOST at no engine there. The TensorFlow ones (a local
+# train in a virtual environment with TensorFlow) are left to `make test`, tests/network (what
+# reaches the package index) to `make test-network`.
 unit: install
-	$(BIN)/pytest -q -m "not tensorflow and not network" tests/unit tests/cli
+	$(BIN)/pytest -q -m "not tensorflow" tests/unit tests/cli
 
 # The fault suite, CHAOS_RUNS runs per scenario (`make test` runs each once); prints runs/held/orphans.
 CHAOS_RUNS ?= 10
