@@ -47,6 +47,7 @@ with open(f"/gcs/{bucket}/ddp/{dist.get_rank()}.json", "w") as handle:
     json.dump({"rank": dist.get_rank(), "world": dist.get_world_size(), "weights": weights, "torch": torch.__version__,
                "env": {name: os.environ.get(name) for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK",
                                                                "CLUSTER_SPEC")}}, handle)
+dist.barrier()  # both ranks done before the group goes: gloo aborts one whose peer left mid-teardown (exit 134)
 dist.destroy_process_group()
 '''
 
