@@ -7,19 +7,24 @@ milliseconds.
 
     python benchmarks/api_load.py --url http://127.0.0.1:PORT --method get --rate 50 --seconds 10 --job JOB
 
-The rate comes from USERS users each holding a kept-alive connection and pacing itself with
-`constant_throughput(rate / USERS)`, as many clients polling a server do. A server slower than
-the rate shows as an achieved rate below it (Locust's users wait for their answer), and as the
-latency it could give. The first second is a warm-up and not counted.
+The rate comes from USERS users each holding a kept-alive connection and sending a request
+every USERS/rate seconds on its own schedule (as Locust's `constant_throughput`), as many
+clients polling a server do, each starting at its own point of the period. `--in-phase` starts
+them all at the same instant instead, as Locust does with every user of one spawn step (a step
+is `floor(spawn_rate)` users): then 40 users send their 40 requests at once every 200 ms rather
+than one every 5 ms. A server slower than the rate shows as an achieved rate below it (Locust's
+users wait for their answer), and as the latency it could give. The first
+second is a warm-up and not counted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import gevent
-from locust import FastHttpUser, constant_throughput, task
+from locust import FastHttpUser, task
 from locust.env import Environment
 
 USER_RATE = 5.0  # requests per second of one simulated client
@@ -36,6 +41,8 @@ def main() -> None:
     parser.add_argument("--project", default="aiptrain")
     parser.add_argument("--api", choices=("ml", "vertex"), default="ml",
                         help="ml v1 jobs, or aiplatform v1 customJobs (--job: the numeric ID)")
+    parser.add_argument("--in-phase", action="store_true",
+                        help="start every user at the same instant: bursts of USERS requests each period")
     args = parser.parse_args()
 
     jobs = f"/v1/projects/{args.project}/jobs"
@@ -44,9 +51,22 @@ def main() -> None:
     path = f"{jobs}/{args.job}" if args.method == "get" else f"{jobs}?pageSize=20"
     users = max(1, round(args.rate / USER_RATE))
 
+    period = users / args.rate  # each user's time between requests
+    started = iter(range(users))
+
     class Client(FastHttpUser):
         host = args.url
-        wait_time = constant_throughput(args.rate / users)
+
+        def on_start(self) -> None:
+            if not args.in_phase:  # the n-th user begins n/USERS of a period in
+                gevent.sleep(next(started) * period / users)
+            self.due = time.monotonic()
+
+        def wait_time(self) -> float:
+            """A request every `period` on the user's own schedule (constant_throughput, kept
+            on the schedule the user started on)."""
+            self.due += period
+            return max(0.0, self.due - time.monotonic())
 
         @task
         def call(self) -> None:
@@ -55,12 +75,12 @@ def main() -> None:
     env = Environment(user_classes=[Client])
     runner = env.create_local_runner()
     runner.start(users, spawn_rate=users)
-    gevent.sleep(WARM_UP_SECONDS)
+    gevent.sleep(WARM_UP_SECONDS + period)  # every user started, then the warm-up
     env.stats.reset_all()
     gevent.sleep(args.seconds)
     total = env.stats.total
     result = {
-        "api": args.api, "method": args.method, "target_rps": args.rate, "users": users, "seconds": args.seconds,
+        "api": args.api, "method": args.method, "target_rps": args.rate, "users": users, "in_phase": args.in_phase, "seconds": args.seconds,
         "requests": total.num_requests, "failures": total.num_failures,
         "achieved_rps": round(total.num_requests / args.seconds, 1),
         "p50_ms": total.get_response_time_percentile(0.5), "p99_ms": total.get_response_time_percentile(0.99),
