@@ -12,7 +12,8 @@ jobs sets up a network for the first few only.
 
 One namespace serving one job after another leaks nothing from one to the next: a holder serves
 one replica at a time (it goes back only once its replica is removed); a replica cannot change
-the namespace (no capabilities, no new privileges); and its processes, with their sockets, end
+the namespace (no capabilities, no new privileges) nor the holder's /etc/hosts and resolv.conf
+that it shares (root's; replicas never run as root); and its processes, with their sockets, end
 with its container (a PID namespace of its own).
 """
 
