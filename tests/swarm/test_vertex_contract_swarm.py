@@ -1,18 +1,21 @@
 """Vertex AI's replica contract on a Docker Swarm: the probes of tests/engine/test_vertex_contract.py
 (pools 0-3 as chief/worker/ps/evaluator with CLUSTER_SPEC's workerpoolN names, the project's
 buckets under /gcs; every replica restarted with a killed worker) with the server's jobs run as
-swarm services (AIPTRAIN_BACKEND=swarm), created by the real SDK."""
+swarm services (AIPTRAIN_BACKEND=swarm), created by the real SDK; and a job of two pools created,
+followed and streamed by the real gcloud."""
 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from aiptrain.settings import Settings
 
 from conftest import require_image
-from test_real_gcloud import serving
+from test_real_gcloud import configured_gcloud, serving
+from test_real_gcloud_vertex import create, stream_logs, wait_for
 from test_swarm import on_swarm as on_swarm  # noqa: F401 - fixtures: this engine as a swarm manager
 from test_swarm import swarm as swarm  # noqa: F401
 from test_swarm import swarm_resources
@@ -59,3 +62,16 @@ def test_a_killed_worker_restarts_every_service_of_the_job_on_swarm(swarm_server
     assert (starts / "workerpool0-0").read_text().count("started") == 2
     assert (starts / "workerpool1-0").read_text().count("started") == 2
     assert swarm_resources(on_swarm, job_key(job)) == []
+
+
+def test_gcloud_creates_a_job_of_two_pools_on_swarm_and_streams_each_task(swarm_server, on_swarm, tmp_path):  # noqa: F811
+    gcloud = configured_gcloud(swarm_server, tmp_path, project=PROJECT)
+    hello = "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,container-image-uri=" + MINIMAL
+    say = "import os;print('hello from '+os.environ['CLOUD_ML_JOB_ID'])"  # gcloud splits --args at commas
+    _, numeric = create(gcloud, "--display-name", "gcloud-on-swarm", hello, hello, "--command=python3,-c",
+                        f"--args={say}")
+    job = wait_for(gcloud, numeric)
+    assert job["state"] == "JOB_STATE_SUCCEEDED", job
+    lines = [line[2:] for line in stream_logs(gcloud, numeric)]
+    assert ["workerpool0-0", f"hello from {numeric}"] in lines and ["workerpool1-0", f"hello from {numeric}"] in lines, lines
+    assert swarm_resources(on_swarm, job_key(SimpleNamespace(project=PROJECT, name=numeric))) == []
