@@ -240,7 +240,7 @@ class Holders:
 
     def remove_idle(self) -> None:
         """This home's holders that no replica uses and that are not in the pool: what a
-        controller that died (or a launch that failed) left."""
+        controller that died, a launch that failed, or a replica removed by hand left."""
         if not self.engine.installation:
             return
         containers = self.engine.api.containers(all=True, filters={"label": self.engine.owner()})
@@ -248,9 +248,11 @@ class Holders:
         with self._lock:
             if self._making:  # one being made is not ready yet, nor used: the next sweep looks
                 return
-            used |= {*self._in_hand, *self._lent, *(h.container_id for h in self._ready)}
+            used |= {*self._in_hand, *(h.container_id for h in self._ready)}
             idle = [c["Id"] for c in containers
                     if (c.get("Labels") or {}).get(LABEL_ROLE) == HOLDER_ROLE and c["Id"] not in used]
+            for holder in idle:
+                self._lent.pop(holder, None)
         self.engine.remove_containers(idle)
 
     def stop_keeping(self) -> None:

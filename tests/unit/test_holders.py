@@ -19,9 +19,25 @@ class FakeEngine:
 
     def __init__(self) -> None:
         self.removed: list[str] = []
+        self.listed: list[dict] = []  # what api.containers() answers
+        self.api = self
 
     def remove_containers(self, container_ids) -> None:
         self.removed += list(container_ids)
+
+    def owner(self) -> list[str]:
+        return ["aiptrain.installation=test"]
+
+    def containers(self, all: bool, filters: dict) -> list[dict]:  # noqa: A002 - docker-py's signature
+        return self.listed
+
+
+def holder(container_id: str) -> dict:
+    return {"Id": container_id, "Labels": {"aiptrain.role": "network-holder"}}
+
+
+def replica_in(holder_id: str) -> dict:
+    return {"Id": f"replica-of-{holder_id}", "Labels": {}, "HostConfig": {"NetworkMode": f"container:{holder_id}"}}
 
 
 @pytest.fixture
@@ -111,3 +127,15 @@ def test_when_the_controller_lets_go_the_pool_goes_and_nothing_comes_back_to_it(
     while "b" not in pool.engine.removed and time.monotonic() < deadline:
         time.sleep(0.01)
     assert pool._ready == [] and "b" in pool.engine.removed
+
+
+def test_the_sweep_removes_a_lent_holder_whose_replica_went_without_a_teardown_and_keeps_the_rest(pool):
+    """A replica removed by hand (`docker rm -f`) never gives its holder back: the sweep removes it;
+    a holder in use, one in the pool and one just taken stay."""
+    pool._lent.update({"orphaned": "gw", "in-use": "gw"})
+    pool._ready.append(holders_module.ReadyHolder("pooled", "gw", 0.0))
+    pool._in_hand.add("just-taken")
+    pool.engine.listed = [holder("orphaned"), holder("in-use"), replica_in("in-use"), holder("pooled"),
+                          holder("just-taken")]
+    pool.remove_idle()
+    assert pool.engine.removed == ["orphaned"] and "orphaned" not in pool._lent and "in-use" in pool._lent
