@@ -197,9 +197,10 @@ class Holders:
 
     def _make(self) -> None:
         with self._lock:
-            if self._making or not self._wanted():  # a timer cancelled too late
+            self._timer = None  # whatever happens now, the next keep_ready may schedule again
+            if self._making or not self._wanted():  # a timer cancelled too late, or nothing wanted now
                 return
-            self._making, self._timer = True, None
+            self._making = True
         while True:
             with self._lock:
                 recipe = self._recipe

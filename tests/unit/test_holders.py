@@ -4,6 +4,7 @@ back, made for a burst, trimmed and removed. tests/engine/test_network_holders.p
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 
 import pytest
@@ -139,3 +140,18 @@ def test_the_sweep_removes_a_lent_holder_whose_replica_went_without_a_teardown_a
                           holder("just-taken")]
     pool.remove_idle()
     assert pool.engine.removed == ["orphaned"] and "orphaned" not in pool._lent and "in-use" in pool._lent
+
+
+def test_a_make_that_finds_nothing_wanted_leaves_the_next_one_free_to_be_scheduled(pool):
+    """A timer that fires when the pool needs nothing more (a holder came back meanwhile) must not
+    stay on record as still due: every later keep_ready would wait for it, and none would come."""
+    pool._lent["a"] = "gw"
+    pool.give_back({"a"})
+    pool._recipe = RECIPE
+    pool._timer = (threading.Timer(0, lambda: None), time.monotonic())  # this make's own timer, fired
+    pool._make()
+    assert pool._timer is None
+    assert pool.take("gw") == "a" and pool.take("gw") is None  # a launch missed: one is wanted again
+    pool.keep_ready(RECIPE, 0.0)
+    settle(pool)
+    assert ready_ids(pool) == ["holder-1"]
