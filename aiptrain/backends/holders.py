@@ -145,10 +145,7 @@ class Holders:
                     self._ready.append(ReadyHolder(holder, gateway, now))
                 else:
                     surplus.append(holder)
-            trim = None
-            if len(self._ready) > 1 and self._trim_timer is None:
-                trim = self._trim_timer = threading.Timer(HOLDER_IDLE_SECONDS, self._trim)
-                trim.daemon = True
+            trim = self._trim_later()
         if trim is not None:
             trim.start()
         if surplus:
@@ -166,12 +163,19 @@ class Holders:
             cutoff = self.clock() - HOLDER_IDLE_SECONDS
             idle = [h for h in self._ready[:-1] if h.since <= cutoff]
             self._ready = [h for h in self._ready if h not in idle]
-            again = len(self._ready) > 1
-            if again:
-                self._trim_timer = threading.Timer(HOLDER_IDLE_SECONDS, self._trim)
-                self._trim_timer.daemon = True
-                self._trim_timer.start()
+            trim = self._trim_later()
+        if trim is not None:
+            trim.start()
         self.engine.remove_containers([h.container_id for h in idle])
+
+    def _trim_later(self) -> threading.Timer | None:
+        """Under the lock: the next trim, when the pool holds more than one and none is due (the
+        caller starts it once the lock is let go)."""
+        if len(self._ready) <= 1 or self._trim_timer is not None:
+            return None
+        trim = self._trim_timer = threading.Timer(HOLDER_IDLE_SECONDS, self._trim)
+        trim.daemon = True
+        return trim
 
     def keep_ready(self, recipe: HolderRecipe | None, delay: float) -> None:
         """Make holders in the background, after `delay`: one when the pool is empty, and one for
