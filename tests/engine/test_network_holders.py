@@ -19,6 +19,14 @@ from aiptrain.settings import Settings
 from conftest import job_resources, stop_controller, wait_for
 from test_gcs_endpoint import PROBE, package, stage, submit
 
+# What each trainer here ends with: wait for the test to look at its container (a file in the job dir).
+WAIT_FOR_GO = """
+    go = pathlib.Path(sys.argv[sys.argv.index("--job-dir") + 1]) / "go"
+    deadline = time.time() + 120
+    while not go.exists() and time.time() < deadline:
+        time.sleep(0.1)
+"""
+
 # Reads gs:// through the storage endpoint, says its hostname and whether TF_CONFIG's address
 # of it resolves, then waits for the test to look at its container (a file in the job dir).
 LOOKED_AT = PROBE + """
@@ -27,11 +35,7 @@ LOOKED_AT = PROBE + """
     [address] = next(iter(json.loads(os.environ["TF_CONFIG"])["cluster"].values()))
     host = address.split(":")[0]
     print("hostname", socket.gethostname(), "resolves", bool(socket.gethostbyname(host)), flush=True)
-    go = pathlib.Path(sys.argv[sys.argv.index("--job-dir") + 1]) / "go"
-    deadline = time.time() + 120
-    while not go.exists() and time.time() < deadline:
-        time.sleep(0.1)
-"""
+""" + WAIT_FOR_GO
 
 # Leaves a process listening in its network, detached in a session of its own, then waits for
 # the test as LOOKED_AT does.
@@ -49,11 +53,7 @@ LEAVES = """
         print("WROTE the holder's hosts file", flush=True)
     except OSError as exc:
         print("hosts not written:", type(exc).__name__, flush=True)
-    go = pathlib.Path(sys.argv[sys.argv.index("--job-dir") + 1]) / "go"
-    deadline = time.time() + 120
-    while not go.exists() and time.time() < deadline:
-        time.sleep(0.1)
-"""
+""" + WAIT_FOR_GO
 
 # Looks for what the replica before it in the same network left, then waits for the test.
 LOOKS = """
@@ -65,11 +65,7 @@ LOOKS = """
     except OSError as exc:
         print("nothing left:", type(exc).__name__, flush=True)
     print("hosts", "changed" if "203.0.113.7" in open("/etc/hosts").read() else "as made", flush=True)
-    go = pathlib.Path(sys.argv[sys.argv.index("--job-dir") + 1]) / "go"
-    deadline = time.time() + 120
-    while not go.exists() and time.time() < deadline:
-        time.sleep(0.1)
-"""
+""" + WAIT_FOR_GO
 
 
 def holders(docker_api, settings: Settings) -> list[dict]:
